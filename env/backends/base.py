@@ -1,0 +1,94 @@
+"""The one interface every inference engine sits behind.
+
+A backend takes a batch of chat requests (each with its agent's adapter and sampling parameters)
+and returns, per request, the text, the prompt and completion token ids and the per-token
+log-probabilities of the sampled completion tokens under the model that generated them (the
+*behavior* log-probs the trainer's importance ratio needs).
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field, replace
+
+
+class BackendError(RuntimeError):
+    """An inference engine or server failed; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample one completion.
+
+    temperature: 0 means greedy. top_p: nucleus mass. max_tokens: completion length cap.
+    seed: per-request seed where the engine supports it (None: engine RNG).
+    logprobs: return the log-prob of each sampled token.
+    """
+
+    temperature: float = 0.7
+    top_p: float = 1.0
+    max_tokens: int = 256
+    seed: int | None = None
+    logprobs: bool = True
+
+    def with_(self, **changes) -> SamplingParams:
+        return replace(self, **changes)
+
+
+@dataclass
+class ChatRequest:
+    """One chat completion to produce.
+
+    messages: OpenAI-style ``[{"role": ..., "content": ...}]``.
+    adapter: name of a LoRA adapter registered with the backend (None: the base model).
+    model: for backends serving several base models (heterogeneous teams); None: the default.
+    """
+
+    messages: list[dict[str, str]]
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    adapter: str | None = None
+    model: str | None = None
+
+
+@dataclass
+class Completion:
+    """What a backend returns for one request.
+
+    prompt_ids: the token ids the model was conditioned on (chat template applied).
+    completion_ids / logprobs: sampled token ids and their log-probs (same length; logprobs may
+    be empty when the engine cannot return them). finish_reason: "stop" or "length".
+    """
+
+    text: str
+    prompt_ids: list[int] = field(default_factory=list)
+    completion_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    finish_reason: str = "stop"
+
+
+class Backend(abc.ABC):
+    """Batch chat generation with per-request LoRA adapters."""
+
+    name: str = "base"
+
+    @abc.abstractmethod
+    def generate(self, requests: list[ChatRequest]) -> list[Completion]:
+        """Produce one completion per request, in order. Raises BackendError on engine failure."""
+
+    def load_adapter(self, name: str, path: str) -> None:
+        """Register (or replace) the LoRA adapter ``name`` from a PEFT folder ``path``."""
+        raise BackendError(f"the {self.name} backend does not serve LoRA adapters")
+
+    @property
+    def adapters(self) -> list[str]:
+        """Names of the adapters currently registered."""
+        return []
+
+    def close(self) -> None:
+        """Release engines, servers and memory. Safe to call twice."""
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,166 @@
+"""Transformers ``generate`` backend: batched, one LoRA adapter per row (PEFT mixed batches).
+
+The CPU default. It can wrap a live ``PeftModel`` (the trainer's), so on-policy rollouts need no
+adapter sync at all. Log-probs are the model's own (temperature 1, untruncated) log-probabilities
+of the sampled tokens, the quantity the trainer's importance ratio compares against.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .base import Backend, BackendError, ChatRequest, Completion, SamplingParams
+
+
+def pick_dtype(name: str, device: str) -> torch.dtype:
+    """"auto" is bf16 on GPU and fp32 on CPU (bf16 matmuls are slow on most CPUs)."""
+    if name == "auto":
+        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+    try:
+        return {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16,
+                "float16": torch.float16, "fp32": torch.float32, "float32": torch.float32}[name]
+    except KeyError:
+        raise ValueError(f"unknown dtype {name!r}; use auto, bf16, fp16 or fp32") from None
+
+
+class HFBackend(Backend):
+    """Generation with transformers.
+
+    model: alias, folder or Hub id (ignored when ``model_obj`` is given).
+    model_obj / tokenizer: an already loaded (Peft)model and tokenizer to generate with.
+    max_batch: rows per ``generate`` call (longer batches are split). device: "cpu", "cuda", ...
+    """
+
+    name = "hf"
+
+    def __init__(
+        self,
+        model: str = "smollm2-135m-instruct",
+        model_obj=None,
+        tokenizer=None,
+        device: str | None = None,
+        dtype: str = "auto",
+        max_batch: int = 64,
+    ):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from ..models import resolve_model
+
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        if model_obj is None:
+            path = resolve_model(model)
+            model_obj = AutoModelForCausalLM.from_pretrained(path, dtype=pick_dtype(dtype, self.device))
+            model_obj.to(self.device)
+            tokenizer = tokenizer or AutoTokenizer.from_pretrained(path)
+        elif tokenizer is None:
+            raise ValueError("pass the tokenizer together with model_obj")
+        self.model = model_obj
+        self.tokenizer = tokenizer
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.max_batch = max_batch
+
+    # adapters -------------------------------------------------------------------------------
+    @property
+    def adapters(self) -> list[str]:
+        return list(getattr(self.model, "peft_config", {}) or {})
+
+    def load_adapter(self, name: str, path: str) -> None:
+        from peft import PeftModel
+
+        if not isinstance(self.model, PeftModel):
+            self.model = PeftModel.from_pretrained(self.model, path, adapter_name=name)
+        else:
+            if name in self.model.peft_config:
+                self.model.delete_adapter(name)
+            self.model.load_adapter(path, adapter_name=name)
+        self.model.eval()
+
+    # generation -----------------------------------------------------------------------------
+    def encode(self, messages: list[dict[str, str]]) -> list[int]:
+        """Prompt token ids of a chat, with the generation prompt appended."""
+        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+
+    def generate(self, requests: list[ChatRequest]) -> list[Completion]:
+        out: list[Completion | None] = [None] * len(requests)
+        # one generate call per distinct sampling setting, split into max_batch rows
+        groups: dict[SamplingParams, list[int]] = {}
+        for k, r in enumerate(requests):
+            groups.setdefault(r.sampling, []).append(k)
+        for sampling, idx in groups.items():
+            for s in range(0, len(idx), self.max_batch):
+                chunk = idx[s : s + self.max_batch]
+                for k, c in zip(chunk, self._generate([requests[k] for k in chunk], sampling), strict=True):
+                    out[k] = c
+        return out  # type: ignore[return-value]
+
+    @torch.no_grad()
+    def _generate(self, requests: list[ChatRequest], sp: SamplingParams) -> list[Completion]:
+        prompts = [self.encode(r.messages) for r in requests]
+        width = max(len(p) for p in prompts)
+        pad = self.tokenizer.pad_token_id
+        input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
+        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
+        kwargs = {}
+        names = [r.adapter for r in requests]
+        if any(n is not None for n in names):
+            known = set(self.adapters)
+            missing = sorted({n for n in names if n is not None and n not in known})
+            if missing:
+                raise BackendError(f"adapter(s) {missing} are not loaded in the hf backend (loaded: {sorted(known)})")
+            kwargs["adapter_names"] = [n if n is not None else "__base__" for n in names]
+        elif self.adapters:
+            kwargs["adapter_names"] = ["__base__"] * len(requests)
+        if sp.seed is not None:
+            torch.manual_seed(sp.seed)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            gen = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=attention,
+                max_new_tokens=sp.max_tokens,
+                do_sample=sp.temperature > 0,
+                temperature=sp.temperature if sp.temperature > 0 else None,
+                top_p=sp.top_p if sp.temperature > 0 else None,
+                top_k=None,
+                pad_token_id=pad,
+                return_dict_in_generate=True,
+                output_logits=sp.logprobs,
+                **kwargs,
+            )
+        except (RuntimeError, ValueError) as e:
+            raise BackendError(f"hf generate failed: {e}") from e
+        finally:
+            self.model.train(was_training)
+        seqs = gen.sequences[:, width:].tolist()
+        logps = None
+        if sp.logprobs:
+            logits = torch.stack(gen.logits, dim=1).float()  # raw logits, B x L x V
+            chosen = gen.sequences[:, width:].unsqueeze(-1)
+            logps = (torch.log_softmax(logits, dim=-1).gather(-1, chosen).squeeze(-1)).tolist()
+        stops = {self.tokenizer.eos_token_id, pad, *self._extra_stops()}
+        out = []
+        for b, seq in enumerate(seqs):
+            n, finish = len(seq), "length"
+            for k, tok in enumerate(seq):
+                if tok in stops:
+                    n, finish = k + 1, "stop"
+                    break
+            ids = seq[:n]
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            out.append(Completion(text=text, prompt_ids=prompts[b], completion_ids=ids,
+                                  logprobs=logps[b][:n] if logps else [], finish_reason=finish))
+        return out
+
+    def _extra_stops(self) -> list[int]:
+        cfg = getattr(self.model, "generation_config", None)
+        eos = getattr(cfg, "eos_token_id", None)
+        if eos is None:
+            return []
+        return list(eos) if isinstance(eos, list | tuple) else [eos]
+
+    def close(self) -> None:
+        self.model = None

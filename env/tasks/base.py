@@ -1,0 +1,60 @@
+"""What a task is: questions with gold answers, a prompt, and a parser from model text to answer.
+
+Answers are normalized strings (numbers in canonical decimal form, option letters upper-case) or
+``None`` when nothing could be parsed, so equality, hashing and JSON all agree.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any
+
+Answer = str | None
+
+
+@dataclass(frozen=True)
+class Question:
+    """One item of a task.
+
+    id: stable identifier (unique within the task and split). text: the question as shown to agents
+    (for multiple choice, including the lettered options). gold: normalized gold answer.
+    options: multiple-choice option texts in letter order (None for open answers).
+    """
+
+    id: str
+    text: str
+    gold: Answer
+    options: tuple[str, ...] | None = None
+    meta: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+
+class Task(abc.ABC):
+    """A benchmark: loading, prompting and parsing. Subclasses set ``name``."""
+
+    name: str = "task"
+    #: what one agent's profile (system prompt) says by default for this task
+    default_profile: str = "You are a careful problem solver taking part in a discussion with other solvers."
+
+    @abc.abstractmethod
+    def load(
+        self, split: str = "test", data_path: str | None = None, limit: int | None = None, seed: int = 0
+    ) -> list[Question]:
+        """Questions of ``split`` from ``data_path`` (a file, a folder in the shared/data layout,
+        or a Hub name), or from the default location when None. ``limit`` keeps the first K."""
+
+    @abc.abstractmethod
+    def format_instruction(self, question: Question) -> str:
+        """The sentence telling the agent how to state its final answer (e.g. in \\boxed{})."""
+
+    @abc.abstractmethod
+    def parse(self, text: str, question: Question) -> Answer:
+        """The normalized answer stated in ``text``, or None."""
+
+    def prompt(self, question: Question) -> str:
+        """The user message of round 0."""
+        return f"{question.text}\n\n{self.format_instruction(question)}"
+
+    def is_correct(self, prediction: Answer, question: Question) -> bool:
+        """A None prediction is always wrong."""
+        return prediction is not None and prediction == question.gold

@@ -1,0 +1,173 @@
+"""The one data type that flows: a debate ``Trajectory``, and its append-only JSONL files.
+
+A trajectory holds the answer matrix ``answers`` (N agents x T+1 rounds of parsed answers, ``None``
+when unparsed) and, per agent and round, the ``Turn`` that produced it: the messages the agent saw,
+its text, the token ids it was conditioned on and generated, and the behavior log-probs.
+One debate is one JSON line; files are only ever appended to, one whole line per write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+Answer = Any  # a normalized, JSON-serializable, hashable answer (str, float, int) or None
+
+
+@dataclass
+class Turn:
+    """One agent's response in one round."""
+
+    agent: int
+    round: int
+    messages: list[dict[str, str]]
+    text: str
+    answer: Answer
+    prompt_ids: list[int] = field(default_factory=list)
+    completion_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    adapter: str | None = None
+    finish_reason: str = "stop"
+
+
+@dataclass
+class Trajectory:
+    """One debate on one question.
+
+    answers[i][t]: agent i's parsed answer after round t (round 0 = independent answer).
+    turns[i][t]: the Turn behind answers[i][t]. prediction: majority vote of the last round.
+    meta: free-form run information (task, model, attack settings, compromised agents, ...).
+    """
+
+    question_id: str
+    question: str
+    gold: Answer
+    answers: list[list[Answer]]
+    prediction: Answer
+    correct: bool
+    turns: list[list[Turn]] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_agents(self) -> int:
+        return len(self.answers)
+
+    @property
+    def n_rounds(self) -> int:
+        """T: rounds after the initial answer."""
+        return len(self.answers[0]) - 1 if self.answers else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Trajectory:
+        turns = [[Turn(**t) for t in agent_turns] for agent_turns in d.get("turns", [])]
+        return cls(
+            question_id=str(d["question_id"]),
+            question=d.get("question", ""),
+            gold=d.get("gold"),
+            answers=[list(a) for a in d["answers"]],
+            prediction=d.get("prediction"),
+            correct=bool(d.get("correct", False)),
+            turns=turns,
+            meta=dict(d.get("meta", {})),
+        )
+
+
+REQUIRED_KEYS = ("question_id", "answers", "gold", "prediction", "correct")
+
+
+class TrajectoryFormatError(ValueError):
+    """A trajectory file has a bad line; the message names the file and line number."""
+
+
+def validate_record(d: Any) -> None:
+    """Raise ValueError describing what is wrong with one decoded JSONL record."""
+    if not isinstance(d, dict):
+        raise ValueError(f"expected a JSON object, got {type(d).__name__}")
+    missing = [k for k in REQUIRED_KEYS if k not in d]
+    if missing:
+        raise ValueError(f"missing key(s) {', '.join(missing)}")
+    answers = d["answers"]
+    if not isinstance(answers, list) or not answers or not all(isinstance(a, list) for a in answers):
+        raise ValueError("'answers' must be a non-empty list of per-agent lists")
+    lengths = {len(a) for a in answers}
+    if len(lengths) != 1 or 0 in lengths:
+        raise ValueError(f"'answers' is ragged: per-agent lengths {[len(a) for a in answers]}")
+
+
+class TrajectoryWriter:
+    """Appends trajectories to a JSONL file: one line per debate, flushed and fsynced per batch.
+
+    Each line is serialized completely before it is written, and a batch is written with a single
+    ``write`` call, so an interrupted run leaves only whole lines behind. A file whose last line
+    lacks its newline (a crash of some other writer) is repaired by truncating that tail on open.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        _truncate_partial_tail(self.path)
+        self._fh: TextIO | None = open(self.path, "a", encoding="utf-8")
+
+    def write(self, trajectories: Iterable[Trajectory | dict[str, Any]]) -> None:
+        lines = []
+        for t in trajectories:
+            d = t.to_dict() if isinstance(t, Trajectory) else t
+            lines.append(json.dumps(d, ensure_ascii=False) + "\n")
+        if not lines:
+            return
+        if self._fh is None:
+            raise ValueError(f"writer for {self.path} is closed")
+        self._fh.write("".join(lines))
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    def __enter__(self) -> TrajectoryWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _truncate_partial_tail(path: Path) -> None:
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as fh:
+        data = fh.read()
+        if data.endswith(b"\n"):
+            return
+        cut = data.rfind(b"\n") + 1
+        fh.truncate(cut)
+
+
+def iter_records(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
+    """Yield validated records of a trajectory JSONL file; errors name the file and line."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"trajectory file not found: {path}")
+    with open(path, encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+                validate_record(d)
+            except (json.JSONDecodeError, ValueError) as e:
+                raise TrajectoryFormatError(f"{path}:{lineno}: {e}") from None
+            yield d
+
+
+def read_trajectories(path: str | os.PathLike) -> list[Trajectory]:
+    """Read every debate of a JSONL file as Trajectory objects (validated, errors name the line)."""
+    return [Trajectory.from_dict(d) for d in iter_records(path)]

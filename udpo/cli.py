@@ -1,0 +1,43 @@
+"""The ``udpo`` command: one subcommand per module in ``udpo.commands``.
+
+Each command module defines ``add_parser(subparsers)`` (registering its arguments and setting
+``func``); the CLI only parses and calls library functions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS = ("debate", "diagnose", "train", "eval", "export")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="udpo", description="Train and evaluate teams of debating LLM agents.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMANDS:
+        try:
+            module = importlib.import_module(f"udpo.commands.{name}")
+        except ModuleNotFoundError as e:
+            if e.name != f"udpo.commands.{name}":
+                raise
+            continue
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted; trajectories written so far are complete", file=sys.stderr)
+        return 130
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
+        print(f"udpo {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
