@@ -6,7 +6,20 @@ from .tasks import Question, Task, get_task
 from .trajectory import Trajectory, TrajectoryWriter, Turn, read_trajectories
 
 __all__ = [
-    "AgentSpec", "Backend", "BackendError", "ChatRequest", "Completion", "DebateConfig", "DebateEnv",
-    "Question", "SamplingParams", "Task", "Trajectory", "TrajectoryWriter", "Turn", "get_task",
-    "make_backend", "read_trajectories",
+    "AgentSpec",
+    "Backend",
+    "BackendError",
+    "ChatRequest",
+    "Completion",
+    "DebateConfig",
+    "DebateEnv",
+    "Question",
+    "SamplingParams",
+    "Task",
+    "Trajectory",
+    "TrajectoryWriter",
+    "Turn",
+    "get_task",
+    "make_backend",
+    "read_trajectories",
 ]

@@ -140,7 +140,9 @@ class DebateEnv:
                         latest = self.message_transform(questions[qi], t - 1, latest)
                     for i in range(n):
                         peers = [(j, latest[j]) for j in self.topology(qi, i, t, n)]
-                        convs[qi][i].append({"role": "user", "content": peer_message(self.task, questions[qi], peers)})
+                        convs[qi][i].append(
+                            {"role": "user", "content": peer_message(self.task, questions[qi], peers)}
+                        )
             keys = [(qi, i) for qi in active for i in range(n)]
             requests = [
                 ChatRequest(
@@ -153,14 +155,23 @@ class DebateEnv:
             ]
             completions = self.backend.generate(requests)
             if len(completions) != len(requests):
-                raise RuntimeError(f"backend returned {len(completions)} completions for {len(requests)} requests")
+                raise RuntimeError(
+                    f"backend returned {len(completions)} completions for {len(requests)} requests"
+                )
             for (qi, i), req, c in zip(keys, requests, completions, strict=True):
                 ans = self.task.parse(c.text, questions[qi])
                 turns[qi][i].append(
                     Turn(
-                        agent=i, round=t, messages=req.messages, text=c.text, answer=ans,
-                        prompt_ids=c.prompt_ids, completion_ids=c.completion_ids, logprobs=c.logprobs,
-                        adapter=req.adapter, finish_reason=c.finish_reason,
+                        agent=i,
+                        round=t,
+                        messages=req.messages,
+                        text=c.text,
+                        answer=ans,
+                        prompt_ids=c.prompt_ids,
+                        completion_ids=c.completion_ids,
+                        logprobs=c.logprobs,
+                        adapter=req.adapter,
+                        finish_reason=c.finish_reason,
                     )
                 )
                 answers[qi][i].append(ans)
@@ -189,8 +200,14 @@ class DebateEnv:
             **self.meta,
         }
         return Trajectory(
-            question_id=q.id, question=q.text, gold=q.gold, answers=answers, prediction=prediction,
-            correct=self.task.is_correct(prediction, q), turns=turns, meta=meta,
+            question_id=q.id,
+            question=q.text,
+            gold=q.gold,
+            answers=answers,
+            prediction=prediction,
+            correct=self.task.is_correct(prediction, q),
+            turns=turns,
+            meta=meta,
         )
 
 

@@ -43,7 +43,9 @@ def resolve_model(name: str) -> str:
         return str(path)
     if name.startswith((".", "/", "~")) or name.count("/") != 1:
         known = ", ".join(ALIASES)
-        raise ModelNotFoundError(f"unknown model {name!r}: not a folder, not an org/name Hub id, not an alias ({known})")
+        raise ModelNotFoundError(
+            f"unknown model {name!r}: not a folder, not an org/name Hub id, not an alias ({known})"
+        )
     return name
 
 

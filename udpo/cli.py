@@ -14,7 +14,9 @@ COMMANDS = ("debate", "diagnose", "train", "eval", "export")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="udpo", description="Train and evaluate teams of debating LLM agents.")
+    parser = argparse.ArgumentParser(
+        prog="udpo", description="Train and evaluate teams of debating LLM agents."
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         try:

@@ -24,4 +24,12 @@ def make_backend(name: str, **kwargs) -> Backend:
     return getattr(importlib.import_module(module), cls)(**kwargs)
 
 
-__all__ = ["Backend", "BackendError", "ChatRequest", "Completion", "SamplingParams", "make_backend", "BACKEND_NAMES"]
+__all__ = [
+    "Backend",
+    "BackendError",
+    "ChatRequest",
+    "Completion",
+    "SamplingParams",
+    "make_backend",
+    "BACKEND_NAMES",
+]

@@ -13,12 +13,18 @@ from .base import Backend, BackendError, ChatRequest, Completion, SamplingParams
 
 
 def pick_dtype(name: str, device: str) -> torch.dtype:
-    """"auto" is bf16 on GPU and fp32 on CPU (bf16 matmuls are slow on most CPUs)."""
+    """ "auto" is bf16 on GPU and fp32 on CPU (bf16 matmuls are slow on most CPUs)."""
     if name == "auto":
         return torch.bfloat16 if device.startswith("cuda") else torch.float32
     try:
-        return {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16,
-                "float16": torch.float16, "fp32": torch.float32, "float32": torch.float32}[name]
+        return {
+            "bf16": torch.bfloat16,
+            "bfloat16": torch.bfloat16,
+            "fp16": torch.float16,
+            "float16": torch.float16,
+            "fp32": torch.float32,
+            "float32": torch.float32,
+        }[name]
     except KeyError:
         raise ValueError(f"unknown dtype {name!r}; use auto, bf16, fp16 or fp32") from None
 
@@ -109,7 +115,9 @@ class HFBackend(Backend):
             known = set(self.adapters)
             missing = sorted({n for n in names if n is not None and n not in known})
             if missing:
-                raise BackendError(f"adapter(s) {missing} are not loaded in the hf backend (loaded: {sorted(known)})")
+                raise BackendError(
+                    f"adapter(s) {missing} are not loaded in the hf backend (loaded: {sorted(known)})"
+                )
             kwargs["adapter_names"] = [n if n is not None else "__base__" for n in names]
         elif self.adapters:
             kwargs["adapter_names"] = ["__base__"] * len(requests)
@@ -151,8 +159,15 @@ class HFBackend(Backend):
                     break
             ids = seq[:n]
             text = self.tokenizer.decode(ids, skip_special_tokens=True)
-            out.append(Completion(text=text, prompt_ids=prompts[b], completion_ids=ids,
-                                  logprobs=logps[b][:n] if logps else [], finish_reason=finish))
+            out.append(
+                Completion(
+                    text=text,
+                    prompt_ids=prompts[b],
+                    completion_ids=ids,
+                    logprobs=logps[b][:n] if logps else [],
+                    finish_reason=finish,
+                )
+            )
         return out
 
     def _extra_stops(self) -> list[int]:

@@ -1,0 +1,58 @@
+"""``udpo debate``: run Standard MAD on a task and write trajectories + summary."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from udpo.evaluate import run_debates
+
+from .common import (
+    add_backend_args,
+    add_debate_args,
+    add_task_args,
+    backend_from_args,
+    debate_config_from_args,
+    load_questions,
+    seed_everything,
+)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "debate",
+        help="run a multi-agent debate on a task",
+        description="Run Standard multi-agent debate (Du et al.) and write "
+        "OUT/trajectories.jsonl and OUT/summary.json.",
+    )
+    add_task_args(p)
+    add_backend_args(p)
+    add_debate_args(p)
+    p.add_argument("--out", default="runs/debate", help="output folder (default: runs/debate)")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    seed_everything(args.seed)
+    config = debate_config_from_args(args)
+    task, questions = load_questions(args)
+    meta = {
+        "task": args.task,
+        "model": args.model,
+        "backend": args.backend,
+        "split": args.split,
+        "n_agents": args.agents,
+        "rounds": args.rounds,
+        "seed": args.seed,
+    }
+    with backend_from_args(args) as backend:
+        _, summary = run_debates(
+            task, backend, questions, config, out_dir=args.out, meta=meta, resume=args.resume
+        )
+    shown = {
+        k: summary[k] for k in ("n_questions", "accuracy", "u_intra", "u_inter", "u_sys", "unparsed_rate")
+    }
+    print(json.dumps(shown, indent=2))
+    print(f"wrote {args.out}/trajectories.jsonl and {args.out}/summary.json")
+    return 0
