@@ -1,5 +1,39 @@
-"""udpo.rewards: uncertainty metrics, rewards and calibration as pure functions of answer matrices."""
+"""udpo.rewards: uncertainty metrics, rewards and calibration as pure functions of answer matrices.
 
+An answer matrix is N per-agent sequences of T+1 hashable answers (``None`` = unparsed). One debate:
+:func:`uncertainty`, :func:`agent_uncertainty`, :func:`rewards`. Many debates at once (vectorized):
+:func:`debate_metrics` on answer matrices, :func:`batch_uncertainty` on integer codes from
+:func:`encode_answers`, and :func:`agent_rewards` for each agent's UDPO reward. Warm-up calibration of
+per-agent coefficients: :func:`calibrate`. Statistics for diagnostics live in
+:mod:`udpo.rewards.statistics`. This package imports nothing else from the project.
+"""
+
+from .batch import DebateMetrics, agent_rewards, batch_uncertainty, debate_metrics
+from .calibration import BaseWeights, Calibration, calibrate
+from .coding import NONE_CODE, AnswerCoder, check_answers, encode_answers
+from .metrics import AgentUncertainty, Uncertainty, agent_uncertainty, uncertainty
+from .reward import Rewards, composite_uncertainty, is_correct, rewards
 from .vote import majority_vote
 
-__all__ = ["majority_vote"]
+__all__ = [
+    "NONE_CODE",
+    "AgentUncertainty",
+    "AnswerCoder",
+    "BaseWeights",
+    "Calibration",
+    "DebateMetrics",
+    "Rewards",
+    "Uncertainty",
+    "agent_rewards",
+    "agent_uncertainty",
+    "batch_uncertainty",
+    "calibrate",
+    "check_answers",
+    "composite_uncertainty",
+    "debate_metrics",
+    "encode_answers",
+    "is_correct",
+    "majority_vote",
+    "rewards",
+    "uncertainty",
+]

@@ -1,0 +1,228 @@
+"""Vectorized uncertainty metrics and rewards for many debates at once.
+
+:func:`batch_uncertainty` takes integer codes ``M x N x (T+1)`` (see :func:`udpo.rewards.encode_answers`)
+and returns every metric of :mod:`udpo.rewards.metrics` and every reward term of
+:mod:`udpo.rewards.reward` as arrays, with the same numbers as the one-debate reference path.
+:func:`debate_metrics` does the same for a list of answer matrices (shapes may differ; debates are
+grouped by shape), adds predictions and r_task, and is what the trainer calls every iteration.
+
+Implementation notes: pairwise disagreement is one broadcast comparison ``M x N x N x (T+1)``.
+For the final round, ``c_i`` (how many agents share agent i's answer) gives everything else:
+entropy ``-mean_i ln(c_i / N)``, distinct answers ``K = sum_i 1 / c_i``, unanimity ``max c_i = N``;
+the vote is the agent with the largest non-None count (``argmax`` takes the earliest, which is SPEC's
+tie rule), and removing agent k lowers the counts of the agents that share k's answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from .coding import NONE_CODE, AnswerCoder, AnswerMatrix, check_answers, check_codes
+from .reward import Match, Scope, is_correct
+
+
+@dataclass
+class DebateMetrics:
+    """Metrics of M debates. Per-debate fields have shape (M,); ``conflict`` (M, T+1); ``agent_*`` (M, N).
+
+    Field meanings are those of :class:`~udpo.rewards.Uncertainty`, :class:`~udpo.rewards.AgentUncertainty`
+    and :class:`~udpo.rewards.Rewards` (``agent_r_*``: scope "agent"). ``vote`` holds the vote's code
+    (``NONE_CODE`` for an all-None vote). When :func:`debate_metrics` mixes shapes, shorter rows of
+    ``conflict`` and ``agent_*`` are padded with NaN. ``predictions`` and ``r_task`` are filled by
+    :func:`debate_metrics` (``r_task`` only when golds are given).
+    """
+
+    flip_rate: np.ndarray
+    revision_rate: np.ndarray
+    u_intra: np.ndarray
+    conflict: np.ndarray
+    u_inter: np.ndarray
+    entropy: np.ndarray
+    disagreement: np.ndarray
+    loo_instability: np.ndarray
+    u_sys: np.ndarray
+    r_intra: np.ndarray
+    r_inter: np.ndarray
+    r_sys: np.ndarray
+    vote: np.ndarray
+    agent_flips: np.ndarray
+    agent_u_intra: np.ndarray
+    agent_u_inter: np.ndarray
+    agent_loo: np.ndarray
+    agent_r_intra: np.ndarray
+    agent_r_inter: np.ndarray
+    agent_r_sys: np.ndarray
+    predictions: list[Hashable | None] | None = None
+    r_task: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.u_sys)
+
+
+_ARRAY_FIELDS = [f.name for f in fields(DebateMetrics) if f.name not in ("predictions", "r_task")]
+
+
+def _votes(final: np.ndarray, same: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Majority vote of each debate's final round and of the round without each agent k.
+
+    final: codes (M, N); same[m, i, j] = final[m, i] == final[m, j]. Returns codes (M,) and (M, N).
+    """
+    m, n = final.shape
+    rows = np.arange(m)
+    # count[m, i]: agents sharing agent i's answer, -1 for an abstention (None)
+    count = np.where(final != NONE_CODE, same.sum(axis=2), -1)
+    best = count.argmax(axis=1)
+    vote = np.where(count[rows, best] > 0, final[rows, best], NONE_CODE)
+    # without agent k: agents sharing k's answer lose one vote; agent k itself drops out
+    count_k = count[:, None, :] - same
+    count_k[:, np.arange(n), np.arange(n)] = -1
+    best_k = count_k.argmax(axis=2)
+    top_k = np.take_along_axis(count_k, best_k[..., None], axis=2)[..., 0]
+    vote_k = np.where(top_k > 0, np.take_along_axis(final, best_k, axis=1), NONE_CODE)
+    return vote, vote_k
+
+
+def batch_uncertainty(codes: np.ndarray, lam: float = 0.5) -> DebateMetrics:
+    """Uncertainty metrics, reward terms and votes of M integer-coded debates ``M x N x (T+1)``."""
+    if not 0.0 <= lam <= 1.0:
+        raise ValueError(f"lam must lie in [0, 1], got {lam}")
+    x = check_codes(codes)
+    m, n, t1 = x.shape
+    t_max = t1 - 1
+
+    # intra-agent: changes t -> t+1 over all transitions (rewards) and over debate rounds 1..T-1 (F)
+    changes = x[:, :, 1:] != x[:, :, :-1]  # (M, N, T)
+    agent_flips = changes.sum(axis=2)
+    agent_f = changes[:, :, 1:].sum(axis=2) / (t_max - 1) if t_max >= 2 else np.zeros((m, n))
+    agent_m = (x[:, :, 0] != x[:, :, t_max]).astype(float)
+    agent_u_intra = lam * agent_f + (1 - lam) * agent_m
+    flip_rate = agent_f.mean(axis=1)
+    revision_rate = agent_m.mean(axis=1)
+    agent_r_intra = 1.0 - agent_flips / t_max if t_max > 0 else np.ones((m, n))
+    r_intra = agent_r_intra.mean(axis=1)
+
+    # inter-agent: pairwise disagreement per round
+    differ = (x[:, :, None, :] != x[:, None, :, :]).sum(axis=2)  # (M, N, T+1): peers agent i disagrees with
+    if n > 1:
+        agent_u_inter = (differ / (n - 1)).mean(axis=2)
+        conflict = differ.sum(axis=1) / (n * (n - 1))
+    else:
+        agent_u_inter = np.zeros((m, n))
+        conflict = np.zeros((m, t1))
+    u_inter = conflict.mean(axis=1)
+
+    # system level: the final round
+    final = x[:, :, t_max]
+    same = final[:, :, None] == final[:, None, :]
+    share = same.sum(axis=2)  # c_i
+    distinct = np.rint((1.0 / share).sum(axis=1)).astype(int)
+    raw_entropy = -np.log(share / n).mean(axis=1)
+    entropy = np.where(distinct > 1, raw_entropy / np.log(np.maximum(distinct, 2)), 0.0)
+    disagreement = (share.max(axis=1) < n).astype(float)
+    vote, vote_k = _votes(final, same)
+    agent_loo = (vote_k != vote[:, None]).astype(float) if n > 1 else np.zeros((m, n))
+    loo_instability = agent_loo.mean(axis=1)
+    u_sys = (entropy + disagreement + loo_instability) / 3
+
+    return DebateMetrics(
+        flip_rate=flip_rate,
+        revision_rate=revision_rate,
+        u_intra=agent_u_intra.mean(axis=1),
+        conflict=conflict,
+        u_inter=u_inter,
+        entropy=entropy,
+        disagreement=disagreement,
+        loo_instability=loo_instability,
+        u_sys=u_sys,
+        r_intra=r_intra,
+        r_inter=1.0 - u_inter,
+        r_sys=1.0 - u_sys,
+        vote=vote,
+        agent_flips=agent_flips,
+        agent_u_intra=agent_u_intra,
+        agent_u_inter=agent_u_inter,
+        agent_loo=agent_loo,
+        agent_r_intra=agent_r_intra,
+        agent_r_inter=1.0 - agent_u_inter,
+        agent_r_sys=1.0 - ((entropy + disagreement)[:, None] + agent_loo) / 3,
+    )
+
+
+def debate_metrics(
+    answer_matrices: Sequence[AnswerMatrix],
+    golds: Sequence[Hashable | None] | None = None,
+    lam: float = 0.5,
+    match: Match | None = None,
+) -> DebateMetrics:
+    """Metrics of a list of debates (answer matrices N x (T+1), shapes may differ), in input order.
+
+    With ``golds`` (one per debate) also ``r_task``; ``match(prediction, gold)`` overrides ``==``.
+    """
+    total = len(answer_matrices)
+    if total == 0:
+        raise ValueError("no debates given")
+    if golds is not None and len(golds) != total:
+        raise ValueError(f"got {len(golds)} golds for {total} debates")
+    matrices = [check_answers(a, where=f"debate {idx}") for idx, a in enumerate(answer_matrices)]
+    groups: dict[tuple[int, int], list[int]] = {}
+    for idx, a in enumerate(matrices):
+        groups.setdefault((len(a), len(a[0])), []).append(idx)
+    n_max = max(n for n, _ in groups)
+    t1_max = max(t1 for _, t1 in groups)
+
+    coder = AnswerCoder()
+    out: dict[str, np.ndarray] = {}
+    for members in groups.values():
+        part = batch_uncertainty(coder.encode([matrices[i] for i in members]), lam)
+        for name in _ARRAY_FIELDS:
+            value = getattr(part, name)
+            if name not in out:
+                tail = {"conflict": (t1_max,)}.get(name, (n_max,) if name.startswith("agent_") else ())
+                out[name] = np.zeros(total, int) if name == "vote" else np.full((total, *tail), np.nan)
+            if value.ndim == 2:
+                out[name][members, : value.shape[1]] = value
+            else:
+                out[name][members] = value
+    values = coder.values()
+    predictions = [None if code == NONE_CODE else values[code] for code in out["vote"].tolist()]
+    metrics = DebateMetrics(**out, predictions=predictions)
+    if golds is not None:
+        metrics.r_task = np.array(
+            [is_correct(p, g, match) for p, g in zip(predictions, golds, strict=True)], float
+        )
+    return metrics
+
+
+def agent_rewards(
+    metrics: DebateMetrics,
+    alpha: float | Sequence[float] | np.ndarray,
+    beta: float | Sequence[float] | np.ndarray,
+    gamma: float | Sequence[float] | np.ndarray,
+    lambda_: float | Sequence[float] | np.ndarray,
+    scope: Scope = "trajectory",
+) -> np.ndarray:
+    """Each agent's UDPO reward ``r_i = alpha_i r_intra + beta_i r_inter + gamma_i r_sys + lambda_i r_task``.
+
+    Coefficients are scalars or one value per agent (e.g. from :func:`~udpo.rewards.calibrate`). Scope
+    "trajectory" uses the debate's terms for every agent, "agent" the per-agent terms. Returns (M, N).
+    """
+    if metrics.r_task is None:
+        raise ValueError("metrics have no r_task: pass golds to debate_metrics()")
+    if scope == "trajectory":
+        terms = [metrics.r_intra[:, None], metrics.r_inter[:, None], metrics.r_sys[:, None]]
+    elif scope == "agent":
+        terms = [metrics.agent_r_intra, metrics.agent_r_inter, metrics.agent_r_sys]
+    else:
+        raise ValueError(f"scope must be 'trajectory' or 'agent', got {scope!r}")
+    n = metrics.agent_loo.shape[1]
+    coefs = []
+    for name, c in (("alpha", alpha), ("beta", beta), ("gamma", gamma), ("lambda_", lambda_)):
+        c = np.asarray(c, dtype=float)
+        if c.ndim > 1 or (c.ndim == 1 and len(c) != n):
+            raise ValueError(f"{name} must be a scalar or {n} per-agent values, got shape {c.shape}")
+        coefs.append(c)
+    r_task = metrics.r_task[:, None]
+    return coefs[0] * terms[0] + coefs[1] * terms[1] + coefs[2] * terms[2] + coefs[3] * r_task

@@ -1,0 +1,115 @@
+"""Answer matrices: validation, and integer coding for the vectorized path.
+
+An answer matrix holds N agents' parsed answers over rounds 0..T: ``answers[i][t]``. Answers are any
+hashable values compared with ``==``; ``None`` (unparsed) is an ordinary value in every uncertainty
+metric and an abstention in the vote. The batch path works on integer codes instead: within one
+debate equal answers get equal codes, :data:`NONE_CODE` stands for ``None`` and every other code
+is non-negative.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Sequence
+
+import numpy as np
+
+AnswerMatrix = Sequence[Sequence[Hashable | None]]
+
+#: integer code of an unparsed answer (``None``)
+NONE_CODE = -1
+
+
+def check_answers(answers: AnswerMatrix, where: str = "answers") -> tuple[tuple[Hashable | None, ...], ...]:
+    """Validate one answer matrix and return it as a tuple of per-agent tuples.
+
+    Raises ValueError naming the problem (``where`` prefixes the message, e.g. ``"debate 3"``):
+    not a sequence of per-agent sequences, no agents, no rounds, ragged rows, NaN or unhashable answers.
+    """
+    if isinstance(answers, (str, bytes)) or not isinstance(answers, Sequence | np.ndarray):
+        raise ValueError(f"{where}: expected N per-agent sequences of answers, got {type(answers).__name__}")
+    if len(answers) == 0:
+        raise ValueError(f"{where}: no agents (an answer matrix needs N >= 1 rows)")
+    rows = []
+    for i, row in enumerate(answers):
+        if isinstance(row, (str, bytes)) or not isinstance(row, Sequence | np.ndarray):
+            raise ValueError(
+                f"{where}: agent {i} must be a sequence of T+1 answers, got {type(row).__name__} {row!r}"
+            )
+        rows.append(tuple(row))
+    lengths = [len(r) for r in rows]
+    if len(set(lengths)) != 1:
+        raise ValueError(
+            f"{where}: ragged answer matrix, per-agent lengths {lengths} (every agent needs T+1)"
+        )
+    if lengths[0] == 0:
+        raise ValueError(f"{where}: no rounds (each agent needs at least the round-0 answer)")
+    for i, row in enumerate(rows):
+        for t, a in enumerate(row):
+            if isinstance(a, float) and math.isnan(a):
+                raise ValueError(f"{where}: answer of agent {i} at round {t} is NaN (use None for unparsed)")
+            try:
+                hash(a)
+            except TypeError:
+                raise ValueError(
+                    f"{where}: answer of agent {i} at round {t} is unhashable ({type(a).__name__}: {a!r})"
+                ) from None
+    return tuple(rows)
+
+
+def encode_answers(
+    answer_matrices: Sequence[AnswerMatrix], return_values: bool = False
+) -> np.ndarray | tuple[np.ndarray, list[Hashable]]:
+    """Integer-code M answer matrices of one shape N x (T+1) into an ``int32`` array ``M x N x (T+1)``.
+
+    ``None`` becomes :data:`NONE_CODE`; other answers get codes >= 0, equal answers (by ``==`` and hash,
+    as in a dict) equal codes. With ``return_values`` also return ``values`` with ``values[code]`` the
+    answer behind each code >= 0. Raises ValueError if a matrix is invalid or the shapes differ.
+    """
+    matrices = [check_answers(a, where=f"debate {m}") for m, a in enumerate(answer_matrices)]
+    if not matrices:
+        raise ValueError("no answer matrices to encode")
+    shape = (len(matrices[0]), len(matrices[0][0]))
+    for m, a in enumerate(matrices):
+        if (len(a), len(a[0])) != shape:
+            raise ValueError(
+                f"debate {m}: shape {len(a)}x{len(a[0])} differs from debate 0's {shape[0]}x{shape[1]}; "
+                "encode debates of one shape together (debate_metrics groups them for you)"
+            )
+    coder = AnswerCoder()
+    codes = coder.encode(matrices)
+    return (codes, coder.values()) if return_values else codes
+
+
+class AnswerCoder:
+    """One shared answer -> code table, so codes of several batches stay comparable."""
+
+    def __init__(self) -> None:
+        self._lookup: dict[Hashable | None, int] = {None: NONE_CODE}
+
+    def encode(self, matrices: Sequence[tuple[tuple[Hashable | None, ...], ...]]) -> np.ndarray:
+        """Codes ``M x N x (T+1)`` of validated matrices of one shape (see :func:`check_answers`)."""
+        lookup = self._lookup
+        n, t1 = len(matrices[0]), len(matrices[0][0])
+        flat = (lookup.setdefault(x, len(lookup) - 1) for a in matrices for row in a for x in row)
+        return np.fromiter(flat, dtype=np.int32, count=len(matrices) * n * t1).reshape(len(matrices), n, t1)
+
+    def values(self) -> list[Hashable]:
+        """``values()[code]`` is the answer coded ``code`` (codes >= 0)."""
+        return [x for x in self._lookup if x is not None]
+
+
+def check_codes(codes: np.ndarray) -> np.ndarray:
+    """Validate an integer-coded batch ``M x N x (T+1)`` and return it as an integer array."""
+    codes = np.asarray(codes)
+    if codes.ndim != 3:
+        raise ValueError(f"codes must have shape M x N x (T+1), got an array of shape {codes.shape}")
+    if 0 in codes.shape[1:]:
+        raise ValueError(f"codes must have N >= 1 agents and T+1 >= 1 rounds, got shape {codes.shape}")
+    if not np.issubdtype(codes.dtype, np.integer):
+        if np.issubdtype(codes.dtype, np.floating) and np.isnan(codes).any():
+            raise ValueError("codes contain NaN; code unparsed answers as NONE_CODE (-1)")
+        raise ValueError(f"codes must be integers (dtype {codes.dtype}); use encode_answers() to build them")
+    if codes.size and codes.min() < NONE_CODE:
+        raise ValueError(f"codes below NONE_CODE ({NONE_CODE}) found: min {codes.min()}")
+    return codes

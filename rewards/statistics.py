@@ -1,0 +1,189 @@
+"""Does uncertainty predict failure? The statistics of SPEC section 9 (SciPy underneath).
+
+- :func:`cohens_d`: (mean_fail - mean_success) / pooled sd, with the pooled sd
+  ``sqrt(((n_f - 1) s_f^2 + (n_s - 1) s_s^2) / (n_f + n_s - 2))`` (sample variances, ddof = 1;
+  a class of one contributes no variance). Undefined (``nan``) when a class is empty, when
+  n_f + n_s < 3, or when the pooled sd is 0.
+- :func:`failure_vs_success`: group means, Welch's two-sample t-test p-value and Cohen's d.
+- :func:`pearson`: Pearson r and p-value; ``nan`` for constant inputs or fewer than 3 values.
+- :func:`selective_prediction`: accuracy of the k% least uncertain debates. Debates tied at the cut
+  are counted by their mean accuracy (the expected accuracy under a random tie-break), so the curve
+  does not depend on file order.
+- :func:`stratified_gains`: accuracy gain over a baseline within bins of the baseline's U_sys.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy import stats
+
+#: SPEC section 9 difficulty bins of Standard-MAD U_sys: [0,.2) [.2,.4) [.4,.6) [.6,.8) [.8,1]
+U_SYS_BINS: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+#: selective-prediction coverages k (%)
+COVERAGES: tuple[int, ...] = tuple(range(10, 101, 10))
+
+
+def _as_1d(values: Sequence[float] | np.ndarray, name: str) -> np.ndarray:
+    arr = np.asarray(values, dtype=float)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {arr.shape}")
+    if np.isnan(arr).any():
+        raise ValueError(f"{name} contains NaN at index {int(np.flatnonzero(np.isnan(arr))[0])}")
+    return arr
+
+
+def _paired(values, correct) -> tuple[np.ndarray, np.ndarray]:
+    v = _as_1d(values, "values")
+    c = _as_1d(correct, "correct")
+    if len(v) != len(c):
+        raise ValueError(f"got {len(v)} values but {len(c)} correctness flags")
+    if not np.isin(c, (0.0, 1.0)).all():
+        raise ValueError("correct must hold booleans or 0/1")
+    return v, c.astype(bool)
+
+
+def cohens_d(fail: Sequence[float] | np.ndarray, success: Sequence[float] | np.ndarray) -> float:
+    """Cohen's d of failures against successes (positive: failures more uncertain); nan if undefined."""
+    f, s = _as_1d(fail, "fail"), _as_1d(success, "success")
+    nf, ns = len(f), len(s)
+    if nf == 0 or ns == 0 or nf + ns < 3:
+        return math.nan
+    ss = ((f - f.mean()) ** 2).sum() + ((s - s.mean()) ** 2).sum()
+    pooled = math.sqrt(ss / (nf + ns - 2))
+    if pooled == 0.0:
+        return math.nan
+    return float((f.mean() - s.mean()) / pooled)
+
+
+@dataclass(frozen=True)
+class GroupComparison:
+    """One metric, failed vs successful debates. Undefined statistics are nan."""
+
+    n_fail: int
+    n_success: int
+    mean_fail: float
+    mean_success: float
+    t_statistic: float
+    p_value: float
+    cohens_d: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def failure_vs_success(
+    values: Sequence[float] | np.ndarray, correct: Sequence[bool] | np.ndarray
+) -> GroupComparison:
+    """Compare a metric between failed and successful debates (Welch t-test and Cohen's d)."""
+    v, c = _paired(values, correct)
+    fail, success = v[~c], v[c]
+    t_stat, p_value = math.nan, math.nan
+    if len(fail) >= 2 and len(success) >= 2 and (fail.var() > 0 or success.var() > 0):
+        res = stats.ttest_ind(fail, success, equal_var=False)
+        t_stat, p_value = float(res.statistic), float(res.pvalue)
+    return GroupComparison(
+        n_fail=len(fail),
+        n_success=len(success),
+        mean_fail=float(fail.mean()) if len(fail) else math.nan,
+        mean_success=float(success.mean()) if len(success) else math.nan,
+        t_statistic=t_stat,
+        p_value=p_value,
+        cohens_d=cohens_d(fail, success),
+    )
+
+
+def pearson(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) -> tuple[float, float]:
+    """Pearson r and its two-sided p-value; (nan, nan) if fewer than 3 pairs or an input is constant."""
+    x, y = _as_1d(x, "x"), _as_1d(y, "y")
+    if len(x) != len(y):
+        raise ValueError(f"x and y differ in length ({len(x)} vs {len(y)})")
+    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return math.nan, math.nan
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # r of exactly +-1 warns about a p-value of 0
+        res = stats.pearsonr(x, y)
+    return float(res.statistic), float(res.pvalue)
+
+
+def selective_prediction(
+    values: Sequence[float] | np.ndarray,
+    correct: Sequence[bool] | np.ndarray,
+    coverages: Sequence[int] = COVERAGES,
+) -> list[dict]:
+    """Accuracy of the k% lowest-uncertainty debates for each k in ``coverages``.
+
+    Keeps ``max(1, round(k/100 * n))`` debates; debates tied with the last kept value count with the
+    tied group's mean accuracy. Returns ``[{"k", "n_kept", "accuracy"}, ...]``.
+    """
+    v, c = _paired(values, correct)
+    n = len(v)
+    if n == 0:
+        raise ValueError("selective prediction needs at least one debate")
+    order = np.argsort(v, kind="stable")
+    v_sorted, c_sorted = v[order], c[order].astype(float)
+    curve = []
+    for k in coverages:
+        if not 0 < k <= 100:
+            raise ValueError(f"coverage k must lie in (0, 100], got {k}")
+        kept = max(1, int(round(k / 100 * n)))
+        cut = v_sorted[kept - 1]
+        below = v_sorted < cut
+        tied = v_sorted == cut
+        n_below = int(below.sum())
+        correct_kept = c_sorted[below].sum() + (kept - n_below) * c_sorted[tied].mean()
+        curve.append({"k": int(k), "n_kept": kept, "accuracy": float(correct_kept / kept)})
+    return curve
+
+
+def bin_label(index: int, edges: Sequence[float] = U_SYS_BINS) -> str:
+    """Readable bin name: ``[0.2, 0.4)``; the last bin is closed: ``[0.8, 1]``."""
+    close = "]" if index == len(edges) - 2 else ")"
+    return f"[{edges[index]:g}, {edges[index + 1]:g}{close}"
+
+
+def bin_index(values: Sequence[float] | np.ndarray, edges: Sequence[float] = U_SYS_BINS) -> np.ndarray:
+    """Bin of each value among half-open bins ``[e_j, e_j+1)``, the last one closed."""
+    v = _as_1d(values, "values")
+    if ((v < edges[0]) | (v > edges[-1])).any():
+        raise ValueError(f"values outside [{edges[0]}, {edges[-1]}]")
+    return np.minimum(np.searchsorted(edges, v, side="right") - 1, len(edges) - 2)
+
+
+def stratified_gains(
+    baseline_u_sys: Sequence[float] | np.ndarray,
+    baseline_correct: Sequence[float] | np.ndarray,
+    method_correct: Sequence[float] | np.ndarray,
+    edges: Sequence[float] = U_SYS_BINS,
+) -> list[dict]:
+    """Per bin of the baseline's U_sys: questions, baseline and method accuracy, and the gain (method - baseline).
+
+    The three arrays are aligned per question; correctness may be a per-question mean in [0, 1]
+    (several debates of one question). Accuracies and gains are fractions; empty bins give nan.
+    """
+    u = _as_1d(baseline_u_sys, "baseline_u_sys")
+    base = _as_1d(baseline_correct, "baseline_correct")
+    method = _as_1d(method_correct, "method_correct")
+    if not len(u) == len(base) == len(method):
+        raise ValueError(f"arrays differ in length ({len(u)}, {len(base)}, {len(method)})")
+    bins = bin_index(u, edges)
+    rows = []
+    for j in range(len(edges) - 1):
+        sel = bins == j
+        n = int(sel.sum())
+        b = float(base[sel].mean()) if n else math.nan
+        mth = float(method[sel].mean()) if n else math.nan
+        rows.append(
+            {
+                "bin": bin_label(j, edges),
+                "n_questions": n,
+                "baseline_accuracy": b,
+                "accuracy": mth,
+                "gain": mth - b,
+            }
+        )
+    return rows
