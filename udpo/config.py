@@ -1,0 +1,484 @@
+"""Training configuration: one dataclass, every field documented, parsed with TRL's ``TrlParser``.
+
+A recipe is a YAML file of ``field: value`` lines; command-line flags override it::
+
+    python train_udpo.py --config recipes/quickstart.yaml --learning_rate 2e-5
+
+Unknown keys (in the file or on the command line) and incompatible settings raise :class:`ConfigError`
+naming the key, the file and what to do. ``python -m udpo.config`` prints the reference table that
+docs/training.md embeds.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import sys
+import types
+import typing
+from collections.abc import Sequence
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+
+ALGORITHMS = ("udpo", "mappo", "rmaac")
+TRACKERS = ("none", "jsonl", "wandb", "tensorboard")
+#: per-agent reward coefficients (paper eq. 4 and 6) that may be given explicitly instead of calibrated
+COEFFICIENTS = ("alpha", "beta", "gamma", "lambda_", "eta")
+
+
+class ConfigError(ValueError):
+    """A configuration value is unknown, malformed or incompatible; the message names the key."""
+
+
+def _f(default: Any, help: str, **kw) -> Any:
+    """A dataclass field with a default and the help text shown by ``--help`` and in the docs."""
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"help": help, **kw})
+    return field(default=default, metadata={"help": help, **kw})
+
+
+@dataclass
+class TrainConfig:
+    """Everything a training run needs. Sections: model, task and data, debate, backend, LoRA,
+    algorithm, rewards, replay, optimization, evaluation, checkpoints, tracking.
+
+    Defaults reproduce the paper (appendix A.1) where it says something: AdamW, lr 1e-5, 32 debates
+    per update, 500 warm-up steps then cosine decay, gradient-norm clip 1.0, 10 epochs.
+    """
+
+    # --- model -------------------------------------------------------------------------------
+    model: str = _f("smollm2-135m-instruct", "Base model: alias, local folder or Hub id.")
+    agent_models: list[str] | None = _f(
+        None, "Heterogeneous teams: one base model per agent (N entries); default: `model` for all."
+    )
+    dtype: str = _f("auto", "Weights dtype: auto (bf16 on GPU, fp32 on CPU), bf16, fp16 or fp32.")
+    gradient_checkpointing: bool = _f(False, "Recompute activations in the backward pass to save memory.")
+
+    # --- task and data -----------------------------------------------------------------------
+    task: str = _f("arithmetic", "Task name: gsm8k, truthfulqa, commonsenseqa, arithmetic.")
+    data_path: str | None = _f(None, "Data file or folder for the task (default: the task's own location).")
+    train_split: str = _f("train", "Split the training and warm-up questions come from.")
+    eval_split: str = _f("test", "Split of the held-out evaluation questions.")
+    max_train_questions: int | None = _f(None, "Use at most this many training questions (default: all).")
+    eval_questions: int = _f(100, "Held-out questions per evaluation (0: no evaluation).")
+    warmup_fraction: float = _f(
+        0.1,
+        "Share of the training questions held out for warm-up calibration of the reward coefficients "
+        "(never trained on; disjoint from evaluation). 0 needs all five coefficients given explicitly.",
+    )
+
+    # --- debate ------------------------------------------------------------------------------
+    n_agents: int = _f(3, "N: agents per debate.")
+    rounds: int = _f(2, "T: debate rounds after the independent round 0.")
+    profiles: list[str] | None = _f(
+        None, "Agent system prompts: one for every agent or N entries (default: the task's profile)."
+    )
+    temperature: float = _f(0.7, "Sampling temperature of rollouts and evaluation (0: greedy).")
+    top_p: float = _f(1.0, "Nucleus sampling mass.")
+    max_tokens: int = _f(256, "Maximum new tokens per response.")
+    debate_batch_size: int = _f(16, "Questions debated together (one backend call per round).")
+    debates_per_question: int = _f(1, "Debates sampled per training question (>= 2 for baseline: group).")
+
+    # --- backend -----------------------------------------------------------------------------
+    backend: Literal["hf", "vllm", "openai"] = _f(
+        "hf",
+        "Rollout engine. hf: the policy's own model (on-policy, no sync). vllm: a local engine that gets "
+        "new LoRA ids after each update. openai: an OpenAI-compatible server that can load LoRA adapters.",
+    )
+    base_url: str | None = _f(None, "Server URL for backend: openai.")
+    vllm_gpu_memory_utilization: float = _f(
+        0.3, "vLLM: share of GPU memory (host RAM on CPU) for weights and KV cache; raise it on a GPU."
+    )
+    vllm_max_loras: int | None = _f(None, "vLLM: adapters resident at once (default: one per agent).")
+
+    # --- LoRA --------------------------------------------------------------------------------
+    lora_r: int = _f(8, "LoRA rank.")
+    lora_alpha: int = _f(16, "LoRA scaling numerator (scale = lora_alpha / lora_r).")
+    lora_dropout: float = _f(0.0, "Dropout on the LoRA input.")
+    lora_target_modules: list[str] = _f(
+        ["q_proj", "k_proj", "v_proj", "o_proj"], "Modules that get adapters."
+    )
+    shared_adapter: bool = _f(False, "All agents share one adapter (parameter sharing) instead of one each.")
+
+    # --- algorithm ---------------------------------------------------------------------------
+    algorithm: Literal["udpo", "mappo", "rmaac"] = _f(
+        "udpo", "Advantage and loss: udpo (mappo, rmaac: baselines)."
+    )
+    clip_eps: float = _f(0.2, "eps: the ratio is clipped to [1 - eps, 1 + eps].")
+    ratio_level: Literal["trajectory", "token"] = _f(
+        "trajectory", "Importance ratio per debate (paper) or per token (PPO/GRPO style)."
+    )
+    baseline: Literal["batch", "group"] = _f(
+        "batch", "Advantage baseline b_i: batch mean of r_i, or mean over the debates of the same question."
+    )
+    reference: Literal["base", "lagged"] = _f(
+        "base", "KL reference: the base model (adapters off) or a lagged snapshot of each adapter."
+    )
+    ref_update_interval: int = _f(0, "reference: lagged: refresh the snapshot every this many iterations.")
+    update_epochs: int = _f(1, "Optimizer passes over each iteration's debates.")
+    behavior_logprobs: Literal["rollout", "recompute"] = _f(
+        "recompute",
+        "Denominator of the ratio: log-probs recorded by the rollout engine, or recomputed by the trainer "
+        "before the first update (removes engine/trainer numeric mismatch).",
+    )
+
+    # --- rewards -----------------------------------------------------------------------------
+    reward_scope: Literal["trajectory", "agent"] = _f(
+        "trajectory", "Reward terms per debate (paper) or per agent (each agent's own share)."
+    )
+    lam: float = _f(0.5, "lam: weight of the flip rate F against belief revision M in U_intra.")
+    kappa: float = _f(1.5, "kappa: asymmetry of the calibrated coefficients.")
+    alpha: list[float] | None = _f(None, "alpha_i, weight of r_intra: one value or N (default: calibrated).")
+    beta: list[float] | None = _f(None, "beta_i, weight of r_inter: one value or N (default: calibrated).")
+    gamma: list[float] | None = _f(None, "gamma_i, weight of r_sys: one value or N (default: calibrated).")
+    lambda_: list[float] | None = _f(
+        None, "lambda_i, weight of r_task: one value or N (default: calibrated)."
+    )
+    eta: list[float] | None = _f(None, "eta_i, KL anchor weight: one value or N (default: calibrated).")
+    alpha_base: float | None = _f(
+        None, "alpha_base (with beta_base, gamma_base; default: Cohen's d weights)."
+    )
+    beta_base: float | None = _f(None, "beta_base (with alpha_base, gamma_base).")
+    gamma_base: float | None = _f(None, "gamma_base (with alpha_base, beta_base).")
+    lambda_base: float = _f(1.0, "lambda_base of the calibrated task weight.")
+    eta_base: float = _f(0.01, "eta_base of the calibrated KL weight.")
+
+    # --- replay ------------------------------------------------------------------------------
+    replay: bool = _f(False, "Uncertainty-driven replay of past debates (paper appendix A.3).")
+    replay_capacity: int = _f(256, "Debates kept in the replay buffer (most recent).")
+    replay_fraction: float = _f(0.25, "Share of each update batch drawn from the buffer.")
+    replay_eta: float = _f(1.0, "eta_replay: sampling probability proportional to (U + 1e-3) ** eta_replay.")
+    replay_beta: float = _f(1.0, "beta_is: exponent of the importance-sampling correction.")
+    replay_refresh_interval: int = _f(
+        0, "Re-debate the buffer's questions with the current policy every this many iterations (0: never)."
+    )
+
+    # --- optimization ------------------------------------------------------------------------
+    learning_rate: float = _f(1e-5, "AdamW learning rate (peak, after warm-up).")
+    weight_decay: float = _f(0.0, "AdamW weight decay.")
+    adam_beta1: float = _f(0.9, "AdamW beta1.")
+    adam_beta2: float = _f(0.999, "AdamW beta2.")
+    adam_epsilon: float = _f(1e-8, "AdamW epsilon.")
+    warmup_steps: int = _f(500, "Optimizer steps of linear learning-rate warm-up.")
+    lr_scheduler_type: Literal["cosine", "linear", "constant"] = _f(
+        "cosine", "Decay after warm-up (transformers' get_scheduler name; constant keeps the warm-up)."
+    )
+    max_grad_norm: float = _f(1.0, "Clip each agent's gradient norm to this (0: no clipping).")
+    gradient_accumulation_steps: int = _f(
+        1, "Split each process's update batch into this many micro-batches (same update, less memory)."
+    )
+    logprob_batch_size: int = _f(8, "Sequences per forward pass when scoring log-probs.")
+    bf16: bool | None = _f(None, "bf16 autocast (default: on when a CUDA device supports it).")
+    num_train_epochs: float = _f(10.0, "Passes over the training questions.")
+    max_iterations: int | None = _f(None, "Stop after this many iterations (overrides num_train_epochs).")
+    questions_per_iteration: int = _f(32, "Questions debated per iteration, over all processes.")
+
+    # --- evaluation --------------------------------------------------------------------------
+    eval_steps: int = _f(50, "Evaluate every this many iterations (0: only before and after training).")
+    eval_at_start: bool = _f(True, "Evaluate the initial policies before training (the 'before' numbers).")
+    eval_callbacks: list[str] = _f(
+        [],
+        "Extra evaluations run at every evaluation: 'module:function' taking (trainer, iteration) -> dict.",
+    )
+
+    # --- checkpoints -------------------------------------------------------------------------
+    output_dir: str = _f("runs/udpo", "Run directory: checkpoints, metrics.jsonl, trajectories, evaluations.")
+    save_steps: int = _f(50, "Write a checkpoint every this many iterations (and at the end).")
+    save_total_limit: int | None = _f(None, "Keep only the newest this many checkpoints (default: all).")
+    resume: str | None = _f(None, "Continue from a checkpoint folder, or 'latest' in output_dir.")
+
+    # --- tracking and misc -------------------------------------------------------------------
+    report_to: list[str] = _f(["jsonl"], "Trackers: jsonl (metrics.jsonl only), wandb, tensorboard, or none.")
+    run_name: str | None = _f(None, "Name of the run in wandb / tensorboard (default: output_dir's name).")
+    seed: int = _f(0, "Seed of question order, sampling and initialization.")
+    progress: bool = _f(True, "Show tqdm progress bars.")
+
+    def __post_init__(self) -> None:
+        _coerce_types(self)
+        self.validate()
+
+    # ------------------------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Raise ConfigError for out-of-range values and incompatible combinations."""
+        n = self.n_agents
+        positive = (
+            "n_agents",
+            "max_tokens",
+            "debate_batch_size",
+            "debates_per_question",
+            "lora_r",
+            "lora_alpha",
+            "update_epochs",
+            "gradient_accumulation_steps",
+            "logprob_batch_size",
+            "questions_per_iteration",
+            "save_steps",
+            "replay_capacity",
+        )
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        nonneg = (
+            "rounds",
+            "eval_questions",
+            "eval_steps",
+            "warmup_steps",
+            "ref_update_interval",
+            "replay_refresh_interval",
+            "temperature",
+            "weight_decay",
+            "max_grad_norm",
+            "kappa",
+            "lambda_base",
+            "eta_base",
+            "replay_eta",
+            "replay_beta",
+        )
+        for name in nonneg:
+            value = getattr(self, name)
+            if not (value >= 0 and math.isfinite(value)):
+                raise ConfigError(f"{name} must be a finite number >= 0, got {value}")
+        for name in ("warmup_fraction", "replay_fraction", "lora_dropout"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        for name in ("lam", "top_p"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if not 0 < self.clip_eps < 1:
+            raise ConfigError(f"clip_eps must be in (0, 1), got {self.clip_eps}")
+        if not (self.learning_rate > 0 and math.isfinite(self.learning_rate)):
+            raise ConfigError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if self.max_iterations is not None and self.max_iterations < 1:
+            raise ConfigError(f"max_iterations must be >= 1, got {self.max_iterations}")
+        if self.max_iterations is None and not self.num_train_epochs > 0:
+            raise ConfigError(
+                f"num_train_epochs must be > 0 (or set max_iterations), got {self.num_train_epochs}"
+            )
+        if self.max_train_questions is not None and self.max_train_questions < 1:
+            raise ConfigError(f"max_train_questions must be >= 1, got {self.max_train_questions}")
+        if self.save_total_limit is not None and self.save_total_limit < 1:
+            raise ConfigError(f"save_total_limit must be >= 1, got {self.save_total_limit}")
+
+        for name in ("profiles", *COEFFICIENTS):
+            value = getattr(self, name)
+            if value is not None and len(value) not in (1, n):
+                raise ConfigError(
+                    f"{name} needs 1 value (all agents) or n_agents={n} values, got {len(value)}"
+                )
+        for name in COEFFICIENTS:
+            value = getattr(self, name)
+            if value is not None and any(not (v >= 0 and math.isfinite(v)) for v in value):
+                raise ConfigError(f"{name} values must be finite and >= 0, got {value}")
+        bases = {k: getattr(self, k) for k in ("alpha_base", "beta_base", "gamma_base")}
+        if len({v is None for v in bases.values()}) > 1:
+            missing = ", ".join(k for k, v in bases.items() if v is None)
+            raise ConfigError(
+                f"give alpha_base, beta_base and gamma_base together (missing: {missing}), or none "
+                f"of them for Cohen's d weights"
+            )
+        if self.warmup_fraction == 0 and not self.coefficients_explicit:
+            missing = ", ".join(k for k in COEFFICIENTS if getattr(self, k) is None)
+            raise ConfigError(
+                f"warmup_fraction: 0 leaves no warm-up debates to calibrate {missing}; "
+                f"set warmup_fraction > 0 or give all of {', '.join(COEFFICIENTS)}"
+            )
+
+        if self.agent_models is not None:
+            if len(self.agent_models) != n:
+                raise ConfigError(f"agent_models needs n_agents={n} entries, got {len(self.agent_models)}")
+            if self.shared_adapter and len(set(self.agent_models)) > 1:
+                raise ConfigError("shared_adapter: true needs one base model; agent_models lists several")
+        if self.baseline == "group" and self.debates_per_question < 2:
+            raise ConfigError(
+                "baseline: group averages over the debates of one question; "
+                "set debates_per_question >= 2 or use baseline: batch"
+            )
+        if self.reference == "lagged" and self.ref_update_interval < 1:
+            raise ConfigError(
+                "reference: lagged needs ref_update_interval >= 1 (iterations between refreshes)"
+            )
+        if self.reference == "base" and self.ref_update_interval > 0:
+            raise ConfigError("ref_update_interval only applies to reference: lagged (reference is 'base')")
+        if self.backend == "openai" and not self.base_url:
+            raise ConfigError(
+                "backend: openai needs base_url (an OpenAI-compatible server that loads LoRA adapters)"
+            )
+        if self.base_url and self.backend != "openai":
+            raise ConfigError(f"base_url is only used by backend: openai (backend is {self.backend!r})")
+        if self.replay and self.replay_fraction == 0:
+            raise ConfigError("replay: true with replay_fraction: 0 never replays; set replay_fraction > 0")
+        if not self.replay and self.replay_refresh_interval > 0:
+            raise ConfigError("replay_refresh_interval needs replay: true")
+        unknown = [r for r in self.report_to if r not in TRACKERS]
+        if unknown:
+            raise ConfigError(f"report_to: unknown tracker(s) {unknown}; choose from {', '.join(TRACKERS)}")
+        if "none" in self.report_to and len(self.report_to) > 1:
+            raise ConfigError(f"report_to: 'none' cannot be combined with other trackers ({self.report_to})")
+        for spec in self.eval_callbacks:
+            if spec.count(":") != 1 or not all(spec.split(":")):
+                raise ConfigError(f"eval_callbacks entry {spec!r} must look like 'package.module:function'")
+
+    # ------------------------------------------------------------------------------------------
+    @property
+    def coefficients_explicit(self) -> bool:
+        """All five per-agent coefficients are given, so no warm-up calibration is needed."""
+        return all(getattr(self, k) is not None for k in COEFFICIENTS)
+
+    @property
+    def base_weights(self) -> tuple[float, float, float] | None:
+        """(alpha_base, beta_base, gamma_base) when given explicitly, else None (Cohen's d)."""
+        if self.alpha_base is None:
+            return None
+        return (self.alpha_base, self.beta_base, self.gamma_base)  # type: ignore[return-value]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------------------------------------
+def _types() -> dict[str, Any]:
+    return typing.get_type_hints(TrainConfig)
+
+
+def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
+    """(inner type, whether None is allowed) of ``X | None``."""
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return args[0], len(args) < len(typing.get_args(tp))
+    return tp, False
+
+
+def _coerce(name: str, value: Any, tp: Any) -> Any:
+    """``value`` as type ``tp`` (YAML reads 1e-5 as a string; ints stand in for floats) or ConfigError."""
+    inner, optional = _unwrap_optional(tp)
+    if value is None:
+        if optional:
+            return None
+        raise ConfigError(f"{name} may not be null")
+    origin = typing.get_origin(inner)
+    if origin is Literal:
+        choices = typing.get_args(inner)
+        if value not in choices:
+            raise ConfigError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
+        return value
+    if origin is list:
+        (item,) = typing.get_args(inner)
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            value = [value]  # a single value where a list is expected
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{name} must be a list, got {type(value).__name__} {value!r}")
+        return [_coerce(f"{name}[{k}]", v, item) for k, v in enumerate(value)]
+    if inner is bool:
+        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
+            return value.lower() in ("true", "yes", "1")
+        if not isinstance(value, bool):
+            raise ConfigError(f"{name} must be true or false, got {value!r}")
+        return value
+    if inner in (int, float):
+        if isinstance(value, bool):
+            raise ConfigError(f"{name} must be a number, got {value!r}")
+        try:
+            number = float(value) if inner is float else int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(
+                f"{name} must be {'a number' if inner is float else 'an integer'}, got {value!r}"
+            ) from None
+        if inner is int and isinstance(value, float) and value != number:
+            raise ConfigError(f"{name} must be an integer, got {value!r}")
+        return number
+    if inner is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{name} must be a string, got {type(value).__name__} {value!r}")
+        return value
+    return value
+
+
+def _coerce_types(config: TrainConfig) -> None:
+    hints = _types()
+    for f in fields(config):
+        setattr(config, f.name, _coerce(f.name, getattr(config, f.name), hints[f.name]))
+
+
+def _unknown_key_error(keys: Sequence[str], where: str) -> ConfigError:
+    known = [f.name for f in fields(TrainConfig)]
+    parts = []
+    for key in keys:
+        close = difflib.get_close_matches(key, known, n=1)
+        parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    return ConfigError(
+        f"{where}: unknown config key(s) {', '.join(parts)}; "
+        f"see `udpo train --help` or docs/training.md for the fields"
+    )
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """The mapping of a recipe file, with unknown keys reported by name (``env:`` sets variables)."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a recipe must be a mapping of field: value, got {type(data).__name__}")
+    known = {f.name for f in fields(TrainConfig)} | {"env"}
+    unknown = [k for k in data if k not in known]
+    if unknown:
+        raise _unknown_key_error(unknown, str(path))
+    hints = _types()
+    for key, value in data.items():
+        if key != "env":
+            _coerce(f"{path}: {key}", value, hints[key])
+    return data
+
+
+def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
+    """``--config FILE`` plus ``--field value`` overrides (the command line wins) -> TrainConfig.
+
+    ``--help`` prints every field with its help text and exits.
+    """
+    from trl import TrlParser
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--config" in args:
+        at = args.index("--config")
+        if at + 1 >= len(args):
+            raise ConfigError("--config needs a YAML file path")
+        load_yaml(args[at + 1])  # named errors for unknown keys and bad YAML before TRL sees it
+    flags = [a.split("=", 1)[0][2:].replace("-", "_") for a in args if a.startswith("--")]
+    known = (
+        {f.name for f in fields(TrainConfig)}
+        | {"config", "help"}
+        | {f"no_{f.name}" for f in fields(TrainConfig)}
+    )
+    unknown = [f for f in flags if f not in known]
+    if unknown:
+        raise _unknown_key_error(unknown, "command line")
+    parser = TrlParser(dataclass_types=[TrainConfig])
+    try:
+        (config,) = parser.parse_args_and_config(args)
+    except ConfigError:
+        raise
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    return config
+
+
+def reference_markdown() -> str:
+    """The config reference table (field, default, meaning) generated from the dataclass."""
+    rows = ["| field | default | meaning |", "|---|---|---|"]
+    for f in fields(TrainConfig):
+        default = f.default_factory() if f.default_factory is not MISSING else f.default  # type: ignore[misc]
+        shown = "null" if default is None else default
+        rows.append(f"| `{f.name}` | `{shown}` | {f.metadata['help']} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(reference_markdown())
