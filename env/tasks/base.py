@@ -33,6 +33,8 @@ class Task(abc.ABC):
     """A benchmark: loading, prompting and parsing. Subclasses set ``name``."""
 
     name: str = "task"
+    #: the split names ``load`` accepts
+    splits: tuple[str, ...] = ("test",)
     #: what one agent's profile (system prompt) says by default for this task
     default_profile: str = "You are a careful problem solver taking part in a discussion with other solvers."
 
@@ -50,6 +52,13 @@ class Task(abc.ABC):
     @abc.abstractmethod
     def parse(self, text: str, question: Question) -> Answer:
         """The normalized answer stated in ``text``, or None."""
+
+    def check_split(self, split: str) -> None:
+        """Raise a ValueError naming the choices when ``split`` is not one of ``splits``."""
+        if split not in self.splits:
+            raise ValueError(
+                f"unknown split {split!r} for task {self.name}; choose one of {', '.join(self.splits)}"
+            )
 
     def prompt(self, question: Question) -> str:
         """The user message of round 0."""

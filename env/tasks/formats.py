@@ -1,0 +1,53 @@
+"""The two answer formats our tasks use: a number in ``\\boxed{}`` and one option letter ``(X)``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .base import Answer, Question, Task
+from .parsing import LETTERS, parse_choice, parse_number_answer
+
+
+class NumericTask(Task):
+    """Open questions whose answer is a number (gsm8k, arithmetic); parse rule in ``parse_number_answer``."""
+
+    def format_instruction(self, question: Question) -> str:
+        return "Reason step by step, then give the final answer as a number alone inside \\boxed{}, without units."
+
+    def parse(self, text: str, question: Question) -> Answer:
+        return parse_number_answer(text)
+
+
+class ChoiceTask(Task):
+    """Multiple-choice questions answered by one option letter; parse rule in ``parse_choice``."""
+
+    default_profile = (
+        "You answer multiple-choice questions with care and discuss them with other agents. "
+        "Prefer the option you can justify over the one that merely sounds familiar."
+    )
+
+    def format_instruction(self, question: Question) -> str:
+        letters = ", ".join(self.letters(question))
+        return (
+            "Pick exactly one option and end your reply with a line of the form Answer: (letter), "
+            f"using the letter of your choice ({letters})."
+        )
+
+    def parse(self, text: str, question: Question) -> Answer:
+        return parse_choice(text, self.letters(question))
+
+    @staticmethod
+    def letters(question: Question) -> str:
+        """The letters offered by ``question``: A, B, ... one per option."""
+        return LETTERS[: len(question.options or ())]
+
+
+def choice_text(question: str, options: Sequence[str]) -> str:
+    """A question followed by its options, one per line: ``(A) first``, ``(B) second``, ...
+
+    Raises ValueError past 26 options (letters run out).
+    """
+    if len(options) > len(LETTERS):
+        raise ValueError(f"{len(options)} options, at most {len(LETTERS)} can be lettered: {question!r}")
+    lines = [f"({letter}) {option}" for letter, option in zip(LETTERS, options, strict=False)]
+    return question.strip() + "\n\n" + "\n".join(lines)

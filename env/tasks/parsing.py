@@ -1,0 +1,192 @@
+"""From model text to normalized answers: numbers, ``\\boxed{...}`` contents, option letters.
+
+Every parser returns a normalized string or ``None`` (SPEC sections 1 and 6):
+
+- numbers are canonical decimals, ``canonical_number``: rounded to 6 decimal places, no trailing
+  zeros, no ``.0``, no ``+``, never ``-0`` ("1000", "-3", "12.5", "0.333333"). Two numbers that
+  agree to 6 decimals therefore give the same string, so string equality is numeric comparison
+  with a 1e-6 tolerance, and answers hash and serialize consistently.
+- option letters are single upper-case letters "A".."Z".
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Iterable, Sequence
+from decimal import Decimal
+from fractions import Fraction
+
+#: option letters in order; a multiple-choice question uses the first len(options) of them
+LETTERS = string.ascii_uppercase
+_SCALE = 10**6  # 6 decimal places
+
+# One number as people and models write it: thousands commas (1,234,567), decimals (12.50, .5).
+_NUM = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+"
+_NUMBER_RE = re.compile(
+    rf"""
+    (?<![\w.])                                  # not part of a word (x2) or of 1.2.3
+    (?P<sign>[-+\u2212])?                       # ASCII or Unicode minus; "10-12" has no sign
+    (?:\\?\$\s?)?                               # currency sign: $ or LaTeX \$
+    (?:
+        \\[dt]?frac\{{\s*(?P<fn>{_NUM})\s*\}}\{{\s*(?P<fd>{_NUM})\s*\}}   # \frac{{a}}{{b}}
+      | (?P<n>{_NUM})(?:\s?/\s?(?P<d>{_NUM}))?                          # a or a/b
+    )
+    (?!\d)
+    """,
+    re.VERBOSE,
+)
+# LaTeX that wraps or spaces numbers: \text{...} and friends keep their content; thin spaces go.
+_LATEX_WRAPPER_RE = re.compile(r"\\(?:text|textbf|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
+_LATEX_SPACE_RE = re.compile(r"\\[,!;: ]")
+# Characters a human writes around a number that carry no value (normalize_number only).
+_NUMBER_NOISE_RE = re.compile(r"[\s,$%]|\\\$|\\%")
+
+
+def canonical_number(value: int | float | Fraction | Decimal | str) -> str | None:
+    """The canonical string of a numeric value or plain literal ("12.50", "-3", "1/2", "1e3").
+
+    Rounds half-to-even at 6 decimals. Returns None for anything that is not a finite number.
+    """
+    try:
+        frac = Fraction(value.strip() if isinstance(value, str) else value)
+    except (ValueError, TypeError, ZeroDivisionError, OverflowError):
+        return None
+    scaled = round(frac * _SCALE)
+    digits = str(abs(scaled)).rjust(7, "0")
+    whole, decimals = digits[:-6], digits[-6:].rstrip("0")
+    sign = "-" if scaled < 0 else ""
+    return f"{sign}{whole}.{decimals}" if decimals else f"{sign}{whole}"
+
+
+def normalize_number(text: str) -> str | None:
+    """The canonical form of ``text`` when all of it is one number, else None.
+
+    Drops what carries no value: spaces, commas, ``$``, ``%``, a trailing period, a leading ``+``;
+    reads the Unicode minus and fractions ``a/b`` or ``\\frac{a}{b}``. Used for gold answers
+    ("1,234" -> "1234") and for whole-answer checks; ``extract_numbers`` finds numbers in prose.
+    """
+    cleaned = _NUMBER_NOISE_RE.sub("", _clean_latex(text)).replace("\u2212", "-").rstrip(".")
+    frac = re.fullmatch(r"([-+]?)\\[dt]?frac\{([^{}]+)\}\{([^{}]+)\}", cleaned)
+    if frac:
+        cleaned = f"{frac.group(1)}{frac.group(2)}/{frac.group(3)}"
+    if not re.fullmatch(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:/(?:\d+(?:\.\d*)?|\.\d+))?", cleaned):
+        return None
+    num, _, den = cleaned.partition("/")
+    if not den:
+        return canonical_number(num)
+    try:
+        return canonical_number(Fraction(num) / Fraction(den))
+    except ZeroDivisionError:
+        return None
+
+
+def extract_numbers(text: str) -> list[str]:
+    """Canonical forms of the numbers written in ``text``, in order of appearance.
+
+    Recognized: integers, decimals, thousands commas ("1,234,567"), a sign directly before the
+    digits (not a hyphen after a word or number: "10-12" gives 10 and 12), ``$`` and ``\\$``
+    prefixes, fractions ``a/b`` and ``\\frac{a}{b}`` (read as their value; ``x/0`` is skipped).
+    A percent sign is ignored ("50%" gives 50). Digits glued after letters ("x2") do not count.
+    """
+    out = []
+    for m in _NUMBER_RE.finditer(_clean_latex(text)):
+        num, den = (m["fn"], m["fd"]) if m["fn"] is not None else (m["n"], m["d"])
+        value = Fraction(num.replace(",", ""))
+        if den is not None:
+            den_value = Fraction(den.replace(",", ""))
+            if den_value == 0:
+                continue
+            value /= den_value
+        if m["sign"] in ("-", "\u2212"):
+            value = -value
+        out.append(canonical_number(value))
+    return out
+
+
+def last_number(text: str) -> str | None:
+    """The last number in ``text`` (see ``extract_numbers``), or None."""
+    numbers = extract_numbers(text)
+    return numbers[-1] if numbers else None
+
+
+def boxed_contents(text: str) -> list[str]:
+    """Contents of every complete ``\\boxed{...}`` in ``text``, in order, nested braces matched.
+
+    ``\\boxed{\\frac{1}{2}}`` gives ``\\frac{1}{2}``. A box whose closing brace never comes (a
+    truncated output such as ``\\boxed{12``) is not a box and is left out.
+    """
+    out = []
+    for m in re.finditer(r"\\boxed\s*\{", text):
+        depth, start = 1, m.end()
+        for k in range(start, len(text)):
+            if text[k] == "{":
+                depth += 1
+            elif text[k] == "}":
+                depth -= 1
+                if depth == 0:
+                    out.append(text[start:k])
+                    break
+    return out
+
+
+def parse_number_answer(text: str) -> str | None:
+    """The numeric answer stated in ``text`` (GSM8K and arithmetic rule).
+
+    1. The last ``\\boxed{...}`` that contains a number wins; inside it the last number counts
+       (``\\boxed{x = 5}`` -> 5, ``\\boxed{18 \\text{ dollars}}`` -> 18). Empty or non-numeric boxes
+       (a model echoing "\\boxed{}") are skipped; unclosed boxes do not count.
+    2. Otherwise the last number anywhere in the text. No number at all gives None.
+    """
+    for content in reversed(boxed_contents(text)):
+        number = last_number(content)
+        if number is not None:
+            return number
+    return last_number(text)
+
+
+# "answer is C", "Answer: (C)", "**Final answer:** C", "the answer would be C."
+_MARKED_LETTER_RE = re.compile(
+    r"(?i:\banswer)\**\s*(?:(?i:is|would\s+be|should\s+be|must\s+be)\s*:?|:|=)\s*\**\s*"
+    r"\(?([A-Z])\)?(?![\w'])"
+)
+_PAREN_LETTER_RE = re.compile(r"(?<!\w)\(([A-Z])\)")
+_BOXED_LETTER_RE = re.compile(r"\(?([A-Za-z])\)?\.?")
+
+
+def parse_choice(text: str, letters: Sequence[str] | str) -> str | None:
+    """The option letter chosen in ``text``, among ``letters`` (e.g. "ABCDE"), or None.
+
+    Tiers, first that yields an offered letter wins; within a tier the last occurrence wins:
+
+    1. ``\\boxed{C}`` (also ``\\boxed{(C)}``, ``\\boxed{\\text{C}}``, lower case accepted);
+    2. a marked answer: "answer is C", "Answer: (C)", "final answer: **C**" (upper case);
+    3. a parenthesized upper-case letter ``(C)`` not glued to a word ("option(s)" is no letter).
+
+    Bare letters in prose ("I think", "A good point") never count, and letters outside
+    ``letters`` are ignored, so "(F)" on a five-option question is not an answer.
+    """
+    offered = set(letters)
+    tiers: Iterable[list[str]] = (
+        [
+            m.group(1).upper()
+            for c in boxed_contents(text)
+            if (m := _BOXED_LETTER_RE.fullmatch(_strip_box(c)))
+        ],
+        _MARKED_LETTER_RE.findall(text),
+        _PAREN_LETTER_RE.findall(text),
+    )
+    for found in tiers:
+        valid = [x for x in found if x in offered]
+        if valid:
+            return valid[-1]
+    return None
+
+
+def _strip_box(content: str) -> str:
+    return _clean_latex(content).replace(" ", "").strip()
+
+
+def _clean_latex(text: str) -> str:
+    text = _LATEX_WRAPPER_RE.sub(r"\1", text)
+    return _LATEX_SPACE_RE.sub("", text.replace("{,}", ","))
