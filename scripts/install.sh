@@ -4,9 +4,14 @@
 #   bash scripts/install.sh            # CPU: torch 2.13 CPU build, vLLM for CPU, dev tools
 #   bash scripts/install.sh --gpu      # CUDA machine: torch from your index, vLLM for GPU
 #
-# Installs into the active Python environment (create one first: python3 -m venv .venv && . .venv/bin/activate).
+# Installs into the active virtual environment, or creates .venv here when none is active.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ -z "${VIRTUAL_ENV:-}" ] && [ -z "${CONDA_PREFIX:-}" ]; then
+  [ -x .venv/bin/python ] || python3 -m venv .venv
+  . .venv/bin/activate
+  echo "installing into $(pwd)/.venv (activate it with: . .venv/bin/activate)"
+fi
 
 target=cpu
 [ "${1:-}" = "--gpu" ] && target=gpu
