@@ -12,6 +12,7 @@ docs/training.md embeds.
 from __future__ import annotations
 
 import difflib
+import json
 import math
 import sys
 import types
@@ -57,6 +58,10 @@ class TrainConfig:
 
     # --- task and data -----------------------------------------------------------------------
     task: str = _f("arithmetic", "Task name: gsm8k, truthfulqa, commonsenseqa, arithmetic.")
+    task_options: dict | str | None = _f(
+        None,
+        "Task constructor options, e.g. {difficulty: [1, 3], n_questions: 200} (JSON on the command line).",
+    )
     data_path: str | None = _f(None, "Data file or folder for the task (default: the task's own location).")
     train_split: str = _f("train", "Split the training and warm-up questions come from.")
     eval_split: str = _f("test", "Split of the held-out evaluation questions.")
@@ -289,6 +294,11 @@ class TrainConfig:
                 raise ConfigError(f"agent_models needs n_agents={n} entries, got {len(self.agent_models)}")
             if self.shared_adapter and len(set(self.agent_models)) > 1:
                 raise ConfigError("shared_adapter: true needs one base model; agent_models lists several")
+        if self.train_split == self.eval_split and self.eval_questions > 0:
+            raise ConfigError(
+                f"train_split and eval_split are both {self.train_split!r}: evaluation must be held out; "
+                f"pick another eval_split (or eval_questions: 0)"
+            )
         if self.baseline == "group" and self.debates_per_question < 2:
             raise ConfigError(
                 "baseline: group averages over the debates of one question; "
@@ -369,6 +379,15 @@ def _coerce(name: str, value: Any, tp: Any) -> Any:
         if not isinstance(value, list | tuple):
             raise ConfigError(f"{name} must be a list, got {type(value).__name__} {value!r}")
         return [_coerce(f"{name}[{k}]", v, item) for k, v in enumerate(value)]
+    if inner is dict:
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except json.JSONDecodeError as e:
+                raise ConfigError(f"{name} must be a mapping (JSON on the command line): {e}") from None
+        if not isinstance(value, dict):
+            raise ConfigError(f"{name} must be a mapping, got {type(value).__name__} {value!r}")
+        return value
     if inner is bool:
         if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
             return value.lower() in ("true", "yes", "1")
