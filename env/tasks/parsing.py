@@ -32,7 +32,7 @@ _NUMBER_RE = re.compile(
         \\[dt]?frac\{{\s*(?P<fn>{_NUM})\s*\}}\{{\s*(?P<fd>{_NUM})\s*\}}   # \frac{{a}}{{b}}
       | (?P<n>{_NUM})(?:\s?/\s?(?P<d>{_NUM}))?                          # a or a/b
     )
-    (?!\d)
+    (?!\d|\.\d)                                 # nor the head of 1.2.3
     """,
     re.VERBOSE,
 )
