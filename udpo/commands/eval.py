@@ -1,0 +1,194 @@
+"""``udpo eval``: evaluate a team (a checkpoint or a plain model) with and without attack.
+
+Prints one table (accuracy, U_intra, U_inter, U_sys per number m of compromised agents, the
+natural m = 0 row first, and the accuracy drop) and writes OUT/summary.json, OUT/table.csv and
+one folder of trajectories per row (see ``udpo.attack_eval``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+from udpo.attack_eval import check_out_dir, compromised_sets, evaluate_attacks, format_table
+from udpo.env.attacks import ATTACK_NAMES, AttackConfig
+
+from .common import (
+    add_backend_args,
+    add_debate_args,
+    add_task_args,
+    backend_from_args,
+    debate_config_from_args,
+    load_questions,
+    seed_everything,
+)
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers like 1,2,3, got {text!r}"
+        ) from None
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "eval",
+        help="evaluate a team with and without attack (compromised agents)",
+        description="Debate a task with no attack and with m compromised agents; print accuracy, "
+        "U_intra, U_inter, U_sys per m and the accuracy drop; write OUT/summary.json, OUT/table.csv "
+        "and one trajectory folder per row. Agent indices are 0-based (agent_0 .. agent_{N-1}).",
+    )
+    add_task_args(p)
+    add_backend_args(p)
+    p.add_argument(
+        "--checkpoint",
+        default=None,
+        help="team folder with team.json and adapters/ (e.g. RUN/checkpoints/iter_000100); its base model "
+        "replaces --model and its agents (adapters, profiles) are evaluated",
+    )
+    add_debate_args(p)
+    p.set_defaults(agents=None)  # from the checkpoint, else 3
+
+    g = p.add_argument_group("attack")
+    g.add_argument(
+        "--attack",
+        default="none",
+        choices=ATTACK_NAMES,
+        help="attack on the compromised agents (default: none, the natural evaluation only)",
+    )
+    g.add_argument(
+        "--m",
+        type=_int_list,
+        default=None,
+        metavar="M[,M...]",
+        help="numbers of compromised agents to sweep, the last m agents each time (default: 1)",
+    )
+    g.add_argument(
+        "--compromised",
+        type=_int_list,
+        action="append",
+        default=None,
+        metavar="I[,J...]",
+        help="0-based indices of the compromised agents for one attacked row; repeat for more rows",
+    )
+    g.add_argument(
+        "--attacker",
+        default="base",
+        help="'base' (the team's base model, default), 'builtin' (fixed profile / rule-based "
+        "corruption, no LLM) or a model alias, folder or Hub id",
+    )
+    g.add_argument(
+        "--attacker-backend", default="hf", help="backend for a separate attacker model (default: hf)"
+    )
+    g.add_argument("--attack-seed", type=int, default=0, help="seed of the attack (default: 0)")
+    g.add_argument("--p-message", type=float, default=0.5, help="AutoInject Pm: chance a message is attacked")
+    g.add_argument(
+        "--p-sentence",
+        type=float,
+        default=0.5,
+        help="AutoInject Pe: chance a sentence of an attacked message is rewritten",
+    )
+    g.add_argument(
+        "--attacker-temperature",
+        type=float,
+        default=None,
+        help="attacker sampling temperature (default: 0.7 AutoTransform, 0 AutoInject)",
+    )
+    g.add_argument(
+        "--attacker-max-tokens", type=int, default=256, help="attacker completion cap (default: 256)"
+    )
+    g.add_argument(
+        "--attack-cache",
+        default=None,
+        help="AutoTransform cache folder (default: $UDPO_CACHE/attacks/autotransform)",
+    )
+
+    p.add_argument("--out", default="runs/eval", help="output folder (default: runs/eval)")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted evaluation in --out")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    team = _load_team(args)
+    n_agents = args.agents if args.agents is not None else (team.n_agents if team else 3)
+    if team is not None and n_agents != team.n_agents:
+        raise ValueError(
+            f"--agents {n_agents} but the checkpoint {args.checkpoint} has {team.n_agents} agents"
+        )
+    args.agents = n_agents
+    attack = AttackConfig(
+        name=args.attack,
+        attacker=args.attacker,
+        attacker_backend=args.attacker_backend,
+        seed=args.attack_seed,
+        p_message=args.p_message,
+        p_sentence=args.p_sentence,
+        temperature=args.attacker_temperature,
+        max_tokens=args.attacker_max_tokens,
+        cache_dir=args.attack_cache,
+    )
+    if attack.name == "none" and (args.m or args.compromised):
+        raise ValueError(
+            "--m / --compromised choose the agents to attack; also pass --attack autotransform|autoinject"
+        )
+    config = debate_config_from_args(args)
+    if team is not None:
+        config = dataclasses.replace(config, agents=team.agent_specs())
+    sets = (
+        compromised_sets(n_agents, m_values=args.m, compromised=args.compromised)
+        if attack.name != "none"
+        else []
+    )
+    check_out_dir(Path(args.out), args.resume)
+    seed_everything(args.seed)
+    task, questions = load_questions(args)
+    meta = {
+        "task": args.task,
+        "model": args.model,
+        "checkpoint": args.checkpoint,
+        "backend": args.backend,
+        "split": args.split,
+        "n_agents": n_agents,
+        "rounds": args.rounds,
+        "seed": args.seed,
+    }
+    with backend_from_args(args) as backend:
+        if team is not None:
+            team.register(backend, args.checkpoint)
+        summary = evaluate_attacks(
+            task,
+            backend,
+            questions,
+            config,
+            attack,
+            sets,
+            base_model=args.model,
+            out_dir=args.out,
+            meta=meta,
+            resume=args.resume,
+            progress=not args.no_progress,
+        )
+    print(f"{args.task}: N={n_agents} agents, T={args.rounds} rounds, attack={args.attack}")
+    print(format_table(summary))
+    print(
+        f"wrote {Path(args.out) / 'summary.json'}, {Path(args.out) / 'table.csv'} and one trajectory folder per row"
+    )
+    return 0
+
+
+def _load_team(args: argparse.Namespace):
+    """The checkpoint's TeamManifest (its base model replaces --model), or None."""
+    if args.checkpoint is None:
+        return None
+    from udpo.team import TeamManifest
+
+    if not (Path(args.checkpoint) / "team.json").exists():
+        raise FileNotFoundError(f"{args.checkpoint} is not a team folder: no team.json in it")
+    team = TeamManifest.load(args.checkpoint)
+    args.model = team.base_model
+    return team
