@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
 import numpy as np
-from scipy import stats
 
 #: SPEC section 9 difficulty bins of Standard-MAD U_sys: [0,.2) [.2,.4) [.4,.6) [.6,.8) [.8,1]
 U_SYS_BINS: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
@@ -84,6 +83,8 @@ def failure_vs_success(
     fail, success = v[~c], v[c]
     t_stat, p_value = math.nan, math.nan
     if len(fail) >= 2 and len(success) >= 2 and (fail.var() > 0 or success.var() > 0):
+        from scipy import stats  # imported on use: SciPy takes about a second to import
+
         res = stats.ttest_ind(fail, success, equal_var=False)
         t_stat, p_value = float(res.statistic), float(res.pvalue)
     return GroupComparison(
@@ -104,6 +105,8 @@ def pearson(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) ->
         raise ValueError(f"x and y differ in length ({len(x)} vs {len(y)})")
     if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return math.nan, math.nan
+    from scipy import stats
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # r of exactly +-1 warns about a p-value of 0
         res = stats.pearsonr(x, y)

@@ -1,0 +1,50 @@
+"""``udpo diagnose``: uncertainty statistics and plots of debate runs (SPEC section 9)."""
+
+from __future__ import annotations
+
+import argparse
+
+from udpo.diagnose import diagnose
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "diagnose",
+        help="test whether uncertainty predicts failure in debate runs",
+        description="Compute U_intra, U_inter and U_sys of every debate in one or more runs and write "
+        "OUT/summary.json, CSV tables and PNG plots: failure-vs-success tests, correlations, selective "
+        "prediction and (with several runs) accuracy gains over the baseline by U_sys bin.",
+    )
+    p.add_argument(
+        "runs", nargs="+", metavar="RUN", help="run folder holding trajectories.jsonl, or a .jsonl file"
+    )
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument(
+        "--labels",
+        default=None,
+        help="comma-separated run labels, one per RUN (default: folder or file name)",
+    )
+    p.add_argument(
+        "--baseline",
+        default=None,
+        help="label of the Standard MAD run for stratified gains (default: a run labelled mad or "
+        "standard_mad, else the first run)",
+    )
+    p.add_argument("--lam", type=float, default=0.5, help="weight of the flip rate in U_intra (default: 0.5)")
+    p.add_argument("--no-plots", action="store_true", help="write only summary.json and the CSV tables")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
+    summary = diagnose(
+        args.runs, args.out, labels=labels, baseline=args.baseline, lam=args.lam, plots=not args.no_plots
+    )
+    print(f"{'run':<20} {'debates':>8} {'accuracy':>9} {'U_intra':>8} {'U_inter':>8} {'U_sys':>8}")
+    for label, s in summary["runs"].items():
+        print(
+            f"{label:<20} {s['n_debates']:>8} {s['accuracy']:>9.3f} "
+            f"{s['u_intra']:>8.3f} {s['u_inter']:>8.3f} {s['u_sys']:>8.3f}"
+        )
+    print(f"wrote {len(summary['files'])} files to {args.out} (summary.json, CSV tables, plots)")
+    return 0

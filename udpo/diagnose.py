@@ -1,0 +1,359 @@
+"""``udpo diagnose``: does uncertainty predict failure? Statistics and plots of SPEC section 9.
+
+Reads one or more runs (a folder holding ``trajectories.jsonl``, or a ``.jsonl`` file), computes each
+debate's U_intra, U_inter and U_sys from its answer matrix (correctness is the file's ``correct``
+field, decided by the task), and writes to ``out_dir``:
+
+- ``summary.json``: per run accuracy and mean uncertainties (also per task, N and T), failure-vs-success
+  Welch t-test p-value and Cohen's d per metric, Pearson r and p of each metric with correctness and
+  between metrics, selective-prediction curves (k = 10..100%); with several runs, the accuracy gain of
+  each run over the baseline (Standard MAD) run within bins of the baseline's U_sys, questions matched
+  by ``question_id``.
+- CSV tables: ``debates.csv`` (per-debate metrics), ``runs.csv``, ``groups.csv``, ``failure_vs_success.csv``,
+  ``correlations.csv``, ``selective_prediction.csv``, ``stratified_gains.csv``.
+- PNG plots: ``distributions_<run>.png``, ``correlation_<run>.png``, ``selective_prediction.png``,
+  ``stratified_gains.png``.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from udpo.env.trajectory import iter_records
+from udpo.rewards import DebateMetrics, check_answers, debate_metrics
+from udpo.rewards.statistics import (
+    COVERAGES,
+    failure_vs_success,
+    pearson,
+    selective_prediction,
+    stratified_gains,
+)
+
+#: the three uncertainty levels analysed, with their display names
+METRICS: dict[str, str] = {"u_intra": "U_intra", "u_inter": "U_inter", "u_sys": "U_sys"}
+#: labels recognised as the Standard MAD run when no baseline is named
+BASELINE_NAMES = ("mad", "standard_mad", "standard-mad", "standard mad", "standardmad")
+TRAJECTORY_FILE = "trajectories.jsonl"
+
+
+@dataclass
+class Run:
+    """The debates of one run: ids, task, shape and correctness per debate, and their metrics."""
+
+    label: str
+    path: Path
+    question_ids: list[str]
+    tasks: list[str]
+    correct: np.ndarray
+    predictions: list[Any]
+    golds: list[Any]
+    metrics: DebateMetrics
+    n_agents: np.ndarray
+    n_rounds: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.correct)
+
+    def values(self, metric: str) -> np.ndarray:
+        return getattr(self.metrics, metric)
+
+
+def trajectory_file(path: str | os.PathLike) -> Path:
+    """The JSONL file of a run given as a folder (``<dir>/trajectories.jsonl``) or a file."""
+    path = Path(path)
+    if path.is_dir():
+        file = path / TRAJECTORY_FILE
+        if not file.exists():
+            raise FileNotFoundError(f"run folder {path} has no {TRAJECTORY_FILE}")
+        return file
+    if not path.exists():
+        raise FileNotFoundError(f"no run folder or trajectory file at {path}")
+    return path
+
+
+def default_label(path: str | os.PathLike) -> str:
+    """Folder name for a folder or for ``<dir>/trajectories.jsonl``, else the file's stem."""
+    path = Path(path)
+    if path.is_dir() or path.name == TRAJECTORY_FILE:
+        return (path if path.is_dir() else path.parent).resolve().name
+    return path.stem
+
+
+def load_run(path: str | os.PathLike, label: str | None = None, lam: float = 0.5) -> Run:
+    """Read a run's trajectories and compute every debate's metrics (errors name the file and debate)."""
+    file = trajectory_file(path)
+    label = label or default_label(path)
+    ids, tasks, correct, preds, golds, answers = [], [], [], [], [], []
+    for k, rec in enumerate(tqdm(iter_records(file), desc=f"reading {label}", unit=" debates", leave=False)):
+        where = f"{file}: debate {k + 1} (question_id {rec['question_id']!r})"
+        if not isinstance(rec["correct"], bool):
+            raise ValueError(f"{where}: 'correct' must be true or false, got {rec['correct']!r}")
+        answers.append(check_answers(rec["answers"], where=where))
+        ids.append(str(rec["question_id"]))
+        tasks.append(str(rec.get("meta", {}).get("task", "unknown")))
+        correct.append(rec["correct"])
+        preds.append(rec["prediction"])
+        golds.append(rec["gold"])
+    if not answers:
+        raise ValueError(f"{file}: no debates in this file (it is empty)")
+    return Run(
+        label=label,
+        path=file,
+        question_ids=ids,
+        tasks=tasks,
+        correct=np.array(correct, dtype=bool),
+        predictions=preds,
+        golds=golds,
+        metrics=debate_metrics(answers, lam=lam),
+        n_agents=np.array([len(a) for a in answers]),
+        n_rounds=np.array([len(a[0]) - 1 for a in answers]),
+    )
+
+
+def _means(run: Run, sel: np.ndarray) -> dict[str, float]:
+    out = {"n_debates": int(sel.sum()), "accuracy": float(run.correct[sel].mean())}
+    out.update({m: float(run.values(m)[sel].mean()) for m in METRICS})
+    return out
+
+
+def analyze_run(run: Run) -> dict[str, Any]:
+    """Every single-run statistic of SPEC section 9 for one run."""
+    everything = np.ones(len(run), dtype=bool)
+    groups = []
+    for key in sorted(set(zip(run.tasks, run.n_agents.tolist(), run.n_rounds.tolist(), strict=True))):
+        sel = np.array([k == key for k in zip(run.tasks, run.n_agents, run.n_rounds, strict=True)])
+        groups.append({"task": key[0], "n_agents": key[1], "n_rounds": key[2], **_means(run, sel)})
+    metric_names = [*METRICS, "correct"]
+    columns = [run.values(m) for m in METRICS] + [run.correct.astype(float)]
+    matrix_r = [[pearson(a, b)[0] for b in columns] for a in columns]
+    matrix_p = [[pearson(a, b)[1] for b in columns] for a in columns]
+    return {
+        "path": str(run.path),
+        **_means(run, everything),
+        "groups": groups,
+        "failure_vs_success": {m: failure_vs_success(run.values(m), run.correct).to_dict() for m in METRICS},
+        "correlation_with_correct": {
+            m: dict(zip(("r", "p_value"), pearson(run.values(m), run.correct.astype(float)), strict=True))
+            for m in METRICS
+        },
+        "correlation_matrix": {"variables": metric_names, "r": matrix_r, "p_value": matrix_p},
+        "selective_prediction": {
+            m: selective_prediction(run.values(m), run.correct, COVERAGES) for m in METRICS
+        },
+    }
+
+
+def per_question(run: Run) -> dict[str, tuple[float, float]]:
+    """question_id -> (mean U_sys, mean correctness) over the run's debates of that question."""
+    acc: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for qid, u, c in zip(run.question_ids, run.metrics.u_sys.tolist(), run.correct.tolist(), strict=True):
+        acc[qid].append((u, float(c)))
+    return {q: (float(np.mean([u for u, _ in v])), float(np.mean([c for _, c in v]))) for q, v in acc.items()}
+
+
+def gains_over_baseline(baseline: Run, run: Run) -> dict[str, Any]:
+    """Accuracy gain of ``run`` over ``baseline`` per bin of the baseline's U_sys, on shared questions."""
+    base, other = per_question(baseline), per_question(run)
+    shared = [q for q in base if q in other]
+    if not shared:
+        return {"n_shared_questions": 0, "bins": []}
+    rows = stratified_gains(
+        [base[q][0] for q in shared], [base[q][1] for q in shared], [other[q][1] for q in shared]
+    )
+    return {"n_shared_questions": len(shared), "bins": rows}
+
+
+def choose_baseline(labels: list[str], baseline: str | None) -> str:
+    """The named baseline, else a run labelled like Standard MAD, else the first run."""
+    if baseline is not None:
+        if baseline not in labels:
+            raise ValueError(f"--baseline {baseline!r} is not a run label; labels are {labels}")
+        return baseline
+    return next((lab for lab in labels if lab.lower() in BASELINE_NAMES), labels[0])
+
+
+def _json_ready(x: Any) -> Any:
+    """NaN and inf become null; NumPy scalars become Python numbers."""
+    if isinstance(x, dict):
+        return {k: _json_ready(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_ready(v) for v in x]
+    if isinstance(x, np.generic):
+        x = x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def safe_name(label: str) -> str:
+    """A run label made safe for a file name."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", label).strip("_") or "run"
+
+
+def _write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(header)
+        for row in rows:
+            writer.writerow(["" if isinstance(v, float) and math.isnan(v) else v for v in row])
+
+
+def write_tables(out: Path, runs: list[Run], summary: dict[str, Any]) -> list[Path]:
+    """The CSV tables of a summary (see the module docstring)."""
+    written = []
+
+    def table(name: str, header: list[str], rows: list[list[Any]]) -> None:
+        _write_csv(out / name, header, rows)
+        written.append(out / name)
+
+    parts = [
+        "flip_rate",
+        "revision_rate",
+        "u_intra",
+        "u_inter",
+        "entropy",
+        "disagreement",
+        "loo_instability",
+        "u_sys",
+    ]
+    table(
+        "debates.csv",
+        ["run", "question_id", "task", "n_agents", "n_rounds", "prediction", "gold", "correct", *parts],
+        [
+            [run.label, run.question_ids[i], run.tasks[i], int(run.n_agents[i]), int(run.n_rounds[i])]
+            + [run.predictions[i], run.golds[i], int(run.correct[i])]
+            + [float(getattr(run.metrics, p)[i]) for p in parts]
+            for run in runs
+            for i in range(len(run))
+        ],
+    )
+    stats = summary["runs"]
+    table(
+        "runs.csv",
+        ["run", "n_debates", "accuracy", *METRICS],
+        [[lab, s["n_debates"], s["accuracy"], *(s[m] for m in METRICS)] for lab, s in stats.items()],
+    )
+    table(
+        "groups.csv",
+        ["run", "task", "n_agents", "n_rounds", "n_debates", "accuracy", *METRICS],
+        [
+            [
+                lab,
+                g["task"],
+                g["n_agents"],
+                g["n_rounds"],
+                g["n_debates"],
+                g["accuracy"],
+                *(g[m] for m in METRICS),
+            ]
+            for lab, s in stats.items()
+            for g in s["groups"]
+        ],
+    )
+    fvs_keys = ["n_fail", "n_success", "mean_fail", "mean_success", "t_statistic", "p_value", "cohens_d"]
+    table(
+        "failure_vs_success.csv",
+        ["run", "metric", *fvs_keys],
+        [
+            [lab, m, *(s["failure_vs_success"][m][k] for k in fvs_keys)]
+            for lab, s in stats.items()
+            for m in METRICS
+        ],
+    )
+    table(
+        "correlations.csv",
+        ["run", "metric", "r_with_correct", "p_value"],
+        [
+            [lab, m, s["correlation_with_correct"][m]["r"], s["correlation_with_correct"][m]["p_value"]]
+            for lab, s in stats.items()
+            for m in METRICS
+        ],
+    )
+    table(
+        "selective_prediction.csv",
+        ["run", "metric", "k_percent", "n_kept", "accuracy"],
+        [
+            [lab, m, row["k"], row["n_kept"], row["accuracy"]]
+            for lab, s in stats.items()
+            for m in METRICS
+            for row in s["selective_prediction"][m]
+        ],
+    )
+    if summary.get("stratified_gains"):
+        table(
+            "stratified_gains.csv",
+            ["run", "baseline", "u_sys_bin", "n_questions", "baseline_accuracy", "accuracy", "gain"],
+            [
+                [
+                    lab,
+                    summary["baseline"],
+                    b["bin"],
+                    b["n_questions"],
+                    b["baseline_accuracy"],
+                    b["accuracy"],
+                    b["gain"],
+                ]
+                for lab, g in summary["stratified_gains"].items()
+                for b in g["bins"]
+            ],
+        )
+    return written
+
+
+def diagnose(
+    paths: list[str | os.PathLike],
+    out_dir: str | os.PathLike,
+    labels: list[str] | None = None,
+    baseline: str | None = None,
+    lam: float = 0.5,
+    plots: bool = True,
+) -> dict[str, Any]:
+    """Analyse runs and write summary.json, CSV tables and (``plots``) PNG figures to ``out_dir``.
+
+    Returns the summary (as written, NaN as None) with ``files``: every path written.
+    """
+    if not paths:
+        raise ValueError("give at least one run folder or trajectory file")
+    if labels is not None and len(labels) != len(paths):
+        raise ValueError(f"got {len(labels)} labels for {len(paths)} runs")
+    names = labels or [default_label(p) for p in paths]
+    files_names = [safe_name(n) for n in names]
+    duplicates = sorted({n for n, f in zip(names, files_names, strict=True) if files_names.count(f) > 1})
+    if duplicates:
+        raise ValueError(
+            f"runs share the label(s) {duplicates} (as file names); name them with --labels a,b,..."
+        )
+    runs = [load_run(p, label=n, lam=lam) for p, n in zip(paths, names, strict=True)]
+
+    summary: dict[str, Any] = {"lam": lam, "runs": {run.label: analyze_run(run) for run in runs}}
+    if len(runs) > 1:
+        base_label = choose_baseline(names, baseline)
+        base = runs[names.index(base_label)]
+        summary["baseline"] = base_label
+        summary["stratified_gains"] = {
+            run.label: gains_over_baseline(base, run) for run in runs if run.label != base_label
+        }
+    summary = _json_ready(summary)
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = write_tables(out, runs, summary)
+    if plots:
+        from udpo import diagnose_plots
+
+        files += diagnose_plots.write_plots(out, runs, summary)
+    summary["files"] = sorted(str(f) for f in files + [out / "summary.json"])
+    with open(out / "summary.json", "w", encoding="utf-8") as fh:
+        json.dump(summary, fh, indent=2, allow_nan=False)
+    return summary

@@ -1,0 +1,200 @@
+"""PNG figures for ``udpo diagnose`` (matplotlib, Agg backend): one job per function, numbers from the summary."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from udpo.diagnose import METRICS, Run, safe_name  # noqa: E402
+
+FAIL_COLOR, SUCCESS_COLOR = "#d62728", "#2ca02c"
+METRIC_COLORS = {"u_intra": "#1f77b4", "u_inter": "#ff7f0e", "u_sys": "#9467bd"}
+
+
+def _fmt_p(p: float | None) -> str:
+    """'p < 0.001' or 'p = 0.012' ('p n/a' when undefined)."""
+    if p is None or (isinstance(p, float) and math.isnan(p)):
+        return "p n/a"
+    return "p < 0.001" if p < 1e-3 else f"p = {p:.3f}"
+
+
+def _fmt(x: float | None, digits: int = 2) -> str:
+    return "n/a" if x is None else f"{x:.{digits}f}"
+
+
+def plot_distributions(run: Run, stats: dict[str, Any], path: Path) -> Path:
+    """Per metric, the share of failed and of successful debates in each tenth of [0, 1], side by side."""
+    fig, axes = plt.subplots(
+        1, len(METRICS), figsize=(4.4 * len(METRICS), 4.2), sharey=True, layout="constrained"
+    )
+    edges = np.linspace(0, 1, 11)
+    centers = (edges[:-1] + edges[1:]) / 2
+    width = 0.045
+    classes = (
+        (~run.correct, FAIL_COLOR, "failed", -width / 2),
+        (run.correct, SUCCESS_COLOR, "successful", width / 2),
+    )
+    for ax, (metric, name) in zip(axes, METRICS.items(), strict=True):
+        values = run.values(metric)
+        test = stats["failure_vs_success"][metric]
+        for sel, color, label, shift in classes:
+            if sel.any():
+                counts, _ = np.histogram(values[sel], bins=edges)
+                ax.bar(
+                    centers + shift,
+                    100 * counts / sel.sum(),
+                    width,
+                    color=color,
+                    edgecolor="black",
+                    linewidth=0.4,
+                    label=f"{label} debates (n = {int(sel.sum())})",
+                )
+                ax.axvline(values[sel].mean(), color=color, linestyle="--", linewidth=1.2)
+        ax.set_title(f"{name}: {_fmt_p(test['p_value'])}, Cohen's d = {_fmt(test['cohens_d'])}", fontsize=10)
+        ax.set_xlabel(f"{name} (0 = certain, 1 = most uncertain)")
+        ax.set_xlim(0, 1)
+        ax.set_xticks(edges[::2])
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].set_ylabel("share of the group's debates (%)")
+    handles, labels = axes[0].get_legend_handles_labels()
+    handles.append(plt.Line2D([], [], color="gray", linestyle="--"))
+    labels.append("group mean")
+    fig.legend(handles, labels, loc="outside lower center", ncols=3, fontsize=9)
+    fig.suptitle(
+        f"{run.label}: uncertainty of failed vs successful debates (Welch t-test, Cohen's d)", fontsize=11
+    )
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_correlations(run: Run, stats: dict[str, Any], path: Path) -> Path:
+    """Pearson correlation heatmap of the three metrics and correctness, r and p in each cell."""
+    cm = stats["correlation_matrix"]
+    names = [METRICS.get(v, "Correct") for v in cm["variables"]]
+    r = np.array([[np.nan if v is None else v for v in row] for row in cm["r"]], dtype=float)
+    fig, ax = plt.subplots(figsize=(6.0, 5.0), layout="constrained")
+    cmap = plt.get_cmap("RdBu_r").with_extremes(bad="#dddddd")
+    image = ax.imshow(np.ma.masked_invalid(r), cmap=cmap, vmin=-1, vmax=1)
+    for i in range(len(names)):
+        for j in range(len(names)):
+            if math.isnan(r[i, j]):
+                text = "n/a\n(constant)"
+            else:  # the diagonal's p-value says nothing
+                text = f"r = {r[i, j]:.2f}" + ("" if i == j else f"\n{_fmt_p(cm['p_value'][i][j])}")
+            dark = not math.isnan(r[i, j]) and abs(r[i, j]) > 0.6
+            ax.text(j, i, text, ha="center", va="center", fontsize=9, color="white" if dark else "black")
+    ax.set_xticks(range(len(names)), names)
+    ax.set_yticks(range(len(names)), names)
+    ax.set_title(f"{run.label}: Pearson correlations (n = {len(run)} debates)", fontsize=11)
+    fig.colorbar(image, ax=ax, label="Pearson r", shrink=0.85)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_selective(summary: dict[str, Any], path: Path) -> Path:
+    """Accuracy of the k% least uncertain debates against k, one panel per run, one line per metric."""
+    runs = summary["runs"]
+    cols = min(3, len(runs))
+    rows = math.ceil(len(runs) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.8 * cols, 3.9 * rows), squeeze=False, sharey=True)
+    for ax, (label, stats) in zip(axes.flat, runs.items(), strict=False):
+        for metric, name in METRICS.items():
+            curve = stats["selective_prediction"][metric]
+            ax.plot(
+                [c["k"] for c in curve],
+                [100 * c["accuracy"] for c in curve],
+                marker="o",
+                markersize=4,
+                color=METRIC_COLORS[metric],
+                label=f"rank by {name}",
+            )
+        ax.axhline(100 * stats["accuracy"], color="gray", linestyle="--", linewidth=1, label="all debates")
+        ax.set_title(f"{label} (n = {stats['n_debates']})", fontsize=10)
+        ax.set_xlabel("debates kept, lowest uncertainty first (%)")
+        ax.set_ylabel("accuracy of kept debates (%)")
+        ax.set_xticks(range(10, 101, 10))
+        ax.set_ylim(-2, 102)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="lower left")
+    for ax in list(axes.flat)[len(runs) :]:
+        ax.set_visible(False)
+    fig.suptitle("Selective prediction: keep the k% least uncertain debates", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_gains(summary: dict[str, Any], path: Path) -> Path:
+    """Grouped bars: accuracy gain (points) over the baseline per bin of the baseline's U_sys."""
+    gains = summary["stratified_gains"]
+    methods = [m for m, g in gains.items() if g["bins"]]
+    fig, ax = plt.subplots(figsize=(max(6.5, 1.6 + 1.3 * 5), 4.2))
+    if not methods:
+        ax.text(0.5, 0.5, "no questions shared with the baseline run", ha="center", va="center")
+        ax.set_axis_off()
+    else:
+        bins = gains[methods[0]]["bins"]
+        x = np.arange(len(bins))
+        width = 0.8 / len(methods)
+        for k, method in enumerate(methods):
+            rows = gains[method]["bins"]
+            heights = [np.nan if b["gain"] is None else 100 * b["gain"] for b in rows]
+            bars = ax.bar(
+                x + (k - (len(methods) - 1) / 2) * width,
+                np.nan_to_num(heights),
+                width,
+                label=method,
+                edgecolor="black",
+                linewidth=0.5,
+            )
+            for bar, h in zip(bars, heights, strict=True):
+                text = "n/a" if math.isnan(h) else f"{h:+.0f}"
+                y = 0 if math.isnan(h) else h
+                ax.annotate(
+                    text,
+                    (bar.get_x() + bar.get_width() / 2, y),
+                    ha="center",
+                    va="bottom" if y >= 0 else "top",
+                    fontsize=8,
+                    xytext=(0, 2 if y >= 0 else -2),
+                    textcoords="offset points",
+                )
+        counts = [b["n_questions"] for b in bins]
+        ax.set_xticks(x, [f"{b['bin']}\nn = {n}" for b, n in zip(bins, counts, strict=True)])
+        ax.axhline(0, color="black", linewidth=0.8)
+        ax.set_xlabel(f"U_sys of the baseline run '{summary['baseline']}' (question difficulty)")
+        ax.set_ylabel("accuracy gain over baseline (points)")
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(title="run", fontsize=8)
+        ymin, ymax = ax.get_ylim()
+        pad = 0.12 * (ymax - ymin)
+        ax.set_ylim(ymin - pad, ymax + pad)
+    ax.set_title(f"Accuracy gain over '{summary['baseline']}' by difficulty", fontsize=11)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def write_plots(out: Path, runs: list[Run], summary: dict[str, Any]) -> list[Path]:
+    """Every figure of a summary; returns the paths written."""
+    written = []
+    for run in runs:
+        stats = summary["runs"][run.label]
+        name = safe_name(run.label)
+        written.append(plot_distributions(run, stats, out / f"distributions_{name}.png"))
+        written.append(plot_correlations(run, stats, out / f"correlation_{name}.png"))
+    written.append(plot_selective(summary, out / "selective_prediction.png"))
+    if summary.get("stratified_gains"):
+        written.append(plot_gains(summary, out / "stratified_gains.png"))
+    return written
