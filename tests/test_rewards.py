@@ -1,0 +1,106 @@
+"""Reward terms (SPEC section 3) and the replay priority (SPEC section 5): hand cases and properties."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_metrics import DEBATE, answer_matrices
+
+from udpo.rewards import composite_uncertainty, is_correct, rewards, uncertainty
+
+
+def test_trajectory_rewards_hand_case():
+    r = rewards(DEBATE, gold="b")
+    # transitions t = 0..T-1: agent0 a->b, agent1 a->b (at t=1), agent2 c->b: 3 changes of N*T = 6
+    assert r.r_intra == pytest.approx(0.5)
+    assert r.r_inter == pytest.approx(1 - 5 / 9)
+    assert r.r_sys == 1.0  # unanimous final round
+    assert r.r_task == 1.0
+    assert rewards(DEBATE, gold="a").r_task == 0.0
+
+
+def test_r_intra_counts_the_round_zero_transition():
+    # only change is round 0 -> 1: U_intra's flip rate ignores it, r_intra does not
+    a = [["a", "b", "b"], ["b", "b", "b"]]
+    assert uncertainty(a).flip_rate == 0.0
+    assert rewards(a, "b").r_intra == pytest.approx(1 - 1 / 4)
+
+
+def test_no_rounds_gives_full_intra_reward():
+    r = rewards([["a"], ["b"]], gold="a")
+    assert r.r_intra == 1.0
+    assert r.r_inter == 0.0
+    assert r.r_sys == pytest.approx(1 - (1 + 1 + 0.5) / 3)
+    assert r.r_task == 1.0  # tie goes to agent 0's answer
+
+
+def test_all_none_prediction_is_wrong():
+    r = rewards([[None, None], [None, None]], gold=None)
+    assert r.r_task == 0.0
+    assert (r.r_intra, r.r_inter, r.r_sys) == (1.0, 1.0, 1.0)
+
+
+def test_match_decides_correctness():
+    a = [["41.9999999"], ["41.9999999"]]
+    assert rewards(a, gold="42").r_task == 0.0
+    close = lambda p, g: abs(float(p) - float(g)) < 1e-6  # noqa: E731
+    assert rewards(a, gold="42", match=close).r_task == 1.0
+    assert not is_correct(None, None, close)
+
+
+def test_agent_scope_hand_case():
+    r = rewards(DEBATE, gold="b", scope="agent")
+    assert r.r_intra == pytest.approx([0.5, 0.5, 0.5])  # each agent changes once in T = 2
+    assert r.r_inter == pytest.approx([0.5, 0.5, 1 / 3])
+    assert r.r_sys == pytest.approx([1.0, 1.0, 1.0])
+    assert r.r_task == pytest.approx([1.0, 1.0, 1.0])
+    # final (None, None, a, b): K = 3 split 2:1:1, D = 1, and only agent 2 is pivotal
+    pivot = rewards([[None], [None], ["a"], ["b"]], gold="a", scope="agent")
+    h = -(0.5 * math.log(0.5) + 2 * 0.25 * math.log(0.25)) / math.log(3)
+    assert pivot.r_sys == pytest.approx([1 - (h + 1) / 3, 1 - (h + 1) / 3, 1 - (h + 2) / 3, 1 - (h + 1) / 3])
+    assert pivot.r_intra == pytest.approx([1.0] * 4)
+
+
+def test_rewards_to_dict_and_bad_scope():
+    assert rewards(DEBATE, "b", scope="agent").to_dict()["r_intra"] == [0.5, 0.5, 0.5]
+    with pytest.raises(ValueError, match="scope must be"):
+        rewards(DEBATE, "b", scope="team")
+    with pytest.raises(ValueError, match="ragged"):
+        rewards([["a"], []], "a")
+
+
+@settings(max_examples=150, deadline=None)
+@given(answer_matrices(), st.sampled_from(["a", "b", None]))
+def test_reward_properties(a, gold):
+    u = uncertainty(a)
+    r = rewards(a, gold)
+    # SPEC: r_inter = 1 - U_inter and r_sys = 1 - U_sys
+    assert r.r_inter == pytest.approx(1 - u.u_inter)
+    assert r.r_sys == pytest.approx(1 - u.u_sys)
+    for value in (r.r_intra, r.r_inter, r.r_sys, r.r_task):
+        assert -1e-12 <= value <= 1 + 1e-12
+    ra = rewards(a, gold, scope="agent")
+    for traj, agent in ((r.r_intra, ra.r_intra), (r.r_inter, ra.r_inter), (r.r_sys, ra.r_sys)):
+        assert len(agent) == len(a)
+        assert np.all((agent >= -1e-12) & (agent <= 1 + 1e-12))
+        assert np.mean(agent) == pytest.approx(traj)  # the agent terms average to the team's
+    assert np.all(ra.r_task == r.r_task)
+
+
+def test_composite_uncertainty():
+    assert composite_uncertainty(1.0, 1.0, 1.0) == 0.0
+    assert composite_uncertainty(0.5, 0.2, 0.8, alpha=0.5, beta=0.3, gamma=0.2) == pytest.approx(
+        0.5 * 0.5 + 0.3 * 0.8 + 0.2 * 0.2
+    )
+    out = composite_uncertainty(np.array([1.0, 0.0]), np.array([1.0, 0.0]), np.array([1.0, 0.0]))
+    assert out == pytest.approx([0.0, 1.0])
+    r = rewards(DEBATE, "b")
+    assert composite_uncertainty(r.r_intra, r.r_inter, r.r_sys) == pytest.approx((0.5 + 5 / 9 + 0) / 3)
+    with pytest.raises(ValueError, match="alpha must be"):
+        composite_uncertainty(1, 1, 1, alpha=-1)
+    with pytest.raises(ValueError, match="NaN"):
+        composite_uncertainty(np.array([np.nan]), 1, 1)
