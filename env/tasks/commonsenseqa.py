@@ -47,8 +47,8 @@ class CommonsenseQA(ChoiceTask):
 
 def _question(where: str, record: dict) -> Question:
     choices = get_field(record, "choices", where, dict)
-    labels = [str(x).strip().upper() for x in get_field(choices, "label", f"{where} choices", list)]
-    texts = [str(x).strip() for x in get_field(choices, "text", f"{where} choices", list)]
+    labels = [str(x).strip().upper() for x in get_field(choices, "label", f"{where}: in 'choices'", list)]
+    texts = [str(x).strip() for x in get_field(choices, "text", f"{where}: in 'choices'", list)]
     if len(labels) != len(texts) or labels != list(LETTERS[: len(labels)]) or len(labels) < 2:
         raise DataError(f"{where}: choices should be labelled A, B, C, ... one per text, got {labels}")
     gold = get_field(record, "answerKey", where).strip().upper()

@@ -14,6 +14,7 @@ Readers raise ``DataError`` naming the file and line at fault, so bad data never
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import json
@@ -22,7 +23,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 #: environment variable naming the data root (the shared/data layout)
 DATA_DIR_ENV = "UDPO_DATA_DIR"
@@ -118,7 +119,7 @@ def load_hub(dataset: HubDataset, split: str) -> list[dict[str, Any]]:
 
 def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(line number, object)`` for each non-blank line of a JSON Lines file."""
-    with open(path, encoding="utf-8") as f:
+    with _utf8(path) as f:
         for line_no, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -137,8 +138,8 @@ def iter_csv(path: str | os.PathLike, required: Sequence[str]) -> Iterator[tuple
     The line number is where the row ends (quoted fields may span lines). A row with more or fewer
     fields than the header is an error.
     """
-    with open(path, encoding="utf-8", newline="") as f:
-        reader = csv.DictReader(f, restkey="\0extra")
+    with _utf8(path, newline="") as f:
+        reader = csv.DictReader(f, restkey="\0extra", strict=True)
         try:
             header = reader.fieldnames or []
             missing = [c for c in required if c not in header]
@@ -154,6 +155,16 @@ def iter_csv(path: str | os.PathLike, required: Sequence[str]) -> Iterator[tuple
                 yield reader.line_num, row
         except csv.Error as e:
             raise DataError(f"{path}:{reader.line_num}: malformed CSV ({e})") from e
+
+
+@contextlib.contextmanager
+def _utf8(path: str | os.PathLike, newline: str | None = None) -> Iterator[TextIO]:
+    """The file opened as UTF-8 text; a decoding error becomes a DataError naming the file."""
+    with open(path, encoding="utf-8", newline=newline) as f:
+        try:
+            yield f
+        except UnicodeDecodeError as e:
+            raise DataError(f"{path}: not UTF-8 text ({e.reason})") from e
 
 
 def get_field(record: Mapping[str, Any], key: str, where: str, kind: type = str) -> Any:

@@ -66,8 +66,7 @@ class TruthfulQA(ChoiceTask):
 
 
 def _from_csv(where: str, row: dict[str, str]) -> tuple[str, str, list[str]]:
-    wrong = [a.strip().rstrip(";").strip() for a in row["Incorrect Answers"].split("; ")]
-    return _checked(where, row["Question"], row["Best Answer"], wrong)
+    return _checked(where, row["Question"], row["Best Answer"], row["Incorrect Answers"].split("; "))
 
 
 def _from_hub(where: str, row: dict) -> tuple[str, str, list[str]]:
@@ -88,12 +87,13 @@ def _from_hub(where: str, row: dict) -> tuple[str, str, list[str]]:
 
 
 def _checked(where: str, question: str, best: str, wrong: list[str]) -> tuple[str, str, list[str]]:
-    """Strip, drop blank and repeated incorrect answers (and any equal to the best one); need >= 1."""
+    """Strip spaces and stray trailing ``;``, drop blank and repeated incorrect answers (and any
+    equal to the best one); at least one must remain."""
     question, best = question.strip(), best.strip()
     if not question or not best:
         raise DataError(f"{where}: empty question or best answer")
     kept: list[str] = []
-    for answer in (str(a).strip() for a in wrong):
+    for answer in (str(a).strip().rstrip(";").strip() for a in wrong):
         if answer and answer != best and answer not in kept:
             kept.append(answer)
     if not kept:
