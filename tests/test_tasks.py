@@ -375,8 +375,9 @@ def _load_small(name: str, shared_data: str):
 
 @pytest.mark.parametrize("name", TASK_NAMES)
 def test_scripted_debate_parses_every_turn(name, shared_data):
-    """Agent 0 always answers right, agent 1 always wrong, agent 2 wrong then convinced in round 1:
-    the parsed answer matrix, the vote and correctness follow from the task's parse rules."""
+    """Agent 0 always answers right; agent 1 answers wrong, then gives up (unparsable) in round 2;
+    agent 2 is wrong, then convinced in round 1. The parsed answer matrix, the vote and correctness
+    follow from the task's parse rules."""
     task = get_task(name)
     questions = _load_small(name, shared_data)
     by_prompt = {task.prompt(q): q for q in questions}
@@ -395,6 +396,8 @@ def test_scripted_debate_parses_every_turn(name, shared_data):
         q = by_prompt[request.messages[1]["content"]]
         agent = next(i for i, p in enumerate(profiles) if p == request.messages[0]["content"])
         round_ = (len(request.messages) - 2) // 2
+        if agent == 1 and round_ == 2:
+            return "I am not sure any more. A tough one."
         right = agent == 0 or (agent == 2 and round_ >= 1)
         return say(q, q.gold if right else wrong(q))
 
@@ -404,7 +407,7 @@ def test_scripted_debate_parses_every_turn(name, shared_data):
     assert len(trajectories) == len(questions)
     for traj, q in zip(trajectories, questions, strict=True):
         w = wrong(q)
-        assert traj.answers == [[q.gold] * 3, [w] * 3, [w, q.gold, q.gold]]
+        assert traj.answers == [[q.gold] * 3, [w, w, None], [w, q.gold, q.gold]]
         assert traj.prediction == q.gold and traj.correct
         peer_turn = traj.turns[1][1].messages[-1]["content"]
         assert task.format_instruction(q) in peer_turn and say(q, q.gold).strip() in peer_turn
