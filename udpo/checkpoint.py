@@ -133,10 +133,14 @@ def resolve(run_dir: str | os.PathLike, resume: str) -> Path:
 
 
 def read_state(ckpt: Path) -> dict[str, Any]:
+    return read_json(ckpt / STATE)
+
+
+def read_json(path: Path) -> Any:
     try:
-        return json.loads((ckpt / STATE).read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{ckpt / STATE}: unreadable ({e})") from None
+        raise CheckpointError(f"{path}: unreadable ({e})") from None
 
 
 def _read_latest(root: Path) -> str | None:
