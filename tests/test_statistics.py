@@ -1,0 +1,128 @@
+"""Diagnostic statistics (SPEC section 9): Cohen's d, Welch t-test, Pearson r, selective prediction, bins."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from udpo.rewards.statistics import (
+    U_SYS_BINS,
+    bin_index,
+    bin_label,
+    cohens_d,
+    failure_vs_success,
+    pearson,
+    selective_prediction,
+    stratified_gains,
+)
+
+
+def test_cohens_d_by_hand():
+    # means 0.6 vs 0.2; squared deviations 0.02 + 0.02 over n - 2 = 2
+    assert cohens_d([0.5, 0.7], [0.1, 0.3]) == pytest.approx(0.4 / math.sqrt(0.02))
+    # a class of one adds no variance: pooled sd sqrt(0.02 / 1)
+    assert cohens_d([0.9], [0.1, 0.3]) == pytest.approx(0.7 / math.sqrt(0.02))
+    assert cohens_d([0.1, 0.3], [0.5, 0.7]) < 0
+
+
+@pytest.mark.parametrize(
+    ("fail", "success"), [([], [0.1, 0.2]), ([0.1], []), ([0.5], [0.1]), ([0.5, 0.5], [0.2, 0.2])]
+)
+def test_cohens_d_undefined(fail, success):
+    assert math.isnan(cohens_d(fail, success))
+
+
+def test_failure_vs_success_welch_by_hand():
+    values = [0.9, 0.7, 0.8, 0.1, 0.3, 0.2, 0.4]
+    correct = [False, False, False, True, True, True, True]
+    res = failure_vs_success(values, correct)
+    fail, success = np.array(values[:3]), np.array(values[3:])
+    se = math.sqrt(fail.var(ddof=1) / 3 + success.var(ddof=1) / 4)
+    assert res.t_statistic == pytest.approx((fail.mean() - success.mean()) / se)
+    assert (res.n_fail, res.n_success) == (3, 4)
+    assert res.mean_fail == pytest.approx(0.8) and res.mean_success == pytest.approx(0.25)
+    a, b = fail.var(ddof=1) / 3, success.var(ddof=1) / 4
+    df = (a + b) ** 2 / (a**2 / 2 + b**2 / 3)  # Welch-Satterthwaite
+    assert res.p_value == pytest.approx(2 * stats.t.sf(abs(res.t_statistic), df))
+    assert res.cohens_d == pytest.approx(cohens_d(fail, success))
+
+
+def test_failure_vs_success_degenerate_cases_give_nan():
+    one_fail = failure_vs_success([0.9, 0.1, 0.2], [False, True, True])
+    assert math.isnan(one_fail.p_value) and one_fail.n_fail == 1
+    constant = failure_vs_success([0.5, 0.5, 0.5, 0.5], [False, False, True, True])
+    assert math.isnan(constant.p_value) and math.isnan(constant.cohens_d)
+    no_success = failure_vs_success([0.5, 0.4], [False, False])
+    assert math.isnan(no_success.mean_success)
+
+
+def test_pearson_by_hand():
+    r, p = pearson([1, 2, 3, 4], [2, 4, 6, 8])
+    assert r == pytest.approx(1.0) and p == pytest.approx(0.0, abs=1e-12)
+    x, y = np.array([1.0, 2, 3, 4, 5]), np.array([1.0, 0, 1, 0, 0])
+    expected = ((x - x.mean()) * (y - y.mean())).sum() / math.sqrt(
+        ((x - x.mean()) ** 2).sum() * ((y - y.mean()) ** 2).sum()
+    )
+    assert pearson(x, y)[0] == pytest.approx(expected)
+    assert all(math.isnan(v) for v in pearson([1, 1, 1], [0, 1, 0]))  # constant input
+    assert all(math.isnan(v) for v in pearson([1, 2], [0, 1]))  # too few points
+
+
+def test_selective_prediction_by_hand():
+    curve = selective_prediction(
+        [0.4, 0.1, 0.3, 0.2], [False, True, False, True], coverages=[25, 50, 75, 100]
+    )
+    assert [c["n_kept"] for c in curve] == [1, 2, 3, 4]
+    assert [c["accuracy"] for c in curve] == pytest.approx([1.0, 1.0, 2 / 3, 0.5])
+
+
+def test_selective_prediction_ties_count_at_their_mean_accuracy():
+    # three debates tied at 0: keep 2 of them -> expected accuracy 2/3 whatever the file order
+    curve = selective_prediction([0.0, 0.0, 0.0, 1.0], [True, False, True, False], coverages=[50, 100])
+    assert curve[0]["accuracy"] == pytest.approx(2 / 3)
+    assert curve[1]["accuracy"] == pytest.approx(0.5)
+    assert [c["k"] for c in selective_prediction([0.2], [True])] == list(range(10, 101, 10))
+
+
+def test_selective_prediction_bad_input():
+    with pytest.raises(ValueError, match="at least one debate"):
+        selective_prediction([], [])
+    with pytest.raises(ValueError, match="2 values but 1 correctness"):
+        selective_prediction([0.1, 0.2], [True])
+    with pytest.raises(ValueError, match="contains NaN at index 1"):
+        selective_prediction([0.1, float("nan")], [True, False])
+    with pytest.raises(ValueError, match="booleans or 0/1"):
+        selective_prediction([0.1], [0.5])
+    with pytest.raises(ValueError, match="coverage k"):
+        selective_prediction([0.1], [True], coverages=[0])
+
+
+def test_bins():
+    assert bin_index([0.0, 0.19, 0.2, 0.5, 0.79999, 0.8, 1.0]).tolist() == [0, 0, 1, 2, 3, 4, 4]
+    assert [bin_label(j) for j in range(5)] == [
+        "[0, 0.2)",
+        "[0.2, 0.4)",
+        "[0.4, 0.6)",
+        "[0.6, 0.8)",
+        "[0.8, 1]",
+    ]
+    assert U_SYS_BINS == (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+    with pytest.raises(ValueError, match="outside"):
+        bin_index([1.2])
+
+
+def test_stratified_gains_by_hand():
+    u = [0.1, 0.15, 0.9, 0.85, 0.5]
+    base = [1, 0, 0, 0, 1]
+    method = [1, 1, 1, 0, 0.5]  # a per-question mean over several debates is allowed
+    rows = stratified_gains(u, base, method)
+    assert [r["n_questions"] for r in rows] == [2, 0, 1, 0, 2]
+    assert rows[0]["gain"] == pytest.approx(0.5)
+    assert rows[2]["gain"] == pytest.approx(-0.5)
+    assert rows[4]["baseline_accuracy"] == 0.0 and rows[4]["accuracy"] == 0.5
+    assert math.isnan(rows[1]["gain"])
+    with pytest.raises(ValueError, match="differ in length"):
+        stratified_gains([0.1], [1, 0], [1])
