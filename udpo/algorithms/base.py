@@ -1,0 +1,254 @@
+"""What every policy-optimization algorithm sees: a batch of debates, and two methods to fill in.
+
+A :class:`RolloutBatch` holds M debate trajectories, each agent's generated turns as stored token ids
+(with the behavior log-probs recorded when they were sampled), each agent's reward ``r_i`` per debate
+and the reward terms behind it. An :class:`Algorithm` (UDPO, and later the MAPPO and RMAAC baselines)
+turns rewards into advantages and, per agent, log-probs into a loss; rollouts, the policy, logging and
+evaluation are shared.
+
+Shared math, named once here:
+
+- ``rho = exp(logp_theta - logp_behavior)``: importance ratio of the current policy to the one that
+  sampled the tokens (log-ratios are clamped to +-``LOG_RATIO_CLAMP`` so exp never overflows).
+- ``min(rho A, clip(rho, 1 - eps, 1 + eps) A)``: the PPO clipped surrogate.
+- ``exp(r) - r - 1`` with ``r = logp_ref - logp_theta``: a non-negative, unbiased per-token estimator
+  of KL(pi_theta || pi_ref) on tokens sampled from pi_theta (Schulman's "k3").
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import torch
+from torch import Tensor
+
+from udpo.env.trajectory import Trajectory, Turn
+
+LOG_RATIO_CLAMP = 20.0
+
+
+@dataclass
+class AgentTurns:
+    """One agent's turns in one debate, one entry per round it spoke (token ids as generated)."""
+
+    prompt_ids: list[list[int]]
+    completion_ids: list[list[int]]
+    behavior_logprobs: list[list[float]]
+
+    @classmethod
+    def from_turns(cls, turns: Sequence[Turn]) -> AgentTurns:
+        return cls(
+            prompt_ids=[list(t.prompt_ids) for t in turns],
+            completion_ids=[list(t.completion_ids) for t in turns],
+            behavior_logprobs=[list(t.logprobs) for t in turns],
+        )
+
+    @property
+    def n_tokens(self) -> int:
+        return sum(len(c) for c in self.completion_ids)
+
+    @property
+    def has_behavior(self) -> bool:
+        """Whether every round's behavior log-probs were recorded (one per completion token)."""
+        return all(
+            len(lp) == len(c) for lp, c in zip(self.behavior_logprobs, self.completion_ids, strict=True)
+        )
+
+
+@dataclass
+class RolloutBatch:
+    """M debates ready for an update.
+
+    trajectories: the debates. turns[m][i]: agent i's turns in debate m. rewards: [M, N] reward r_i.
+    terms: the reward terms (r_intra, r_inter, r_sys, r_task), each [M] or [M, N].
+    group_ids: question id of each debate (debates of one question form a group).
+    weights: [M] importance weights (replayed debates), ones for fresh debates.
+    """
+
+    trajectories: list[Trajectory]
+    turns: list[list[AgentTurns]]
+    rewards: Tensor
+    terms: dict[str, Tensor]
+    group_ids: list[str]
+    weights: Tensor
+
+    @classmethod
+    def from_trajectories(
+        cls,
+        trajectories: Sequence[Trajectory],
+        rewards: Tensor,
+        terms: dict[str, Tensor],
+        weights: Tensor | None = None,
+    ) -> RolloutBatch:
+        """Collect every agent's stored turns; ``weights`` default to ones."""
+        m = len(trajectories)
+        if rewards.shape[0] != m:
+            raise ValueError(f"rewards has {rewards.shape[0]} rows for {m} trajectories")
+        for k, t in enumerate(trajectories):
+            if len(t.turns) != t.n_agents or any(not row for row in t.turns):
+                raise ValueError(
+                    f"trajectory {k} (question {t.question_id}) has no stored turns for some agent; "
+                    "training needs trajectories with turns (token ids and log-probs)"
+                )
+        weights = torch.ones(m) if weights is None else torch.as_tensor(weights, dtype=torch.float32)
+        if weights.shape != (m,):
+            raise ValueError(f"weights must have shape ({m},), got {tuple(weights.shape)}")
+        return cls(
+            trajectories=list(trajectories),
+            turns=[[AgentTurns.from_turns(row) for row in t.turns] for t in trajectories],
+            rewards=rewards,
+            terms=terms,
+            group_ids=[t.question_id for t in trajectories],
+            weights=weights,
+        )
+
+    def __len__(self) -> int:
+        return len(self.trajectories)
+
+    @property
+    def n_agents(self) -> int:
+        return self.rewards.shape[1]
+
+    def select(self, indices: Sequence[int]) -> RolloutBatch:
+        """The sub-batch of the given debates (for micro-batching; compute advantages on the full batch)."""
+        idx = torch.as_tensor(list(indices), dtype=torch.long)
+        return replace(
+            self,
+            trajectories=[self.trajectories[k] for k in indices],
+            turns=[self.turns[k] for k in indices],
+            rewards=self.rewards[idx],
+            terms={name: v[idx] for name, v in self.terms.items()},
+            group_ids=[self.group_ids[k] for k in indices],
+            weights=self.weights[idx],
+        )
+
+    def agent_sequences(self, agent: int) -> tuple[list[list[int]], list[list[int]]]:
+        """All of ``agent``'s (prompt ids, completion ids), debate by debate, round by round: the input of
+        :meth:`udpo.policy.MultiAgentPolicy.token_logprobs`."""
+        prompts = [p for row in self.turns for p in row[agent].prompt_ids]
+        completions = [c for row in self.turns for c in row[agent].completion_ids]
+        return prompts, completions
+
+    def per_debate(self, agent: int, flat: Sequence[Tensor]) -> list[Tensor]:
+        """Concatenate per-round tensors (ordered as :meth:`agent_sequences`) into one tensor per debate."""
+        out, k = [], 0
+        for row in self.turns:
+            n_rounds = len(row[agent].completion_ids)
+            out.append(torch.cat(list(flat[k : k + n_rounds])))
+            k += n_rounds
+        if k != len(flat):
+            raise ValueError(f"got {len(flat)} per-round tensors; agent {agent} has {k} turns in this batch")
+        return out
+
+    def behavior_logprobs(self, agent: int, device: torch.device | str | None = None) -> list[Tensor]:
+        """Behavior log-probs of ``agent``'s tokens, one tensor per debate (all its rounds concatenated)."""
+        out = []
+        for m, row in enumerate(self.turns):
+            turns = row[agent]
+            if not turns.has_behavior:
+                raise ValueError(
+                    f"debate {m} (question {self.group_ids[m]}): agent {agent} has turns without behavior "
+                    "log-probs; call fill_behavior_logprobs(batch, policy) before the first update"
+                )
+            flat = [x for lp in turns.behavior_logprobs for x in lp]
+            out.append(torch.tensor(flat, dtype=torch.float32, device=device))
+        return out
+
+
+@torch.no_grad()
+def fill_behavior_logprobs(batch: RolloutBatch, policy, batch_size: int = 8) -> int:
+    """Recompute, with the current policy, the behavior log-probs a backend did not record (e.g. an
+    OpenAI-compatible server). Call before the first update on the batch. Returns the turns filled."""
+    filled = 0
+    for i in range(batch.n_agents):
+        missing = []  # (agent turns, round index) without recorded log-probs
+        for row in batch.turns:
+            for r, (lp, c) in enumerate(zip(row[i].behavior_logprobs, row[i].completion_ids, strict=True)):
+                if len(lp) != len(c):
+                    missing.append((row[i], r))
+        if not missing:
+            continue
+        logps = policy.token_logprobs(
+            i,
+            [t.prompt_ids[r] for t, r in missing],
+            [t.completion_ids[r] for t, r in missing],
+            batch_size=batch_size,
+        )
+        for (turns, r), lp in zip(missing, logps, strict=True):
+            turns.behavior_logprobs[r] = lp.tolist()
+        filled += len(missing)
+    return filled
+
+
+def ratio(logp: Tensor, logp_behavior: Tensor) -> Tensor:
+    """rho = exp(logp_theta - logp_behavior), log-ratio clamped to +-LOG_RATIO_CLAMP."""
+    return torch.exp((logp - logp_behavior).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+
+
+def clipped_surrogate(rho: Tensor, advantage: Tensor, eps: float) -> Tensor:
+    """min(rho A, clip(rho, 1 - eps, 1 + eps) A), elementwise."""
+    return torch.minimum(rho * advantage, rho.clamp(1 - eps, 1 + eps) * advantage)
+
+
+def kl_estimate(logp: Tensor, logp_ref: Tensor) -> Tensor:
+    """Per-token KL estimator exp(r) - r - 1 with r = logp_ref - logp_theta (r clamped like the ratio)."""
+    r = (logp_ref - logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    return torch.exp(r) - r - 1
+
+
+def debate_mean(values: Sequence[Tensor]) -> Tensor:
+    """[M] mean of each debate's per-token values (0 for a debate without tokens)."""
+    return torch.stack([v.mean() if v.numel() else v.new_zeros(()) for v in values])
+
+
+class Algorithm(abc.ABC):
+    """A policy-optimization algorithm: rewards -> advantages, and per agent, log-probs -> loss.
+
+    The training loop, per update: ``A = algo.advantages(batch)`` once on the whole batch, then for each
+    agent i: log-probs ``logp[m]`` (all of agent i's tokens in debate m, under theta, with gradients) and
+    ``ref_logp[m]`` (under the reference, when ``needs_reference(i)``), then
+    ``loss, metrics = algo.loss(batch, i, logp, ref_logp, A[:, i])`` and ``loss.backward()``.
+    Per-round advantages (MAPPO-style critics) fit the same call: return [M, N, R] from ``advantages``
+    and split ``logp[m]`` by round with the completion lengths in ``batch.turns[m][i]``.
+    """
+
+    name = "algorithm"
+
+    @abc.abstractmethod
+    def advantages(self, batch: RolloutBatch) -> Tensor:
+        """Advantages of every agent in every debate, [M, N]."""
+
+    @abc.abstractmethod
+    def loss(
+        self,
+        batch: RolloutBatch,
+        agent: int,
+        logp: list[Tensor],
+        ref_logp: list[Tensor] | None,
+        advantages: Tensor,
+    ) -> tuple[Tensor, dict[str, float]]:
+        """Scalar loss to minimize for ``agent`` and its metrics (plain floats)."""
+
+    def needs_reference(self, agent: int) -> bool:
+        """Whether ``loss`` uses reference log-probs for ``agent`` (the loop skips that forward pass if not)."""
+        return True
+
+    def batch_metrics(self, batch: RolloutBatch, advantages: Tensor) -> dict[str, float]:
+        """Reward, reward-term and advantage statistics of a batch, for logging."""
+        out = {"reward/mean": batch.rewards.mean().item()}
+        for i in range(batch.n_agents):
+            out[f"reward/agent_{i}"] = batch.rewards[:, i].mean().item()
+        for name, value in batch.terms.items():
+            out[f"reward/{name}"] = value.float().mean().item()
+        out.update(
+            {
+                "advantage/mean": advantages.mean().item(),
+                "advantage/std": advantages.std().item() if advantages.numel() > 1 else 0.0,
+                "advantage/min": advantages.min().item(),
+                "advantage/max": advantages.max().item(),
+                "replay_weight/mean": batch.weights.mean().item(),
+            }
+        )
+        return out

@@ -1,0 +1,255 @@
+"""UDPO: Uncertainty-Driven Policy Optimization (paper section 4.3 and appendix A; SPEC sections 3-5).
+
+Names as in the paper, for agent i and debate trajectory tau:
+
+- ``r_intra, r_inter, r_sys``: uncertainty-driven rewards (stable agents, agreement, a confident and
+  robust vote); ``r_task``: whether the majority vote is right. ``r_i`` (eq. 4) weighs them with the
+  agent-tailored coefficients ``alpha_i, beta_i, gamma_i, lambda_i`` (:class:`Coefficients`).
+- ``A_i = r_i - b`` (eq. 9): advantage over the batch-mean baseline (or the mean over the debates of
+  the same question, ``baseline="group"``).
+- ``rho_i = exp(logp_i^theta - logp_i^behavior)`` (eq. 5): the trajectory-level ratio over all of agent
+  i's generated tokens in the debate. The paper writes the reference policy in the denominator; SPEC
+  uses the policy that sampled the debate, which keeps the ratio an importance weight.
+- ``l_clip = min(rho A, clip(rho, 1-eps, 1+eps) A)`` (eq. 7); ``l_anchor``: KL(pi_theta || pi_ref)
+  (eq. 8) estimated per token by ``exp(r) - r - 1``, ``r = logp_ref - logp_theta``, averaged over
+  agent i's tokens; ``eta_i``: the agent's anchoring weight.
+- Objective (eq. 6): ``mean_tau[w(tau) l_clip] - eta_i mean_tau[l_anchor]``, with replay importance
+  weights ``w`` (1 for fresh debates). The loss is its negative.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from udpo.env.trajectory import Trajectory
+from udpo.rewards import Calibration, agent_rewards, debate_metrics
+
+from .base import Algorithm, RolloutBatch, clipped_surrogate, debate_mean, kl_estimate, ratio
+
+#: ablation name -> the coefficient it zeroes ("w/o intra" sets every alpha_i to 0, ...)
+ABLATIONS = {"intra": "alpha", "inter": "beta", "sys": "gamma"}
+
+
+@dataclass(frozen=True)
+class Coefficients:
+    """Per-agent reward weights ``alpha, beta, gamma, lambda_`` (eq. 4) and anchoring weights ``eta`` (eq. 6).
+
+    Each is a tuple of N non-negative floats. Build with :meth:`uniform`, :meth:`from_calibration`
+    (warm-up calibration, SPEC section 4) or explicitly; :meth:`without` applies ablations.
+    """
+
+    alpha: tuple[float, ...]
+    beta: tuple[float, ...]
+    gamma: tuple[float, ...]
+    lambda_: tuple[float, ...]
+    eta: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        names = ("alpha", "beta", "gamma", "lambda_", "eta")
+        for name in names:
+            values = tuple(float(v) for v in np.atleast_1d(np.asarray(getattr(self, name), dtype=float)))
+            bad = [v for v in values if not math.isfinite(v) or v < 0]
+            if bad:
+                raise ValueError(f"coefficient {name} must be finite and >= 0, got {list(values)}")
+            object.__setattr__(self, name, values)
+        lengths = {name: len(getattr(self, name)) for name in names}
+        if len(set(lengths.values())) != 1:
+            raise ValueError(f"coefficients need one value per agent for every name, got lengths {lengths}")
+
+    @property
+    def n_agents(self) -> int:
+        return len(self.alpha)
+
+    @classmethod
+    def uniform(
+        cls,
+        n_agents: int,
+        alpha: float = 1 / 3,
+        beta: float = 1 / 3,
+        gamma: float = 1 / 3,
+        lambda_: float = 1.0,
+        eta: float = 0.01,
+    ) -> Coefficients:
+        """The same coefficients for every agent (defaults: SPEC's base values without calibration)."""
+        return cls(*([v] * n_agents for v in (alpha, beta, gamma, lambda_, eta)))
+
+    @classmethod
+    def from_calibration(cls, calibration: Calibration) -> Coefficients:
+        """The agent-tailored coefficients of :func:`udpo.rewards.calibrate`."""
+        c = calibration
+        return cls(c.alpha, c.beta, c.gamma, c.lambda_, c.eta)
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> Coefficients:
+        """From :meth:`to_dict` output or the ``coefficients`` block of ``Calibration.to_dict()``
+        (``lambda`` is accepted for ``lambda_``)."""
+        d = dict(d.get("coefficients", d))
+        if "lambda" in d:
+            d["lambda_"] = d.pop("lambda")
+        missing = [k for k in ("alpha", "beta", "gamma", "lambda_", "eta") if k not in d]
+        if missing:
+            raise ValueError(f"coefficients are missing {', '.join(missing)} (got keys {sorted(d)})")
+        return cls(d["alpha"], d["beta"], d["gamma"], d["lambda_"], d["eta"])
+
+    def without(self, *ablations: str) -> Coefficients:
+        """Ablations "intra", "inter", "sys": zero alpha, beta or gamma for every agent."""
+        unknown = [a for a in ablations if a not in ABLATIONS]
+        if unknown:
+            raise ValueError(f"unknown ablation(s) {unknown}; choose from {sorted(ABLATIONS)}")
+        return replace(self, **{ABLATIONS[a]: (0.0,) * self.n_agents for a in ablations})
+
+    def to_dict(self) -> dict[str, list[float]]:
+        return {k: list(getattr(self, k)) for k in ("alpha", "beta", "gamma", "lambda_", "eta")}
+
+
+def compute_rewards(
+    trajectories: Sequence[Trajectory], coefficients: Coefficients, scope: str = "trajectory"
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """Eq. 4 for every agent of every debate: ``r_i = alpha_i r_intra + beta_i r_inter + gamma_i r_sys
+    + lambda_i r_task``.
+
+    Returns rewards [M, N] and the terms ``r_intra, r_inter, r_sys`` ([M], or [M, N] with
+    ``scope="agent"``) and ``r_task`` ([M]: the trajectory's ``correct``, judged by its task).
+    """
+    if not trajectories:
+        raise ValueError("compute_rewards needs at least one trajectory")
+    n = coefficients.n_agents
+    for k, t in enumerate(trajectories):
+        if t.n_agents != n:
+            raise ValueError(
+                f"trajectory {k} (question {t.question_id}) has {t.n_agents} agents; coefficients have {n}"
+            )
+    metrics = debate_metrics([t.answers for t in trajectories])
+    metrics = replace(metrics, r_task=np.array([float(t.correct) for t in trajectories]))
+    c = coefficients
+    r = agent_rewards(metrics, c.alpha, c.beta, c.gamma, c.lambda_, scope=scope)
+    prefix = "agent_" if scope == "agent" else ""
+    terms = {name: getattr(metrics, prefix + name) for name in ("r_intra", "r_inter", "r_sys")}
+    terms["r_task"] = metrics.r_task
+
+    def as_tensor(x):
+        return torch.as_tensor(np.asarray(x, dtype=np.float32))
+
+    return as_tensor(r), {name: as_tensor(v) for name, v in terms.items()}
+
+
+@dataclass
+class UDPOConfig:
+    """clip_eps: epsilon of the clipped surrogate (eq. 7). ratio_level: "trajectory" (eq. 5, one ratio per
+    agent and debate) or "token" (PPO-style per-token ratios, surrogate averaged over the agent's
+    tokens). baseline: "batch" (mean of r_i over the batch, eq. 9) or "group" (mean of r_i over the
+    debates of the same question; needs several debates per question, a lone debate gets A = 0)."""
+
+    clip_eps: float = 0.2
+    ratio_level: str = "trajectory"
+    baseline: str = "batch"
+
+    def __post_init__(self) -> None:
+        if not 0 < self.clip_eps < 1:
+            raise ValueError(f"clip_eps must lie in (0, 1), got {self.clip_eps}")
+        if self.ratio_level not in ("trajectory", "token"):
+            raise ValueError(f"ratio_level must be 'trajectory' or 'token', got {self.ratio_level!r}")
+        if self.baseline not in ("batch", "group"):
+            raise ValueError(f"baseline must be 'batch' or 'group', got {self.baseline!r}")
+
+
+class UDPO(Algorithm):
+    """The UDPO objective with agent-tailored coefficients (set ``coefficients`` after calibration)."""
+
+    name = "udpo"
+
+    def __init__(self, coefficients: Coefficients, config: UDPOConfig | None = None):
+        self.coefficients = coefficients
+        self.config = config or UDPOConfig()
+
+    def advantages(self, batch: RolloutBatch) -> Tensor:
+        r = batch.rewards  # r_i(tau_m), eq. 4: [M, N]
+        b = group_mean(r, batch.group_ids) if self.config.baseline == "group" else r.mean(0, keepdim=True)
+        return r - b  # eq. 9
+
+    def needs_reference(self, agent: int) -> bool:
+        return self.coefficients.eta[agent] > 0
+
+    def loss(
+        self,
+        batch: RolloutBatch,
+        agent: int,
+        logp: list[Tensor],
+        ref_logp: list[Tensor] | None,
+        advantages: Tensor,
+    ) -> tuple[Tensor, dict[str, float]]:
+        eps, eta = self.config.clip_eps, self.coefficients.eta[agent]
+        behavior = _checked_inputs(batch, agent, logp, ref_logp, need_reference=eta > 0)
+        # eq. 9: A_i(tau) = r_i(tau) - b, [M]
+        A = advantages.to(logp[0].device)
+        if self.config.ratio_level == "trajectory":
+            # eq. 5: rho_i = exp(log pi_theta(tau) - log pi_behavior(tau)), all of agent i's tokens, [M]
+            rho = ratio(_sums(logp), _sums(behavior))
+            # eq. 7: l_clip = min(rho A, clip(rho, 1 - eps, 1 + eps) A), [M]
+            l_clip = clipped_surrogate(rho, A, eps)
+        else:
+            # per-token ratios; eq. 7 per token, averaged over agent i's tokens of each debate, [M]
+            rho = [ratio(lp, b) for lp, b in zip(logp, behavior, strict=True)]
+            l_clip = debate_mean([clipped_surrogate(r, a, eps) for r, a in zip(rho, A, strict=True)])
+        # eq. 8: l_anchor = KL(pi_theta || pi_ref), per-token exp(r) - r - 1 averaged over the tokens, [M]
+        l_anchor = debate_mean(list(map(kl_estimate, logp, ref_logp))) if eta > 0 else torch.zeros_like(A)
+        # eq. 6: replay-weighted clipped surrogate minus eta_i times the anchor
+        objective = (batch.weights.to(A.device) * l_clip).mean() - eta * l_anchor.mean()
+        loss = -objective
+        return loss, _metrics(rho, A, l_clip, l_anchor, loss, eps)
+
+
+def group_mean(r: Tensor, group_ids: Sequence[str]) -> Tensor:
+    """Each row's mean over the rows with the same group id (same shape as ``r``)."""
+    keys = {g: k for k, g in enumerate(dict.fromkeys(group_ids))}
+    idx = torch.tensor([keys[g] for g in group_ids], device=r.device)
+    sums = torch.zeros(len(keys), *r.shape[1:], dtype=r.dtype, device=r.device).index_add_(0, idx, r)
+    counts = torch.bincount(idx, minlength=len(keys)).to(r.dtype).reshape(-1, *[1] * (r.dim() - 1))
+    return (sums / counts)[idx]
+
+
+def _sums(values: Sequence[Tensor]) -> Tensor:
+    return torch.stack([v.sum() for v in values])
+
+
+def _checked_inputs(
+    batch: RolloutBatch, agent: int, logp: list[Tensor], ref_logp: list[Tensor] | None, need_reference: bool
+) -> list[Tensor]:
+    """Behavior log-probs of ``agent``, after checking that the given lists cover the same tokens."""
+    behavior = batch.behavior_logprobs(agent, device=logp[0].device)
+    if need_reference and ref_logp is None:
+        raise ValueError(f"agent {agent} has eta > 0: the loss needs reference log-probs")
+    given = [("log-probs", logp)] + ([("reference log-probs", ref_logp)] if need_reference else [])
+    for name, values in given:
+        if len(values) != len(behavior):
+            raise ValueError(f"got {name} for {len(values)} debates, the batch has {len(behavior)}")
+        for m, (lp, b) in enumerate(zip(values, behavior, strict=True)):
+            if lp.shape != b.shape:
+                raise ValueError(
+                    f"debate {m}: {lp.numel()} {name} for agent {agent}'s {b.numel()} generated tokens "
+                    "(compute them from batch.agent_sequences(agent) and batch.per_debate)"
+                )
+    return behavior
+
+
+@torch.no_grad()
+def _metrics(rho, A: Tensor, l_clip: Tensor, l_anchor: Tensor, loss: Tensor, eps: float) -> dict[str, float]:
+    rho = torch.cat(rho) if isinstance(rho, list) else rho
+    rho = rho if rho.numel() else torch.ones(1)
+    return {
+        "loss": loss.item(),
+        "surrogate": l_clip.mean().item(),
+        "kl": l_anchor.mean().item(),
+        "ratio_mean": rho.mean().item(),
+        "ratio_min": rho.min().item(),
+        "ratio_max": rho.max().item(),
+        "clip_frac": ((rho - 1).abs() > eps).float().mean().item(),
+        "advantage_mean": A.mean().item(),
+        "advantage_abs_mean": A.abs().mean().item(),
+    }

@@ -1,0 +1,178 @@
+"""A trained team on disk: ``team.json`` plus one PEFT adapter folder per agent.
+
+``team.json`` names the base model, each agent's adapter folder (relative to the team folder), system
+prompt (profile) and base model (heterogeneous teams), the LoRA settings and the training iteration.
+Checkpoints, exports, evaluation and resumption all read it through :class:`TeamManifest`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from udpo.env.backends.base import Backend
+from udpo.env.debate import AgentSpec
+
+TEAM_FILE = "team.json"
+
+
+@dataclass
+class AgentEntry:
+    """One agent: ``name``, ``adapter`` folder (relative to the team folder), ``profile`` (system prompt,
+    None: the task's default), ``base_model`` (None: the team's), ``merged`` (full-model folder written
+    by ``udpo export --merge``, else None)."""
+
+    name: str
+    adapter: str
+    profile: str | None = None
+    base_model: str | None = None
+    merged: str | None = None
+
+    @property
+    def adapter_name(self) -> str:
+        """The name the adapter is served under (agents sharing a folder share the name)."""
+        return Path(self.adapter).name
+
+
+@dataclass
+class TeamManifest:
+    """Contents of ``team.json``. ``root``: the folder it was loaded from or saved to (not written)."""
+
+    base_model: str
+    agents: list[AgentEntry]
+    shared_adapter: bool = False
+    task: str | None = None
+    lora: dict = field(default_factory=dict)
+    iteration: int = 0
+    root: Path | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def n_agents(self) -> int:
+        return len(self.agents)
+
+    @property
+    def heterogeneous(self) -> bool:
+        return len({a.base_model or self.base_model for a in self.agents}) > 1
+
+    def to_dict(self) -> dict:
+        return {
+            "base_model": self.base_model,
+            "n_agents": self.n_agents,
+            "shared_adapter": self.shared_adapter,
+            "task": self.task,
+            "agents": [asdict(a) for a in self.agents],
+            "lora": dict(self.lora),
+            "iteration": self.iteration,
+        }
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        """Write ``directory/team.json`` (atomically: a crash leaves the old file or the new one)."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / TEAM_FILE
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, path)
+        self.root = directory
+        return path
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike) -> TeamManifest:
+        """Read ``team.json`` from a team folder (or the file's own path); errors name the file and key."""
+        path = Path(directory)
+        path = path if path.name == TEAM_FILE else path / TEAM_FILE
+        if not path.exists():
+            raise FileNotFoundError(f"no {TEAM_FILE} in {path.parent}: not a team or checkpoint folder")
+        try:
+            d = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: invalid JSON ({e})") from None
+        for key in ("base_model", "agents"):
+            if key not in d:
+                raise ValueError(f"{path}: missing key {key!r}")
+        if not isinstance(d["agents"], list) or not d["agents"]:
+            raise ValueError(f"{path}: 'agents' must be a non-empty list")
+        agents = []
+        for k, a in enumerate(d["agents"]):
+            if not isinstance(a, dict) or "name" not in a or "adapter" not in a:
+                raise ValueError(f"{path}: agents[{k}] needs 'name' and 'adapter'")
+            unknown = sorted(set(a) - set(AgentEntry.__dataclass_fields__))
+            if unknown:
+                raise ValueError(f"{path}: agents[{k}] has unknown key(s) {unknown}")
+            agents.append(AgentEntry(**a))
+        if d.get("n_agents", len(agents)) != len(agents):
+            raise ValueError(f"{path}: n_agents is {d['n_agents']} but {len(agents)} agents are listed")
+        return cls(
+            base_model=d["base_model"],
+            agents=agents,
+            shared_adapter=bool(d.get("shared_adapter", False)),
+            task=d.get("task"),
+            lora=dict(d.get("lora") or {}),
+            iteration=int(d.get("iteration", 0)),
+            root=path.parent,
+        )
+
+    def _root(self, root: str | os.PathLike | None) -> Path:
+        if root is None and self.root is None:
+            raise ValueError("this manifest was neither loaded nor saved: pass the team folder as root")
+        return Path(root) if root is not None else self.root  # type: ignore[return-value]
+
+    def adapter_paths(self, root: str | os.PathLike | None = None) -> dict[str, str]:
+        """Adapter name -> absolute PEFT folder, once per distinct adapter."""
+        base = self._root(root)
+        return {a.adapter_name: str((base / a.adapter).resolve()) for a in self.agents}
+
+    def agent_specs(self) -> list[AgentSpec]:
+        """Debate agent specs serving each agent with its adapter (and its base model, when they differ)."""
+        return [
+            AgentSpec(
+                profile=a.profile,
+                adapter=a.adapter_name,
+                model=(a.base_model or self.base_model) if self.heterogeneous else None,
+            )
+            for a in self.agents
+        ]
+
+    def register(self, backend: Backend, root: str | os.PathLike | None = None) -> list[str]:
+        """Load every adapter into ``backend`` under its name; returns the names."""
+        paths = self.adapter_paths(root)
+        for name, folder in paths.items():
+            if not Path(folder, "adapter_config.json").exists():
+                raise FileNotFoundError(f"adapter {name!r}: no adapter_config.json in {folder}")
+            backend.load_adapter(name, folder)
+        return list(paths)
+
+
+def save_team(
+    policy,
+    directory: str | os.PathLike,
+    task: str | None = None,
+    profiles: list[str | None] | None = None,
+    iteration: int = 0,
+) -> TeamManifest:
+    """Write a :class:`~udpo.policy.MultiAgentPolicy`'s adapters to ``directory/adapters/<name>`` and
+    ``directory/team.json``; returns the manifest."""
+    directory = Path(directory)
+    if profiles is not None and len(profiles) != policy.n_agents:
+        raise ValueError(f"{len(profiles)} profiles for {policy.n_agents} agents")
+    policy.save_adapters(directory / "adapters")
+    manifest = TeamManifest(
+        base_model=policy.base_model,
+        agents=[
+            AgentEntry(
+                name=f"agent_{i}",
+                adapter=f"adapters/{policy.adapter_names[i]}",
+                profile=profiles[i] if profiles else None,
+                base_model=policy.agent_models[i],
+            )
+            for i in range(policy.n_agents)
+        ],
+        shared_adapter=policy.shared_adapter,
+        task=task,
+        lora=policy.lora.to_dict(),
+        iteration=iteration,
+    )
+    manifest.save(directory)
+    return manifest
