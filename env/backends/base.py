@@ -75,6 +75,17 @@ class Backend(abc.ABC):
     def generate(self, requests: list[ChatRequest]) -> list[Completion]:
         """Produce one completion per request, in order. Raises BackendError on engine failure."""
 
+    def completion_logprobs(
+        self,
+        messages_or_prompt_ids: list[dict[str, str]] | list[int],
+        completion_ids: list[int],
+        adapter: str | None = None,
+    ) -> list[float]:
+        """Log-prob of each token of a given completion after the prompt (chat messages, or prompt
+        token ids used as they are) under ``adapter`` (None: base), raw as in ``generate``. Lets a
+        trainer check that an adapter update reached the engine."""
+        raise BackendError(f"the {self.name} backend cannot score a given completion")
+
     def load_adapter(self, name: str, path: str) -> None:
         """Register (or replace) the LoRA adapter ``name`` from a PEFT folder ``path``."""
         raise BackendError(f"the {self.name} backend does not serve LoRA adapters")

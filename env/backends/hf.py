@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from .base import Backend, BackendError, ChatRequest, Completion, SamplingParams
+from .chat import chat_prompt_ids, prompt_ids_of
 
 
 def pick_dtype(name: str, device: str) -> torch.dtype:
@@ -86,8 +87,7 @@ class HFBackend(Backend):
     # generation -----------------------------------------------------------------------------
     def encode(self, messages: list[dict[str, str]]) -> list[int]:
         """Prompt token ids of a chat, with the generation prompt appended."""
-        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+        return chat_prompt_ids(self.tokenizer, messages)
 
     def generate(self, requests: list[ChatRequest]) -> list[Completion]:
         out: list[Completion | None] = [None] * len(requests)
@@ -109,18 +109,7 @@ class HFBackend(Backend):
         pad = self.tokenizer.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
         attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
-        kwargs = {}
-        names = [r.adapter for r in requests]
-        if any(n is not None for n in names):
-            known = set(self.adapters)
-            missing = sorted({n for n in names if n is not None and n not in known})
-            if missing:
-                raise BackendError(
-                    f"adapter(s) {missing} are not loaded in the hf backend (loaded: {sorted(known)})"
-                )
-            kwargs["adapter_names"] = [n if n is not None else "__base__" for n in names]
-        elif self.adapters:
-            kwargs["adapter_names"] = ["__base__"] * len(requests)
+        kwargs = self._adapter_kwargs([r.adapter for r in requests])
         if sp.seed is not None:
             torch.manual_seed(sp.seed)
         was_training = self.model.training
@@ -169,6 +158,48 @@ class HFBackend(Backend):
                 )
             )
         return out
+
+    def _adapter_kwargs(self, names: list[str | None]) -> dict:
+        """PEFT's per-row ``adapter_names`` for a batch (None rows use the base model)."""
+        if any(n is not None for n in names):
+            known = set(self.adapters)
+            missing = sorted({n for n in names if n is not None and n not in known})
+            if missing:
+                raise BackendError(
+                    f"adapter(s) {missing} are not loaded in the hf backend (loaded: {sorted(known)})"
+                )
+            return {"adapter_names": [n if n is not None else "__base__" for n in names]}
+        return {"adapter_names": ["__base__"] * len(names)} if self.adapters else {}
+
+    @torch.no_grad()
+    def completion_logprobs(
+        self,
+        messages_or_prompt_ids: list[dict[str, str]] | list[int],
+        completion_ids: list[int],
+        adapter: str | None = None,
+    ) -> list[float]:
+        """Log-prob of each token of a given completion after the prompt, under ``adapter`` (None: base).
+
+        The prompt is chat messages (the chat template is applied) or token ids used as they are. One
+        teacher-forced forward pass; raw (temperature 1) log-probs, the same quantity ``generate``
+        returns, so a trainer can check that its policy and an engine agree.
+        """
+        prompt = prompt_ids_of(self.tokenizer, messages_or_prompt_ids)
+        completion = list(completion_ids)
+        if not completion:
+            return []
+        kwargs = self._adapter_kwargs([adapter])
+        ids = torch.tensor([prompt + completion], device=self.device)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            logits = self.model(input_ids=ids, **kwargs).logits[0, len(prompt) - 1 : -1].float()
+        except (RuntimeError, ValueError) as e:
+            raise BackendError(f"hf forward pass failed: {e}") from e
+        finally:
+            self.model.train(was_training)
+        chosen = ids[0, len(prompt) :].unsqueeze(-1)
+        return torch.log_softmax(logits, dim=-1).gather(-1, chosen).squeeze(-1).tolist()
 
     def _extra_stops(self) -> list[int]:
         cfg = getattr(self.model, "generation_config", None)
