@@ -43,7 +43,7 @@ class LoraSettings:
     """LoRA hyper-parameters shared by every agent's adapter.
 
     r: rank. alpha: scaling numerator (the update is scaled by alpha / r). dropout: LoRA dropout,
-    active while log-probs are computed with gradients. target_modules: module names that get adapters.
+    active while log-probs are computed with gradients (the base model's own dropout is switched off). target_modules: module names that get adapters.
     """
 
     r: int = 8
@@ -118,7 +118,10 @@ class MultiAgentPolicy:
                     n for n, b in zip(self.adapter_names, self.agent_models, strict=True) if b == base
                 )
             )
-            backbone = AutoModelForCausalLM.from_pretrained(path, dtype=self.dtype).to(self.device)
+            backbone = AutoModelForCausalLM.from_pretrained(
+                path, config=_without_dropout(path), dtype=self.dtype
+            )
+            backbone.to(self.device)
             peft_model = get_peft_model(backbone, self.lora.peft_config(), adapter_name=names[0])
             snapshots = [n + REFERENCE_SUFFIX for n in names] if reference == "lagged" else []
             for name in names[1:] + snapshots:
@@ -211,7 +214,7 @@ class MultiAgentPolicy:
         lagged = reference and self.reference == "lagged"
         model = self._set_active(agent, reference=lagged)
         grad = torch.is_grad_enabled() and not reference
-        model.train(grad and self.lora.dropout > 0)
+        model.train(grad)  # LoRA dropout and gradient checkpointing act in training mode only
         out: list[Tensor | None] = [None] * len(prompt_ids)
         order = sorted(range(len(prompt_ids)), key=lambda k: len(prompt_ids[k]) + len(completion_ids[k]))
         pad = self.tokenizer_of(agent).pad_token_id
@@ -387,6 +390,18 @@ class TeamBackend(Backend):
     def close(self) -> None:
         for b in self.backends.values():
             b.close()
+
+
+def _without_dropout(path: str):
+    """The model's config with every dropout rate set to 0: the base model's own dropout would make the
+    log-probs of a training forward pass differ from the sampling policy's (only LoRA dropout stays)."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(path)
+    for key, value in vars(config).items():
+        if ("dropout" in key or "pdrop" in key) and isinstance(value, float):
+            setattr(config, key, 0.0)
+    return config
 
 
 def _forward_logprobs(model, rows: list[tuple[list[int], list[int]]], pad: int, device: str) -> list[Tensor]:

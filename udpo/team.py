@@ -114,6 +114,35 @@ class TeamManifest:
             root=path.parent,
         )
 
+    @classmethod
+    def from_policy(
+        cls,
+        policy,
+        task: str | None = None,
+        profiles: list[str | None] | None = None,
+        iteration: int = 0,
+    ) -> TeamManifest:
+        """The manifest of a :class:`~udpo.policy.MultiAgentPolicy` whose adapters are (to be) saved
+        under ``adapters/<name>`` (``policy.save_adapters(team_folder / "adapters")``)."""
+        if profiles is not None and len(profiles) != policy.n_agents:
+            raise ValueError(f"{len(profiles)} profiles for {policy.n_agents} agents")
+        return cls(
+            base_model=policy.base_model,
+            agents=[
+                AgentEntry(
+                    name=f"agent_{i}",
+                    adapter=f"adapters/{policy.adapter_names[i]}",
+                    profile=profiles[i] if profiles else None,
+                    base_model=policy.agent_models[i],
+                )
+                for i in range(policy.n_agents)
+            ],
+            shared_adapter=policy.shared_adapter,
+            task=task,
+            lora=policy.lora.to_dict(),
+            iteration=iteration,
+        )
+
     def _root(self, root: str | os.PathLike | None) -> Path:
         if root is None and self.root is None:
             raise ValueError("this manifest was neither loaded nor saved: pass the team folder as root")
@@ -152,27 +181,8 @@ def save_team(
     profiles: list[str | None] | None = None,
     iteration: int = 0,
 ) -> TeamManifest:
-    """Write a :class:`~udpo.policy.MultiAgentPolicy`'s adapters to ``directory/adapters/<name>`` and
-    ``directory/team.json``; returns the manifest."""
-    directory = Path(directory)
-    if profiles is not None and len(profiles) != policy.n_agents:
-        raise ValueError(f"{len(profiles)} profiles for {policy.n_agents} agents")
-    policy.save_adapters(directory / "adapters")
-    manifest = TeamManifest(
-        base_model=policy.base_model,
-        agents=[
-            AgentEntry(
-                name=f"agent_{i}",
-                adapter=f"adapters/{policy.adapter_names[i]}",
-                profile=profiles[i] if profiles else None,
-                base_model=policy.agent_models[i],
-            )
-            for i in range(policy.n_agents)
-        ],
-        shared_adapter=policy.shared_adapter,
-        task=task,
-        lora=policy.lora.to_dict(),
-        iteration=iteration,
-    )
+    """Write a policy's adapters to ``directory/adapters/<name>`` and ``directory/team.json``."""
+    policy.save_adapters(Path(directory) / "adapters")
+    manifest = TeamManifest.from_policy(policy, task=task, profiles=profiles, iteration=iteration)
     manifest.save(directory)
     return manifest
