@@ -136,8 +136,9 @@ def analyze_run(run: Run) -> dict[str, Any]:
         groups.append({"task": key[0], "n_agents": key[1], "n_rounds": key[2], **_means(run, sel)})
     metric_names = [*METRICS, "correct"]
     columns = [run.values(m) for m in METRICS] + [run.correct.astype(float)]
-    matrix_r = [[pearson(a, b)[0] for b in columns] for a in columns]
-    matrix_p = [[pearson(a, b)[1] for b in columns] for a in columns]
+    pairs = [[pearson(a, b) for b in columns] for a in columns]
+    matrix_r = [[r for r, _ in row] for row in pairs]
+    matrix_p = [[p for _, p in row] for row in pairs]
     return {
         "path": str(run.path),
         **_means(run, everything),

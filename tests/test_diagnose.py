@@ -1,0 +1,240 @@
+"""``udpo diagnose`` on synthetic trajectory files: numbers, tables, plots and bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from udpo.cli import main
+from udpo.diagnose import choose_baseline, default_label, per_question
+from udpo.rewards import majority_vote, uncertainty
+from udpo.rewards.statistics import failure_vs_success, pearson, selective_prediction, stratified_gains
+
+
+def write_run(path: Path, seed: int, skill: float, n_questions: int = 60, repeats: int = 1) -> Path:
+    """A run of N = 3, T = 2 debates: agents answer right with a chance that falls with the question's
+    difficulty (shared by all runs) and grows over rounds; a run's ``skill`` shifts that chance."""
+    rng, difficulty = random.Random(seed), random.Random(99)
+    lines = []
+    for q in range(n_questions):
+        hard = difficulty.random()
+        for _ in range(repeats):
+            answers = []
+            for _agent in range(3):
+                row = []
+                for t in range(3):
+                    r = rng.random()
+                    p = min(0.98, max(0.05, skill - hard + 0.15 * t))
+                    row.append("A" if r < p else (None if r > 0.97 else rng.choice("BC")))
+                answers.append(row)
+            pred = majority_vote([a[-1] for a in answers])
+            lines.append(
+                {
+                    "question_id": f"q{q}",
+                    "question": f"question {q}",
+                    "gold": "A",
+                    "answers": answers,
+                    "prediction": pred,
+                    "correct": pred == "A",
+                    "turns": [],
+                    "meta": {"task": "synthetic"},
+                }
+            )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("runs")
+    write_run(root / "udpo" / "trajectories.jsonl", seed=2, skill=1.0)
+    write_run(root / "mad" / "trajectories.jsonl", seed=1, skill=0.75)
+    out = root / "diagnosis"
+    assert main(["diagnose", str(root / "udpo"), str(root / "mad"), "--out", str(out)]) == 0
+    return root, out, json.loads((out / "summary.json").read_text())
+
+
+def test_summary_numbers_match_the_formulas(two_runs):
+    root, _, summary = two_runs
+    assert set(summary["runs"]) == {"udpo", "mad"}
+    for label in ("udpo", "mad"):
+        records = read_jsonl(root / label / "trajectories.jsonl")
+        correct = np.array([r["correct"] for r in records])
+        u = {
+            m: np.array([getattr(uncertainty(r["answers"]), m) for r in records])
+            for m in ("u_intra", "u_inter", "u_sys")
+        }
+        s = summary["runs"][label]
+        assert s["n_debates"] == len(records) == 60
+        assert s["accuracy"] == pytest.approx(correct.mean())
+        assert s["groups"] == [
+            {"task": "synthetic", "n_agents": 3, "n_rounds": 2, "n_debates": 60, "accuracy": s["accuracy"]}
+            | {m: s[m] for m in u}
+        ]
+        for m, values in u.items():
+            assert s[m] == pytest.approx(values.mean())
+            expected = failure_vs_success(values, correct)
+            assert s["failure_vs_success"][m]["p_value"] == pytest.approx(expected.p_value)
+            assert s["failure_vs_success"][m]["cohens_d"] == pytest.approx(expected.cohens_d)
+            r, p = pearson(values, correct.astype(float))
+            assert s["correlation_with_correct"][m] == pytest.approx({"r": r, "p_value": p})
+            curve = selective_prediction(values, correct)
+            assert [c["n_kept"] for c in s["selective_prediction"][m]] == [c["n_kept"] for c in curve]
+            assert [c["accuracy"] for c in s["selective_prediction"][m]] == pytest.approx(
+                [c["accuracy"] for c in curve]
+            )
+        assert s["correlation_matrix"]["variables"] == ["u_intra", "u_inter", "u_sys", "correct"]
+        # the synthetic runs are built so that uncertainty predicts failure
+        assert s["failure_vs_success"]["u_sys"]["cohens_d"] > 0
+        assert s["correlation_with_correct"]["u_sys"]["r"] < 0
+
+
+def test_stratified_gains_use_the_mad_run_as_baseline(two_runs):
+    root, _, summary = two_runs
+    assert summary["baseline"] == "mad"  # recognised by its label although given second
+    gains = summary["stratified_gains"]
+    assert set(gains) == {"udpo"}
+    mad = read_jsonl(root / "mad" / "trajectories.jsonl")
+    udpo = {r["question_id"]: r for r in read_jsonl(root / "udpo" / "trajectories.jsonl")}
+    expected = stratified_gains(
+        [uncertainty(r["answers"]).u_sys for r in mad],
+        [float(r["correct"]) for r in mad],
+        [float(udpo[r["question_id"]]["correct"]) for r in mad],
+    )
+    assert gains["udpo"]["n_shared_questions"] == 60
+    got = gains["udpo"]["bins"]
+    assert [b["bin"] for b in got] == ["[0, 0.2)", "[0.2, 0.4)", "[0.4, 0.6)", "[0.6, 0.8)", "[0.8, 1]"]
+    for g, e in zip(got, expected, strict=True):
+        assert g["n_questions"] == e["n_questions"]
+        if e["n_questions"]:
+            assert g["gain"] == pytest.approx(e["gain"])
+        else:
+            assert g["gain"] is None  # NaN is written as null
+
+
+def test_tables_and_plots_are_written(two_runs):
+    _, out, summary = two_runs
+    with open(out / "debates.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(rows) == 120 and {r["run"] for r in rows} == {"udpo", "mad"}
+    assert set(rows[0]) >= {"question_id", "correct", "u_intra", "u_inter", "u_sys", "loo_instability"}
+    for name in (
+        "runs",
+        "groups",
+        "failure_vs_success",
+        "correlations",
+        "selective_prediction",
+        "stratified_gains",
+    ):
+        with open(out / f"{name}.csv") as fh:
+            assert len(list(csv.reader(fh))) > 1, name
+    with open(out / "selective_prediction.csv") as fh:
+        assert len(list(csv.DictReader(fh))) == 2 * 3 * 10  # runs x metrics x coverages
+    pngs = ["distributions_mad", "distributions_udpo", "correlation_mad", "correlation_udpo"]
+    for name in [*pngs, "selective_prediction", "stratified_gains"]:
+        data = (out / f"{name}.png").read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000, name
+    assert sorted(summary["files"]) == sorted(str(p) for p in out.iterdir())
+
+
+def test_console_command_on_a_jsonl_file(tmp_path):
+    file = write_run(tmp_path / "mad_run.jsonl", seed=5, skill=0.8, n_questions=20)
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "udpo.cli",
+            "diagnose",
+            str(file),
+            "--out",
+            str(out),
+            "--labels",
+            "standard mad",
+            "--no-plots",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "standard mad" in proc.stdout and "U_sys" in proc.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert list(summary["runs"]) == ["standard mad"]
+    assert "stratified_gains" not in summary  # one run: nothing to compare
+    assert not list(out.glob("*.png"))
+
+
+def test_several_debates_per_question_are_averaged(tmp_path):
+    from udpo.diagnose import load_run
+
+    run = load_run(write_run(tmp_path / "r.jsonl", seed=3, skill=0.8, n_questions=5, repeats=3))
+    per_q = per_question(run)
+    assert len(run) == 15 and len(per_q) == 5
+    assert per_q["q0"][1] == pytest.approx(run.correct[:3].mean())
+    assert per_q["q0"][0] == pytest.approx(run.metrics.u_sys[:3].mean())
+
+
+def test_labels_and_baseline_choice(tmp_path):
+    assert default_label(tmp_path / "x" / "trajectories.jsonl") == "x"
+    assert default_label(tmp_path / "run7.jsonl") == "run7"
+    assert choose_baseline(["udpo", "Standard_MAD"], None) == "Standard_MAD"
+    assert choose_baseline(["a", "b"], None) == "a"
+    assert choose_baseline(["a", "b"], "b") == "b"
+
+
+def _diagnose_error(capsys, args) -> str:
+    assert main(["diagnose", *args]) == 2
+    return capsys.readouterr().err
+
+
+def test_bad_input_errors_name_the_problem(tmp_path, capsys):
+    good = write_run(tmp_path / "good.jsonl", seed=1, skill=0.8, n_questions=5)
+    out = str(tmp_path / "out")
+
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    assert "empty.jsonl: no debates in this file (it is empty)" in _diagnose_error(
+        capsys, [str(empty), "--out", out]
+    )
+
+    lines = good.read_text().splitlines()
+    missing = json.loads(lines[1])
+    del missing["answers"]
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text("\n".join([lines[0], json.dumps(missing), *lines[2:]]) + "\n")
+    assert "broken.jsonl:2: missing key(s) answers" in _diagnose_error(capsys, [str(broken), "--out", out])
+
+    ragged = tmp_path / "ragged.jsonl"
+    bad = json.loads(lines[0]) | {"answers": [["A", "B"], ["A"]]}
+    ragged.write_text(json.dumps(bad) + "\n")
+    assert "ragged.jsonl:1: 'answers' is ragged" in _diagnose_error(capsys, [str(ragged), "--out", out])
+
+    nan = tmp_path / "nan.jsonl"
+    with_nan = json.loads(lines[1])
+    with_nan["answers"][0][0] = float("nan")  # json writes it as NaN, which Python's json reads back
+    nan.write_text(lines[0] + "\n" + json.dumps(with_nan) + "\n")
+    err = _diagnose_error(capsys, [str(nan), "--out", out])
+    assert "nan.jsonl: debate 2 (question_id 'q1')" in err and "NaN" in err
+
+    assert "got 1 labels for 2 runs" in _diagnose_error(
+        capsys, [str(good), str(good), "--out", out, "--labels", "x"]
+    )
+    assert "share the label" in _diagnose_error(capsys, [str(good), str(good), "--out", out])
+    err = _diagnose_error(capsys, [str(good), str(good), "--out", out, "--labels", "a,b", "--baseline", "c"])
+    assert "--baseline 'c' is not a run label" in err
+    assert "no run folder or trajectory file" in _diagnose_error(
+        capsys, [str(tmp_path / "nope"), "--out", out]
+    )
+    assert "has no trajectories.jsonl" in _diagnose_error(capsys, [str(tmp_path), "--out", out])
