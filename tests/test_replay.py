@@ -1,0 +1,102 @@
+"""Uncertainty-driven replay (SPEC section 5, paper A.3): priorities, probabilities, IS weights, state."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from udpo.env.trajectory import Trajectory, Turn
+from udpo.replay import ReplayBuffer
+
+# Three debates, N = 3, T = 2, with base weights (0.5, 0.3, 0.2):
+# settled: every answer "1"                     -> r = (1, 1, 1)                          U = 0
+# mixed:   1 1 1 / 2 1 1 / 2 2 1                -> r = (2/3, 5/9, 1)  U = 0.5/3 + 0.3*4/9  = 0.3
+# split:   1 1 1 / 2 2 2 / 3 3 3                -> r_intra 1, r_inter 0, U_sys = (1 + 1 + 1/3)/3 = 7/9
+#                                                  U = 0.3 * 1 + 0.2 * 7/9 = 0.455556
+MATRICES = {
+    "settled": [["1"] * 3] * 3,
+    "mixed": [["1", "1", "1"], ["2", "1", "1"], ["2", "2", "1"]],
+    "split": [["1"] * 3, ["2"] * 3, ["3"] * 3],
+}
+U = np.array([0.0, 0.3, 0.3 + 0.2 * 7 / 9])
+BASE = (0.5, 0.3, 0.2)
+
+
+def debate(qid: str) -> Trajectory:
+    answers = MATRICES[qid.split("#")[0]]
+    turns = [
+        [Turn(i, t, [], "x", a, [1, 2], [5, 6], [-0.5, -0.25]) for t, a in enumerate(row)]
+        for i, row in enumerate(answers)
+    ]
+    return Trajectory(qid, "q", "1", [list(r) for r in answers], "1", True, turns=turns)
+
+
+def filled(**kw) -> ReplayBuffer:
+    buf = ReplayBuffer(base_weights=BASE, **kw)
+    buf.add([debate("settled"), debate("mixed"), debate("split")])
+    return buf
+
+
+def test_priorities_are_the_composite_uncertainty():
+    assert np.allclose(filled().priorities(), U)
+
+
+@pytest.mark.parametrize("eta_replay", [1.0, 2.0, 0.0])
+def test_probabilities(eta_replay):
+    p = (U + 1e-3) ** eta_replay
+    assert np.allclose(filled(eta_replay=eta_replay).probabilities(), p / p.sum())
+
+
+@pytest.mark.parametrize("beta_is", [1.0, 0.5])
+def test_importance_weights_and_sampling(beta_is):
+    buf = filled(beta_is=beta_is)
+    p = (U + 1e-3) / (U + 1e-3).sum()
+    w = (1 / (3 * p)) ** beta_is
+    w = w / w.max()  # the settled debate (rarest draw) gets weight 1
+    items, weights = buf.sample(20000, rng=0)
+    picked = np.array([["settled", "mixed", "split"].index(t.question_id) for t in items])
+    assert np.allclose(np.bincount(picked, minlength=3) / len(picked), p, atol=0.01)
+    assert np.allclose(weights.numpy(), w[picked], rtol=1e-6)
+    assert weights.dtype.is_floating_point and weights.max().item() <= 1.0
+
+
+def test_sample_is_reproducible_and_keeps_behavior_logprobs():
+    buf = filled()
+    a, wa = buf.sample(8, rng=np.random.default_rng(3))
+    b, wb = buf.sample(8, rng=np.random.default_rng(3))
+    assert [t.question_id for t in a] == [t.question_id for t in b] and wa.tolist() == wb.tolist()
+    assert a[0].turns[0][0].logprobs == [-0.5, -0.25]
+    assert buf.sample(0, rng=0)[0] == []
+    with pytest.raises(ValueError, match="empty replay buffer"):
+        ReplayBuffer().sample(1, rng=0)
+
+
+def test_capacity_evicts_oldest_and_replace_refreshes_questions():
+    buf = ReplayBuffer(capacity=3, base_weights=BASE)
+    buf.add([debate("settled#1"), debate("mixed#1"), debate("split#1"), debate("mixed#2")])
+    assert [t.question_id for t in buf.items] == ["mixed#1", "split#1", "mixed#2"]
+    buf.add([debate("mixed#1")], replace=True)  # re-run of a stored question replaces the old debate
+    assert [t.question_id for t in buf.items] == ["split#1", "mixed#2", "mixed#1"]
+    assert buf.question_ids() == ["split#1", "mixed#2", "mixed#1"]
+    assert np.allclose(buf.priorities(), [U[2], U[1], U[1]])
+
+
+def test_state_dict_round_trip_through_json():
+    buf = filled(capacity=5, eta_replay=2.0, beta_is=0.5)
+    state = json.loads(json.dumps(buf.state_dict()))
+    other = ReplayBuffer()
+    other.load_state_dict(state)
+    assert (other.capacity, other.eta_replay, other.beta_is, other.base_weights) == (5, 2.0, 0.5, BASE)
+    assert np.allclose(other.probabilities(), buf.probabilities())
+    assert [t.to_dict() for t in other.items] == [t.to_dict() for t in buf.items]
+    with pytest.raises(ValueError, match="missing"):
+        other.load_state_dict({"items": []})
+
+
+def test_bad_settings_are_rejected():
+    with pytest.raises(ValueError, match="capacity"):
+        ReplayBuffer(capacity=0)
+    with pytest.raises(ValueError, match="base_weights"):
+        ReplayBuffer(base_weights=(1.0, 1.0))
