@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from .coding import NONE_CODE, AnswerCoder, AnswerMatrix, check_answers, check_codes
+from .coding import NONE_CODE, AnswerCoder, AnswerMatrix, check_answer_matrices, check_codes
 from .reward import Match, Scope, is_correct
 
 
@@ -166,7 +166,7 @@ def debate_metrics(
         raise ValueError("no debates given")
     if golds is not None and len(golds) != total:
         raise ValueError(f"got {len(golds)} golds for {total} debates")
-    matrices = [check_answers(a, where=f"debate {idx}") for idx, a in enumerate(answer_matrices)]
+    matrices = check_answer_matrices(answer_matrices)
     groups: dict[tuple[int, int], list[int]] = {}
     for idx, a in enumerate(matrices):
         groups.setdefault((len(a), len(a[0])), []).append(idx)

@@ -3,40 +3,59 @@
 An answer matrix holds N agents' parsed answers over rounds 0..T: ``answers[i][t]``. Answers are any
 hashable values compared with ``==``; ``None`` (unparsed) is an ordinary value in every uncertainty
 metric and an abstention in the vote. The batch path works on integer codes instead: within one
-debate equal answers get equal codes, :data:`NONE_CODE` stands for ``None`` and every other code
-is non-negative.
+batch equal answers get equal codes, :data:`NONE_CODE` stands for ``None`` and every other code
+is non-negative (codes are arbitrary labels: no metric depends on their values).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Sequence
+from itertools import chain
 
 import numpy as np
 
 AnswerMatrix = Sequence[Sequence[Hashable | None]]
+Matrix = tuple[tuple[Hashable | None, ...], ...]
 
 #: integer code of an unparsed answer (``None``)
 NONE_CODE = -1
 
 
-def check_answers(answers: AnswerMatrix, where: str = "answers") -> tuple[tuple[Hashable | None, ...], ...]:
-    """Validate one answer matrix and return it as a tuple of per-agent tuples.
+def _is_nan(a: object) -> bool:
+    return isinstance(a, float) and math.isnan(a)
 
-    Raises ValueError naming the problem (``where`` prefixes the message, e.g. ``"debate 3"``):
-    not a sequence of per-agent sequences, no agents, no rounds, ragged rows, NaN or unhashable answers.
-    """
-    if isinstance(answers, (str, bytes)) or not isinstance(answers, Sequence | np.ndarray):
+
+def _as_row(row: object, i: int, where: str) -> tuple:
+    if type(row) is tuple:  # fast paths first: ABC isinstance checks are slow on big batches
+        return row
+    if type(row) is list or (not isinstance(row, (str, bytes)) and isinstance(row, Sequence | np.ndarray)):
+        return tuple(row)
+    raise ValueError(
+        f"{where}: agent {i} must be a sequence of T+1 answers, got {type(row).__name__} {row!r}"
+    )
+
+
+def _check_shape(answers: AnswerMatrix, where: str) -> Matrix:
+    """Structure and hashability of one matrix (no per-answer NaN scan); rows as tuples."""
+    if type(answers) not in (list, tuple) and (
+        isinstance(answers, (str, bytes)) or not isinstance(answers, Sequence | np.ndarray)
+    ):
         raise ValueError(f"{where}: expected N per-agent sequences of answers, got {type(answers).__name__}")
     if len(answers) == 0:
         raise ValueError(f"{where}: no agents (an answer matrix needs N >= 1 rows)")
-    rows = []
-    for i, row in enumerate(answers):
-        if isinstance(row, (str, bytes)) or not isinstance(row, Sequence | np.ndarray):
-            raise ValueError(
-                f"{where}: agent {i} must be a sequence of T+1 answers, got {type(row).__name__} {row!r}"
-            )
-        rows.append(tuple(row))
+    rows = tuple(_as_row(row, i, where) for i, row in enumerate(answers))
+    try:
+        hash(rows)  # hashes every answer in C
+    except TypeError:
+        for i, row in enumerate(rows):
+            for t, a in enumerate(row):
+                try:
+                    hash(a)
+                except TypeError:
+                    raise ValueError(
+                        f"{where}: answer of agent {i} at round {t} is unhashable ({type(a).__name__}: {a!r})"
+                    ) from None
     lengths = [len(r) for r in rows]
     if len(set(lengths)) != 1:
         raise ValueError(
@@ -44,17 +63,59 @@ def check_answers(answers: AnswerMatrix, where: str = "answers") -> tuple[tuple[
         )
     if lengths[0] == 0:
         raise ValueError(f"{where}: no rounds (each agent needs at least the round-0 answer)")
+    return rows
+
+
+def _check_nan(rows: Matrix, where: str) -> None:
     for i, row in enumerate(rows):
         for t, a in enumerate(row):
-            if isinstance(a, float) and math.isnan(a):
+            if _is_nan(a):
                 raise ValueError(f"{where}: answer of agent {i} at round {t} is NaN (use None for unparsed)")
-            try:
-                hash(a)
-            except TypeError:
-                raise ValueError(
-                    f"{where}: answer of agent {i} at round {t} is unhashable ({type(a).__name__}: {a!r})"
-                ) from None
-    return tuple(rows)
+
+
+def check_answers(answers: AnswerMatrix, where: str = "answers") -> Matrix:
+    """Validate one answer matrix and return it as a tuple of per-agent tuples.
+
+    Raises ValueError naming the problem (``where`` prefixes the message, e.g. ``"debate 3"``):
+    not a sequence of per-agent sequences, no agents, no rounds, ragged rows, NaN or unhashable answers.
+    """
+    rows = _check_shape(answers, where)
+    _check_nan(rows, where)
+    return rows
+
+
+def check_answer_matrices(answer_matrices: Sequence[AnswerMatrix], where: str = "debate") -> list[Matrix]:
+    """:func:`check_answers` for many matrices (messages name ``"<where> <index>"``), fast for big batches.
+
+    NaN is looked for among the distinct answers first, and located only when present.
+    """
+    matrices = [_check_shape(a, f"{where} {m}") for m, a in enumerate(answer_matrices)]
+    distinct = set(chain.from_iterable(chain.from_iterable(matrices)))
+    if any(_is_nan(v) for v in distinct):
+        for m, a in enumerate(matrices):
+            _check_nan(a, f"{where} {m}")
+    return matrices
+
+
+class AnswerCoder:
+    """One shared answer -> code table, so codes of several batches stay comparable."""
+
+    def __init__(self) -> None:
+        self._lookup: dict[Hashable | None, int] = {None: NONE_CODE}
+
+    def encode(self, matrices: Sequence[Matrix]) -> np.ndarray:
+        """Codes ``M x N x (T+1)`` of validated matrices of one shape (see :func:`check_answer_matrices`)."""
+        lookup = self._lookup
+        n, t1 = len(matrices[0]), len(matrices[0][0])
+        answers = list(chain.from_iterable(chain.from_iterable(matrices)))
+        for v in set(answers) - lookup.keys():
+            lookup[v] = len(lookup) - 1
+        codes = np.fromiter(map(lookup.__getitem__, answers), dtype=np.int32, count=len(answers))
+        return codes.reshape(len(matrices), n, t1)
+
+    def values(self) -> list[Hashable]:
+        """``values()[code]`` is the answer coded ``code`` (codes >= 0)."""
+        return [x for x in self._lookup if x is not None]
 
 
 def encode_answers(
@@ -66,7 +127,7 @@ def encode_answers(
     as in a dict) equal codes. With ``return_values`` also return ``values`` with ``values[code]`` the
     answer behind each code >= 0. Raises ValueError if a matrix is invalid or the shapes differ.
     """
-    matrices = [check_answers(a, where=f"debate {m}") for m, a in enumerate(answer_matrices)]
+    matrices = check_answer_matrices(answer_matrices)
     if not matrices:
         raise ValueError("no answer matrices to encode")
     shape = (len(matrices[0]), len(matrices[0][0]))
@@ -79,24 +140,6 @@ def encode_answers(
     coder = AnswerCoder()
     codes = coder.encode(matrices)
     return (codes, coder.values()) if return_values else codes
-
-
-class AnswerCoder:
-    """One shared answer -> code table, so codes of several batches stay comparable."""
-
-    def __init__(self) -> None:
-        self._lookup: dict[Hashable | None, int] = {None: NONE_CODE}
-
-    def encode(self, matrices: Sequence[tuple[tuple[Hashable | None, ...], ...]]) -> np.ndarray:
-        """Codes ``M x N x (T+1)`` of validated matrices of one shape (see :func:`check_answers`)."""
-        lookup = self._lookup
-        n, t1 = len(matrices[0]), len(matrices[0][0])
-        flat = (lookup.setdefault(x, len(lookup) - 1) for a in matrices for row in a for x in row)
-        return np.fromiter(flat, dtype=np.int32, count=len(matrices) * n * t1).reshape(len(matrices), n, t1)
-
-    def values(self) -> list[Hashable]:
-        """``values()[code]`` is the answer coded ``code`` (codes >= 0)."""
-        return [x for x in self._lookup if x is not None]
 
 
 def check_codes(codes: np.ndarray) -> np.ndarray:

@@ -1,0 +1,91 @@
+"""Benchmark: uncertainty metrics one debate at a time vs the vectorized batch path.
+
+    python benchmarks/uncertainty.py [--debates 10000] [--agents 10] [--rounds 10] [--seed 0]
+
+Random answer matrices (a few candidate answers plus unparsed ``None``; agents drift towards one
+answer over rounds). Times, measured side by side in this run:
+
+- scalar: ``uncertainty(a)`` for every debate (debate-level metrics only);
+- batch: ``debate_metrics(matrices)`` (validation, integer coding, and every debate- and agent-level
+  metric and reward term), and ``batch_uncertainty(codes)`` on pre-coded integers.
+
+Prints both times, the scalar/batch ratio, and checks that the two paths agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+
+import numpy as np
+
+from udpo.rewards import batch_uncertainty, debate_metrics, encode_answers, uncertainty
+
+
+def random_debates(m: int, n: int, t: int, seed: int) -> list[list[list]]:
+    rng = random.Random(seed)
+    choices = ["12", "15", "7", "3.5", None]
+    debates = []
+    for _ in range(m):
+        target = rng.choice(choices[:-1])
+        pull = rng.random()  # how strongly this debate converges
+        rows = []
+        for _agent in range(n):
+            answer = rng.choice(choices)
+            row = [answer]
+            for _round in range(t):
+                r = rng.random()
+                answer = target if r < pull else (rng.choice(choices) if r < pull + 0.2 else answer)
+                row.append(answer)
+            rows.append(row)
+        debates.append(rows)
+    return debates
+
+
+def best_of(repeats: int, fn) -> tuple[float, object]:
+    best, out = float("inf"), None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - start)
+    return best, out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--debates", type=int, default=10_000)
+    parser.add_argument("--agents", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--repeats", type=int, default=3, help="batch timings: best of this many runs")
+    args = parser.parse_args()
+
+    debates = random_debates(args.debates, args.agents, args.rounds, args.seed)
+    shape = f"{args.debates} debates, N={args.agents}, T={args.rounds}"
+
+    start = time.perf_counter()
+    scalar = [uncertainty(a) for a in debates]
+    t_scalar = time.perf_counter() - start
+    t_batch, metrics = best_of(args.repeats, lambda: debate_metrics(debates))
+    codes = encode_answers(debates)
+    t_codes, coded = best_of(args.repeats, lambda: batch_uncertainty(codes))
+
+    for name in ("u_intra", "u_inter", "u_sys"):
+        reference = np.array([getattr(u, name) for u in scalar])
+        assert np.allclose(reference, getattr(metrics, name)), name
+        assert np.allclose(reference, getattr(coded, name)), name
+
+    print(f"{shape}")
+    print(f"scalar uncertainty(), one debate at a time : {t_scalar:8.3f} s")
+    print(
+        f"batch debate_metrics(answer lists)         : {t_batch:8.3f} s   ratio scalar/batch {t_scalar / t_batch:6.1f}x"
+    )
+    print(
+        f"batch batch_uncertainty(int codes)         : {t_codes:8.3f} s   ratio scalar/batch {t_scalar / t_codes:6.1f}x"
+    )
+    print("paths agree on u_intra, u_inter, u_sys")
+
+
+if __name__ == "__main__":
+    main()
