@@ -9,7 +9,7 @@ per-agent coefficients: :func:`calibrate`. Statistics for diagnostics live in
 """
 
 from .batch import DebateMetrics, agent_rewards, batch_uncertainty, debate_metrics
-from .calibration import BaseWeights, Calibration, calibrate
+from .calibration import BaseWeights, Calibration, calibrate, calibration_from_dict
 from .coding import NONE_CODE, AnswerCoder, check_answers, encode_answers
 from .metrics import AgentUncertainty, Uncertainty, agent_uncertainty, uncertainty
 from .reward import Rewards, composite_uncertainty, is_correct, rewards
@@ -28,6 +28,7 @@ __all__ = [
     "agent_uncertainty",
     "batch_uncertainty",
     "calibrate",
+    "calibration_from_dict",
     "check_answers",
     "composite_uncertainty",
     "debate_metrics",

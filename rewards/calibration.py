@@ -66,6 +66,28 @@ class Calibration:
     def n_agents(self) -> int:
         return len(self.alpha)
 
+    def coefficients(self) -> dict[str, np.ndarray]:
+        """The reward coefficients as keyword arguments of :func:`~udpo.rewards.agent_rewards`."""
+        return {"alpha": self.alpha, "beta": self.beta, "gamma": self.gamma, "lambda_": self.lambda_}
+
+    def table(self) -> str:
+        """A plain-text table of the profile and coefficients per agent, for logs."""
+        head = f"{'agent':>5} {'u_intra':>8} {'u_inter':>8} {'loo':>6} {'u_sys':>6} | "
+        head += f"{'alpha':>6} {'beta':>6} {'gamma':>6} {'lambda':>6} {'eta':>7}"
+        lines = [
+            f"base weights ({self.base.source}): alpha {self.base.alpha:.3f}, beta {self.base.beta:.3f}, "
+            f"gamma {self.base.gamma:.3f}; kappa {self.kappa:g}, {self.n_debates} warm-up debates "
+            f"({self.n_fail} failed)",
+            head,
+        ]
+        for i in range(self.n_agents):
+            lines.append(
+                f"{i:>5} {self.u_intra[i]:>8.3f} {self.u_inter[i]:>8.3f} {self.loo[i]:>6.3f} {self.u_sys[i]:>6.3f} | "
+                f"{self.alpha[i]:>6.3f} {self.beta[i]:>6.3f} {self.gamma[i]:>6.3f} {self.lambda_[i]:>6.3f} "
+                f"{self.eta[i]:>7.4f}"
+            )
+        return "\n".join(lines)
+
     def to_dict(self) -> dict:
         """JSON-ready: per-agent lists, base weights with their source and Cohen's d values."""
         per_agent = ("alpha", "beta", "gamma", "lambda_", "eta")
@@ -92,6 +114,20 @@ class Calibration:
                 "n_success": self.n_debates - self.n_fail,
             },
         }
+
+
+def calibration_from_dict(d: dict) -> Calibration:
+    """Rebuild a :class:`Calibration` from :meth:`Calibration.to_dict` output (e.g. a run's JSON file)."""
+    try:
+        arrays = {k: np.asarray(v, dtype=float) for k, v in {**d["coefficients"], **d["profile"]}.items()}
+        bw = d["base_weights"]
+        base = BaseWeights(bw["alpha_base"], bw["beta_base"], bw["gamma_base"], bw["source"], bw["cohens_d"])
+        warmup = d["warmup"]
+        return Calibration(
+            **arrays, base=base, **d["settings"], n_debates=warmup["n_debates"], n_fail=warmup["n_fail"]
+        )
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"not a calibration record: {e!r}") from None
 
 
 def cohens_d_base_weights(

@@ -51,6 +51,8 @@ def rewards(
     answers: AnswerMatrix, gold: Hashable | None, scope: Scope = "trajectory", match: Match | None = None
 ) -> Rewards:
     """r_intra, r_inter, r_sys and r_task of one debate (per agent with ``scope="agent"``)."""
+    if scope not in ("trajectory", "agent"):
+        raise ValueError(f"scope must be 'trajectory' or 'agent', got {scope!r}")
     a = check_answers(answers)
     n, t_max = len(a), len(a[0]) - 1
     final = tuple(row[t_max] for row in a)
@@ -60,17 +62,15 @@ def rewards(
         flips = sum(row[t] != row[t + 1] for row in a for t in range(t_max))
         r_intra = 1.0 - flips / (n * t_max) if t_max > 0 else 1.0
         return Rewards(r_intra=r_intra, r_inter=1.0 - u.u_inter, r_sys=1.0 - u.u_sys, r_task=r_task)
-    if scope == "agent":
-        per_agent = agent_uncertainty(a)
-        entropy, disagreement = final_round_spread(final)
-        flips = np.asarray(per_agent.flips, dtype=float)
-        return Rewards(
-            r_intra=1.0 - flips / t_max if t_max > 0 else np.ones(n),
-            r_inter=1.0 - np.asarray(per_agent.u_inter),
-            r_sys=1.0 - (entropy + disagreement + np.asarray(per_agent.loo)) / 3,
-            r_task=np.full(n, r_task),
-        )
-    raise ValueError(f"scope must be 'trajectory' or 'agent', got {scope!r}")
+    per_agent = agent_uncertainty(a)
+    entropy, disagreement = final_round_spread(final)
+    flips = np.asarray(per_agent.flips, dtype=float)
+    return Rewards(
+        r_intra=1.0 - flips / t_max if t_max > 0 else np.ones(n),
+        r_inter=1.0 - np.asarray(per_agent.u_inter),
+        r_sys=1.0 - (entropy + disagreement + np.asarray(per_agent.loo)) / 3,
+        r_task=np.full(n, r_task),
+    )
 
 
 def composite_uncertainty(

@@ -153,3 +153,20 @@ def test_to_dict_is_json():
 def test_calibrate_bad_input(kwargs, message):
     with pytest.raises(ValueError, match=message):
         calibrate(**kwargs)
+
+
+def test_round_trip_table_and_coefficients_feed_agent_rewards():
+    from udpo.rewards import agent_rewards, calibration_from_dict, debate_metrics
+
+    cal = calibrate([STABLE_BUT_2, PIVOT, STABLE_BUT_2], golds=["a", "b", "b"])
+    again = calibration_from_dict(json.loads(json.dumps(cal.to_dict())))
+    assert again.to_dict() == cal.to_dict()
+    with pytest.raises(ValueError, match="not a calibration record"):
+        calibration_from_dict({"coefficients": {}})
+    lines = cal.table().splitlines()
+    assert len(lines) == 2 + cal.n_agents and lines[0].startswith("base weights (cohens_d)")
+    metrics = debate_metrics([STABLE_BUT_2], ["a"])
+    r = agent_rewards(metrics, **cal.coefficients())
+    # unanimous, correct final round: r_i = alpha_i r_intra + beta_i r_inter + gamma_i + lambda_i
+    expected = cal.alpha * metrics.r_intra[0] + cal.beta * metrics.r_inter[0] + cal.gamma + cal.lambda_
+    assert r[0] == pytest.approx(expected)
