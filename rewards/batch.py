@@ -6,7 +6,7 @@ and returns every metric of :mod:`udpo.rewards.metrics` and every reward term of
 :func:`debate_metrics` does the same for a list of answer matrices (shapes may differ; debates are
 grouped by shape), adds predictions and r_task, and is what the trainer calls every iteration.
 
-Implementation notes: pairwise disagreement is one broadcast comparison ``M x N x N x (T+1)``.
+Implementation notes: pairwise disagreement is counted in N passes over the ``M x N x (T+1)`` codes.
 For the final round, ``c_i`` (how many agents share agent i's answer) gives everything else:
 entropy ``-mean_i ln(c_i / N)``, distinct answers ``K = sum_i 1 / c_i``, unanimity ``max c_i = N``;
 the vote is the agent with the largest non-None count (``argmax`` takes the earliest, which is SPEC's
@@ -105,7 +105,9 @@ def batch_uncertainty(codes: np.ndarray, lam: float = 0.5) -> DebateMetrics:
     r_intra = agent_r_intra.mean(axis=1)
 
     # inter-agent: pairwise disagreement per round
-    differ = (x[:, :, None, :] != x[:, None, :, :]).sum(axis=2)  # (M, N, T+1): peers agent i disagrees with
+    differ = np.zeros(x.shape, dtype=np.int32)  # (M, N, T+1): how many peers agent i disagrees with
+    for j in range(n):  # N passes over M x N x (T+1) beat one M x N x N x (T+1) comparison
+        differ += x != x[:, j : j + 1, :]
     if n > 1:
         agent_u_inter = (differ / (n - 1)).mean(axis=2)
         conflict = differ.sum(axis=1) / (n * (n - 1))
