@@ -5,7 +5,8 @@
 Random answer matrices (a few candidate answers plus unparsed ``None``; agents drift towards one
 answer over rounds). Times, measured side by side in this run:
 
-- scalar: ``uncertainty(a)`` for every debate (debate-level metrics only);
+- scalar: ``uncertainty(a)`` for every debate (debate-level metrics only), and "scalar, all terms":
+  ``uncertainty``, ``agent_uncertainty`` and ``rewards`` in both scopes (what ``debate_metrics`` returns);
 - batch: ``debate_metrics(matrices)`` (validation, integer coding, and every debate- and agent-level
   metric and reward term), and ``batch_uncertainty(codes)`` on pre-coded integers.
 
@@ -20,7 +21,14 @@ import time
 
 import numpy as np
 
-from udpo.rewards import batch_uncertainty, debate_metrics, encode_answers, uncertainty
+from udpo.rewards import (
+    agent_uncertainty,
+    batch_uncertainty,
+    debate_metrics,
+    encode_answers,
+    rewards,
+    uncertainty,
+)
 
 
 def random_debates(m: int, n: int, t: int, seed: int) -> list[list[list]]:
@@ -67,6 +75,10 @@ def main() -> None:
     start = time.perf_counter()
     scalar = [uncertainty(a) for a in debates]
     t_scalar = time.perf_counter() - start
+    start = time.perf_counter()
+    for a in debates:
+        agent_uncertainty(a), rewards(a, None), rewards(a, None, scope="agent")
+    t_all = t_scalar + time.perf_counter() - start
     t_batch, metrics = best_of(args.repeats, lambda: debate_metrics(debates))
     codes = encode_answers(debates)
     t_codes, coded = best_of(args.repeats, lambda: batch_uncertainty(codes))
@@ -78,11 +90,15 @@ def main() -> None:
 
     print(f"{shape}")
     print(f"scalar uncertainty(), one debate at a time : {t_scalar:8.3f} s")
+    print(f"scalar, all terms, one debate at a time    : {t_all:8.3f} s")
     print(
         f"batch debate_metrics(answer lists)         : {t_batch:8.3f} s   ratio scalar/batch {t_scalar / t_batch:6.1f}x"
     )
     print(
         f"batch batch_uncertainty(int codes)         : {t_codes:8.3f} s   ratio scalar/batch {t_scalar / t_codes:6.1f}x"
+    )
+    print(
+        f"all terms: scalar/batch ratio {t_all / t_batch:6.1f}x (answer lists), {t_all / t_codes:6.1f}x (int codes)"
     )
     print("paths agree on u_intra, u_inter, u_sys")
 
