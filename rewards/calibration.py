@@ -156,18 +156,21 @@ def cohens_d_base_weights(
 
 def calibrate(
     answer_matrices: Sequence[AnswerMatrix],
-    golds: Sequence[Hashable | None],
+    golds: Sequence[Hashable | None] | None,
     kappa: float = 1.5,
     lam: float = 0.5,
     base_weights: tuple[float, float, float] | None = None,
     lambda_base: float = 1.0,
     eta_base: float = 0.01,
     match: Match | None = None,
+    correct: Sequence[bool] | None = None,
 ) -> Calibration:
     """Agent-tailored alpha, beta, gamma, lambda and eta from warm-up debates (all with the same N).
 
     ``base_weights=(alpha_base, beta_base, gamma_base)`` skips the Cohen's d normalization.
-    ``match(prediction, gold)`` decides correctness (default ``==``; a None prediction is wrong).
+    Correctness of each warm-up debate (for the Cohen's d base weights): ``correct`` when given (e.g.
+    the trajectories' ``correct`` flags, judged by their task; ``golds`` may then be None), else the vote
+    against ``golds`` with ``match(prediction, gold)`` (default ``==``; a None prediction is wrong).
     """
     if not kappa >= 0 or not math.isfinite(kappa):
         raise ValueError(f"kappa must be a finite number >= 0, got {kappa}")
@@ -176,6 +179,12 @@ def calibrate(
             raise ValueError(f"{name} must be a finite number >= 0, got {v}")
     if len(answer_matrices) == 0:
         raise ValueError("calibration needs at least one warm-up debate")
+    if correct is None and golds is None:
+        raise ValueError("calibration needs golds or correct flags for the warm-up debates")
+    if correct is not None:
+        if len(correct) != len(answer_matrices):
+            raise ValueError(f"got {len(correct)} correct flags for {len(answer_matrices)} debates")
+        golds = None
     m = debate_metrics(answer_matrices, golds, lam=lam, match=match)  # validates every matrix
     n_agents = len(answer_matrices[0])
     for i, a in enumerate(answer_matrices):
@@ -184,7 +193,7 @@ def calibrate(
                 f"calibration needs the same N in every warm-up debate: debate 0 has {n_agents} agents, "
                 f"debate {i} has {len(a)}"
             )
-    correct = m.r_task.astype(bool)
+    correct = np.asarray(correct, dtype=bool) if correct is not None else m.r_task.astype(bool)
     base = cohens_d_base_weights(m.u_intra, m.u_inter, m.u_sys, correct)
     if base_weights is not None:
         if len(base_weights) != 3 or any(not math.isfinite(w) or w < 0 for w in base_weights):

@@ -170,3 +170,14 @@ def test_round_trip_table_and_coefficients_feed_agent_rewards():
     # unanimous, correct final round: r_i = alpha_i r_intra + beta_i r_inter + gamma_i + lambda_i
     expected = cal.alpha * metrics.r_intra[0] + cal.beta * metrics.r_inter[0] + cal.gamma + cal.lambda_
     assert r[0] == pytest.approx(expected)
+
+
+def test_correct_flags_replace_golds():
+    # the task judged debate 1 wrong although its vote equals the gold string (e.g. a numeric tolerance)
+    by_flags = calibrate([STABLE_BUT_2, PIVOT, STABLE_BUT_2], golds=None, correct=[True, False, False])
+    by_golds = calibrate([STABLE_BUT_2, PIVOT, STABLE_BUT_2], golds=["a", "b", "b"])
+    assert by_flags.to_dict() == by_golds.to_dict()
+    with pytest.raises(ValueError, match="golds or correct flags"):
+        calibrate([STABLE_BUT_2], golds=None)
+    with pytest.raises(ValueError, match="got 2 correct flags for 1 debates"):
+        calibrate([STABLE_BUT_2], golds=None, correct=[True, False])
