@@ -238,3 +238,31 @@ def test_bad_input_errors_name_the_problem(tmp_path, capsys):
         capsys, [str(tmp_path / "nope"), "--out", out]
     )
     assert "has no trajectories.jsonl" in _diagnose_error(capsys, [str(tmp_path), "--out", out])
+
+
+def test_degenerate_runs_give_nulls_not_crashes(tmp_path):
+    # every debate right and unanimous (constant metrics, no failures), with two team shapes in one file
+    record = {"question": "x", "gold": "A", "prediction": "A", "correct": True, "turns": [], "meta": {}}
+    lines = [record | {"question_id": f"q{q}", "answers": [["A", "A"]] * (2 + q % 2)} for q in range(6)]
+    file = tmp_path / "allright.jsonl"
+    file.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    other = write_run(tmp_path / "other.jsonl", seed=4, skill=0.8, n_questions=6)
+    out = tmp_path / "out"
+    assert main(["diagnose", str(file), str(other), "--out", str(out), "--baseline", "allright"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    s = summary["runs"]["allright"]
+    assert s["accuracy"] == 1.0 and s["u_sys"] == 0.0
+    assert [(g["n_agents"], g["n_debates"]) for g in s["groups"]] == [(2, 3), (3, 3)]
+    assert s["failure_vs_success"]["u_sys"] == {
+        "n_fail": 0,
+        "n_success": 6,
+        "mean_fail": None,
+        "mean_success": 0.0,
+        "t_statistic": None,
+        "p_value": None,
+        "cohens_d": None,
+    }
+    assert s["correlation_with_correct"]["u_intra"] == {"r": None, "p_value": None}
+    bins = summary["stratified_gains"]["other"]["bins"]
+    assert bins[0]["n_questions"] == 6 and all(b["gain"] is None for b in bins[1:])
+    assert (out / "distributions_allright.png").stat().st_size > 10_000

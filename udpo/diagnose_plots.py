@@ -19,9 +19,9 @@ METRIC_COLORS = {"u_intra": "#1f77b4", "u_inter": "#ff7f0e", "u_sys": "#9467bd"}
 
 
 def _fmt_p(p: float | None) -> str:
-    """'p < 0.001' or 'p = 0.012' ('p n/a' when undefined)."""
+    """'p < 0.001' or 'p = 0.012' ('p = n/a' when undefined)."""
     if p is None or (isinstance(p, float) and math.isnan(p)):
-        return "p n/a"
+        return "p = n/a"
     return "p < 0.001" if p < 1e-3 else f"p = {p:.3f}"
 
 
@@ -45,7 +45,9 @@ def plot_distributions(run: Run, stats: dict[str, Any], path: Path) -> Path:
         values = run.values(metric)
         test = stats["failure_vs_success"][metric]
         for sel, color, label, shift in classes:
-            if sel.any():
+            if not sel.any():
+                ax.text(0.5, 0.9, f"no {label} debates", transform=ax.transAxes, ha="center", color=color)
+            else:
                 counts, _ = np.histogram(values[sel], bins=edges)
                 ax.bar(
                     centers + shift,
