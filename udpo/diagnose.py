@@ -101,7 +101,7 @@ def load_run(path: str | os.PathLike, label: str | None = None, lam: float = 0.5
             raise ValueError(f"{where}: 'correct' must be true or false, got {rec['correct']!r}")
         answers.append(check_answers(rec["answers"], where=where))
         ids.append(str(rec["question_id"]))
-        tasks.append(str(rec.get("meta", {}).get("task", "unknown")))
+        tasks.append(str((rec.get("meta") or {}).get("task", "unknown")))
         correct.append(rec["correct"])
         preds.append(rec["prediction"])
         golds.append(rec["gold"])
