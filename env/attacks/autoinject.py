@@ -128,7 +128,8 @@ def builtin_corruption(sentence: str, rng: random.Random) -> str:
     aux = _AUXILIARY.search(sentence)
     if aux:
         return sentence[: aux.end()] + " not" + sentence[aux.end() :]
-    return "It is not the case that " + sentence[:1].lower() + sentence[1:]
+    keep_case = sentence[1:2].isupper() or sentence[1:2] in ("", " ")  # "I ...", "NASA ..."
+    return "It is not the case that " + (sentence if keep_case else sentence[:1].lower() + sentence[1:])
 
 
 # ---------------------------------------------------------------------------------------------

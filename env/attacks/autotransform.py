@@ -125,11 +125,14 @@ def cache_path(
 
 
 def clean_profile(text: str) -> str:
-    """The profile inside an attacker reply: without code fences, a "Here is..." line or wrapping quotes."""
-    text = re.sub(r"^```[^\n]*\n?|\n?```\s*$", "", text.strip()).strip()
+    """The profile inside an attacker reply: without a "Here is..." line, code fences or wrapping quotes."""
+    text = text.strip()
     first, _, rest = text.partition("\n")
     if rest and re.match(r"^(sure|here|okay|ok|certainly)\b.*:\s*$", first.strip(), re.I):
         text = rest.strip()
+    fenced = re.search(r"```[^\n]*\n(.*?)(?:```|$)", text, re.S)
+    if fenced:
+        text = fenced.group(1)
     text = text.strip().strip("<>").strip()
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'":
         text = text[1:-1].strip()
