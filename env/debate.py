@@ -21,7 +21,8 @@ from .trajectory import Trajectory, TrajectoryWriter, Turn
 
 #: topology(question_index, agent, round, n_agents) -> indices of the peers agent reads this round
 Topology = Callable[[int, int, int, int], Sequence[int]]
-#: message_transform(question, round, responses) -> the responses as peers will read them
+#: message_transform(question, round, responses) -> the responses as peers will read them. A transform
+#: may also define ``transform_batch([(question, round, responses), ...])`` to get a whole round at once.
 MessageTransform = Callable[[Question, int, list[str]], list[str]]
 
 
@@ -134,10 +135,10 @@ class DebateEnv:
         active = list(range(len(questions)))
         for t in range(T + 1):
             if t > 0:
-                for qi in active:
-                    latest = [turns[qi][j][-1].text for j in range(n)]
-                    if self.message_transform is not None:
-                        latest = self.message_transform(questions[qi], t - 1, latest)
+                shown = self._transformed(
+                    questions, active, [[turns[qi][j][-1].text for j in range(n)] for qi in active], t - 1
+                )
+                for qi, latest in zip(active, shown, strict=True):
                     for i in range(n):
                         peers = [(j, latest[j]) for j in self.topology(qi, i, t, n)]
                         convs[qi][i].append(
@@ -183,6 +184,19 @@ class DebateEnv:
                     if len(answers[qi][i]) < t + 1:
                         answers[qi][i].append(answers[qi][i][-1])
         return [self._trajectory(q, answers[k], turns[k]) for k, q in enumerate(questions)]
+
+    def _transformed(
+        self, questions: list[Question], active: list[int], latest: list[list[str]], rnd: int
+    ) -> list[list[str]]:
+        """The round-``rnd`` responses of the active debates as peers read them (one batched call when the
+        transform has ``transform_batch``, e.g. AutoInject)."""
+        transform = self.message_transform
+        if transform is None:
+            return latest
+        batch = getattr(transform, "transform_batch", None)
+        if batch is not None:
+            return batch([(questions[qi], rnd, texts) for qi, texts in zip(active, latest, strict=True)])
+        return [transform(questions[qi], rnd, texts) for qi, texts in zip(active, latest, strict=True)]
 
     def _opening(self, question: Question, agent: AgentSpec) -> list[dict[str, str]]:
         profile = agent.profile if agent.profile is not None else self.task.default_profile

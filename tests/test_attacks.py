@@ -406,3 +406,22 @@ def test_autoinject_with_the_real_model(hf_backend):
     )
     assert out[1].endswith(".") and ". " in out[1]
     assert inject.stats()["sentences_rewritten"] == 2 and inject.stats()["attacker_calls"] in (1, 2)
+
+
+def test_autoinject_makes_one_attacker_call_per_round_in_a_debate():
+    task = get_task("arithmetic")
+    questions = task.load(split="test", limit=4)
+    team = ScriptedBackend(lambda req, n: "I add them. So the answer is \\boxed{4}.")
+    attacker = keyed_attacker()
+    plan = apply_attack(
+        AttackConfig(name="autoinject", p_message=1.0, p_sentence=1.0),
+        task,
+        DebateConfig(n_agents=3, rounds=2),
+        [1, 2],
+        attacker,
+        "attacker",
+    )
+    env = DebateEnv(task, team, plan.debate_config, message_transform=plan.message_transform)
+    env.run(questions, progress=False)
+    assert [len(batch) for batch in attacker.calls] == [8, 8]  # rounds 0 and 1: 4 debates x 2 agents each
+    assert plan.report()["injections"]["messages_attacked"] == 16
