@@ -31,7 +31,7 @@ from udpo.env.tasks.parsing import (
         ("+7", "7"),
         (Fraction(1, 3), "0.333333"),
         (Fraction(2, 3), "0.666667"),
-        ("1/2", "0.5"),
+        ("1/2", None),  # a literal, not an expression: normalize_number reads fractions
         (Decimal("1.0000004"), "1"),
         (Decimal("0.9999996"), "1"),
         (1e-7, "0"),
@@ -44,6 +44,12 @@ from udpo.env.tasks.parsing import (
         ("abc", None),
         ("", None),
         ("1/0", None),
+        ("1e999999999", None),  # rejected without building the integer
+        ("-1e-999999999", "0"),
+        ("1" * 100, "1" * 100),
+        ("1" * 101, None),  # degenerate output, not an answer
+        (10**100, None),
+        ("0." + "1" * 300, None),
     ],
 )
 def test_canonical_number(value, expected):
@@ -143,6 +149,31 @@ def test_boxed_contents_match_nested_braces_and_skip_unclosed():
     text = "\\boxed{\\frac{1}{2}} and \\boxed {7} and \\boxed{\\text{a {b}}} then \\boxed{12"
     assert boxed_contents(text) == ["\\frac{1}{2}", "7", "\\text{a {b}}"]
     assert boxed_contents("no box") == []
+
+
+def test_nested_boxes_count_through_the_inner_one():
+    assert boxed_contents("\\boxed{x = \\boxed{5}} then \\boxed{6}") == ["5", "6"]
+    assert boxed_contents("{\\boxed{1}} \\boxed{{2}}") == ["1", "{2}"]
+    assert parse_number_answer("\\boxed{" * 3000 + "7" + "}" * 3000) == "7"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "1" * 100_000,
+        "answer is" + " " * 50_000 + "x",
+        "answer" + "*" * 30_000 + " " * 30_000,
+        "\\boxed{" * 20_000,
+        "\\boxed{" * 3000 + "}" * 3000,
+        "{" * 50_000 + "}" * 50_000,
+        "(" * 50_000,
+        "0." + "1" * 100_000,
+    ],
+)
+def test_degenerate_outputs_parse_to_none(text):
+    """Repetitive model outputs neither crash (Python's 4300-digit int limit) nor backtrack for long."""
+    assert parse_number_answer(text) is None
+    assert parse_choice(text, "ABCDE") is None
 
 
 @pytest.mark.parametrize(

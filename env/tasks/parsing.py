@@ -14,12 +14,14 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Iterable, Sequence
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
 #: option letters in order; a multiple-choice question uses the first len(options) of them
 LETTERS = string.ascii_uppercase
 _SCALE = 10**6  # 6 decimal places
+_MAX_DIGITS = 100  # longer numbers are not answers (see canonical_number)
+_MAX_VALUE = 10**_MAX_DIGITS
 
 # One number as people and models write it: thousands commas (1,234,567), decimals (12.50, .5).
 _NUM = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+"
@@ -44,13 +46,14 @@ _NUMBER_NOISE_RE = re.compile(r"[\s,$%]|\\\$|\\%")
 
 
 def canonical_number(value: int | float | Fraction | Decimal | str) -> str | None:
-    """The canonical string of a numeric value or plain literal ("12.50", "-3", "1/2", "1e3").
+    """The canonical string of a numeric value or decimal literal ("12.50", "-3", "1e3").
 
-    Rounds half-to-even at 6 decimals. Returns None for anything that is not a finite number.
+    Rounds half-to-even at 6 decimals. Returns None for anything that is not a finite number, and
+    for numbers of more than 100 integer digits (degenerate output such as "1111...", which no
+    answer needs and which would be slow to handle exactly).
     """
-    try:
-        frac = Fraction(value.strip() if isinstance(value, str) else value)
-    except (ValueError, TypeError, ZeroDivisionError, OverflowError):
+    frac = _exact(value)
+    if frac is None:
         return None
     scaled = round(frac * _SCALE)
     digits = str(abs(scaled)).rjust(7, "0")
@@ -73,12 +76,7 @@ def normalize_number(text: str) -> str | None:
     if not re.fullmatch(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:/(?:\d+(?:\.\d*)?|\.\d+))?", cleaned):
         return None
     num, _, den = cleaned.partition("/")
-    if not den:
-        return canonical_number(num)
-    try:
-        return canonical_number(Fraction(num) / Fraction(den))
-    except ZeroDivisionError:
-        return None
+    return _canonical_ratio(num, den or None)
 
 
 def extract_numbers(text: str) -> list[str]:
@@ -92,16 +90,44 @@ def extract_numbers(text: str) -> list[str]:
     out = []
     for m in _NUMBER_RE.finditer(_clean_latex(text)):
         num, den = (m["fn"], m["fd"]) if m["fn"] is not None else (m["n"], m["d"])
-        value = Fraction(num.replace(",", ""))
-        if den is not None:
-            den_value = Fraction(den.replace(",", ""))
-            if den_value == 0:
-                continue
-            value /= den_value
-        if m["sign"] in ("-", "\u2212"):
-            value = -value
-        out.append(canonical_number(value))
+        sign = "-" if m["sign"] in ("-", "\u2212") else ""
+        number = _canonical_ratio(sign + num.replace(",", ""), den and den.replace(",", ""))
+        if number is not None:
+            out.append(number)
     return out
+
+
+def _canonical_ratio(num: str, den: str | None) -> str | None:
+    """canonical_number of num / den (of num when den is None); None if either is no number or den is 0."""
+    top = _exact(num)
+    bottom = Fraction(1) if den is None else _exact(den)
+    return canonical_number(top / bottom) if top is not None and bottom else None
+
+
+def _exact(value: int | float | Fraction | Decimal | str) -> Fraction | None:
+    """``value`` as an exact Fraction; None if not a finite number of at most _MAX_DIGITS integer
+    digits (and, for decimal strings, 2 * _MAX_DIGITS significant digits).
+
+    Strings go through Decimal, which reads "1e999999999" without building the integer, so the
+    size check comes before any expensive conversion.
+    """
+    if isinstance(value, str):
+        try:
+            value = Decimal(value.strip())
+        except InvalidOperation:
+            return None
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            return None
+        if value.is_zero() or value.adjusted() < -_MAX_DIGITS:  # far below the 6-decimal rounding
+            return Fraction(0)
+        if value.adjusted() >= _MAX_DIGITS or len(value.as_tuple().digits) > 2 * _MAX_DIGITS:
+            return None
+    try:
+        frac = Fraction(value)  # floats convert exactly; nan and inf fail here
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return frac if abs(frac) < _MAX_VALUE else None
 
 
 def last_number(text: str) -> str | None:
@@ -111,23 +137,27 @@ def last_number(text: str) -> str | None:
 
 
 def boxed_contents(text: str) -> list[str]:
-    """Contents of every complete ``\\boxed{...}`` in ``text``, in order, nested braces matched.
+    """Contents of the complete ``\\boxed{...}`` in ``text``, in order, nested braces matched.
 
     ``\\boxed{\\frac{1}{2}}`` gives ``\\frac{1}{2}``. A box whose closing brace never comes (a
-    truncated output such as ``\\boxed{12``) is not a box and is left out.
+    truncated output such as ``\\boxed{12``) is not a box and is left out, and a box holding
+    another box counts through the inner one (``\\boxed{x = \\boxed{5}}`` gives ``5``). One pass
+    over the braces, so degenerate outputs ("\\boxed{\\boxed{\\boxed{...") stay linear.
     """
-    out = []
-    for m in re.finditer(r"\\boxed\s*\{", text):
-        depth, start = 1, m.end()
-        for k in range(start, len(text)):
-            if text[k] == "{":
-                depth += 1
-            elif text[k] == "}":
-                depth -= 1
-                if depth == 0:
-                    out.append(text[start:k])
-                    break
-    return out
+    box_braces = {m.end() - 1 for m in re.finditer(r"\\boxed\s*\{", text)}  # where each box opens
+    found: list[str] = []
+    stack: list[list] = []  # [position of "{", whether a box closed inside it]
+    for m in re.finditer(r"[{}]", text):
+        if m.group() == "{":
+            stack.append([m.start(), False])
+        elif stack:
+            opened, holds_box = stack.pop()
+            is_box = opened in box_braces
+            if is_box and not holds_box:
+                found.append(text[opened + 1 : m.start()])
+            if (is_box or holds_box) and stack:
+                stack[-1][1] = True
+    return found
 
 
 def parse_number_answer(text: str) -> str | None:
@@ -146,9 +176,8 @@ def parse_number_answer(text: str) -> str | None:
 
 
 # "answer is C", "Answer: (C)", "**Final answer:** C", "the answer would be C."
-_MARKED_LETTER_RE = re.compile(
-    r"(?i:\banswer)\**\s*(?:(?i:is|would\s+be|should\s+be|must\s+be)\s*:?|:|=)\s*\**\s*"
-    r"\(?([A-Z])\)?(?![\w'])"
+_MARKED_LETTER_RE = re.compile(  # one quantifier per gap, so long runs of spaces cannot backtrack badly
+    r"(?i:\banswer)[*\s]*(?:(?i:is|would\s+be|should\s+be|must\s+be)|:|=)[*\s:]*\(?([A-Z])\)?(?![\w'])"
 )
 _PAREN_LETTER_RE = re.compile(r"(?<!\w)\(([A-Z])\)")
 _BOXED_LETTER_RE = re.compile(r"\(?([A-Za-z])\)?\.?")
