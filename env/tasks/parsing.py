@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import string
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
@@ -196,7 +196,7 @@ def parse_choice(text: str, letters: Sequence[str] | str) -> str | None:
     ``letters`` are ignored, so "(F)" on a five-option question is not an answer.
     """
     offered = set(letters)
-    tiers: Iterable[list[str]] = (
+    tiers = (
         [
             m.group(1).upper()
             for c in boxed_contents(text)
