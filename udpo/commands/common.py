@@ -64,11 +64,17 @@ def load_questions(args: argparse.Namespace) -> tuple[Task, list[Question]]:
 
 
 def backend_from_args(args: argparse.Namespace) -> Backend:
+    if args.backend == "openai":
+        return make_backend("openai", base_url=args.base_url, model=args.model, api_key=args.api_key)
+    model = args.model or DEFAULT_MODEL
     if args.backend == "hf":
-        return make_backend("hf", model=args.model, device=args.device, dtype=args.dtype)
-    if args.backend == "vllm":
-        return make_backend("vllm", model=args.model, seed=args.seed)
-    return make_backend("openai", base_url=args.base_url, model=args.model, api_key=args.api_key)
+        return make_backend("hf", model=model, device=args.device, dtype=args.dtype)
+    return make_backend("vllm", model=model, seed=args.seed, dtype=args.dtype)
+
+
+def model_name(args: argparse.Namespace) -> str | None:
+    """The model a run used, for its metadata (None: the openai server's default)."""
+    return args.model or (None if args.backend == "openai" else DEFAULT_MODEL)
 
 
 def debate_config_from_args(args: argparse.Namespace) -> DebateConfig:
