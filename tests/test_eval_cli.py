@@ -271,3 +271,32 @@ def test_cli_real_model_m1(model_path, tmp_path, capsys):
         assert systems[2] == profile and systems[0] == systems[1] != profile
         assert all(len(turns) == 2 for turns in t.turns)
     assert len(read_trajectories(out / "natural" / "trajectories.jsonl")) == 3
+
+
+def test_attack_eval_callback_for_the_trainer(setup, tmp_path):
+    """The trainer calls eval callbacks as (trainer, iteration); this one reads what it needs from the trainer."""
+    from types import SimpleNamespace
+
+    from udpo.attack_eval import attack_eval_callback
+    from udpo.evaluate import write_json
+
+    task, questions = setup
+    config = DebateConfig(n_agents=3, rounds=1, agents=[AgentSpec() for _ in range(3)])
+    trainer = SimpleNamespace(
+        main=True,
+        eval_set=questions,
+        task=task,
+        backend=ScriptedBackend(team_script),
+        debate_config=lambda: config,
+        config=SimpleNamespace(model="base-model"),
+        run_dir=tmp_path,
+    )
+    write_json(tmp_path / "eval" / "iter_000005" / "summary.json", {"accuracy": 1.0})
+    callback = attack_eval_callback(
+        AttackConfig(name="autotransform", cache_dir=str(tmp_path / "c")), m_values=[2]
+    )
+    assert callback.__name__ == "attack_autotransform"
+    metrics = callback(trainer, 5)
+    assert metrics["m2/accuracy"] == 0.0 and metrics["m2/accuracy_drop"] == 1.0
+    assert (tmp_path / "eval" / "attack" / "iter_000005" / "m2-agents-1-2" / "summary.json").exists()
+    assert callback(SimpleNamespace(**{**vars(trainer), "main": False}), 5) == {}

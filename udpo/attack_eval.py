@@ -266,7 +266,8 @@ def make_attack_eval_hook(
     Returns ``hook(iteration, backend, team_agent_specs, natural=None) -> dict[str, float]``:
     it debates ``questions`` with the current team (``team_agent_specs``: one AgentSpec per agent,
     adapters as registered with ``backend``) with the last m agents compromised, for each m in
-    ``m_values``, and returns metrics named ``{prefix}/m{m}/{accuracy,u_intra,u_inter,u_sys}``.
+    ``m_values``, and returns metrics named ``{prefix}/m{m}/{accuracy,u_intra,u_inter,u_sys}``
+    (``m{m}/...`` with an empty prefix).
     Pass the natural evaluation's summary as ``natural`` to also get ``{prefix}/m{m}/accuracy_drop``
     (natural accuracy minus attacked accuracy). With ``out_dir`` each call writes its debates to
     ``out_dir/iter_<iteration>/<row>/``. The natural debates are not repeated here.
@@ -298,10 +299,51 @@ def make_attack_eval_hook(
         )
         metrics: dict[str, float] = {}
         for r in summary["rows"]:
+            key = f"{prefix}/m{r['m']}/" if prefix else f"m{r['m']}/"
             for k in METRICS:
-                metrics[f"{prefix}/m{r['m']}/{k}"] = r[k]
+                metrics[key + k] = r[k]
             if natural and natural.get("accuracy") is not None:
-                metrics[f"{prefix}/m{r['m']}/accuracy_drop"] = natural["accuracy"] - r["accuracy"]
+                metrics[key + "accuracy_drop"] = natural["accuracy"] - r["accuracy"]
         return metrics
 
     return hook
+
+
+def attack_eval_callback(
+    attack: AttackConfig, m_values: Sequence[int] = (1,), prefix: str = "attack"
+) -> Callable[[Any, int], dict[str, float]]:
+    """A trainer eval callback ``(trainer, iteration) -> dict`` running ``make_attack_eval_hook``.
+
+    It uses the trainer's ``task``, ``eval_set``, ``backend`` (current adapters), ``debate_config()``,
+    ``config.model`` and ``run_dir``; runs on the main process only (others return ``{}``); reads the
+    natural evaluation's ``RUN_DIR/eval/iter_<k>/summary.json`` for the accuracy drop and writes its
+    debates to ``RUN_DIR/eval/attack/iter_<k>/<row>/``. The trainer logs its metrics under the
+    callback's name, ``{prefix}_{attack.name}``: e.g. ``eval/attack_autotransform/m1/accuracy``.
+    Pass it as ``Trainer(config, eval_callbacks=[...])``.
+    """
+
+    def callback(trainer: Any, iteration: int) -> dict[str, float]:
+        if not trainer.main or not trainer.eval_set:
+            return {}
+        config = trainer.debate_config()
+        hook = make_attack_eval_hook(
+            trainer.task,
+            trainer.eval_set,
+            attack,
+            config,
+            trainer.config.model,
+            m_values=m_values,
+            out_dir=Path(trainer.run_dir) / "eval" / "attack",
+            prefix="",
+        )
+        natural_path = Path(trainer.run_dir) / "eval" / f"iter_{iteration:06d}" / "summary.json"
+        natural = json.loads(natural_path.read_text(encoding="utf-8")) if natural_path.exists() else None
+        return hook(iteration, trainer.backend, config.agents, natural=natural)
+
+    callback.__name__ = callback.__qualname__ = f"{prefix}_{attack.name}"
+    return callback
+
+
+#: ready-made callbacks for ``eval_callbacks`` in a training config (the attacker is the team's base model)
+autotransform_m1 = attack_eval_callback(AttackConfig(name="autotransform"), m_values=(1,))
+autoinject_m1 = attack_eval_callback(AttackConfig(name="autoinject"), m_values=(1,))
