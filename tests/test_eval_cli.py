@@ -300,3 +300,74 @@ def test_attack_eval_callback_for_the_trainer(setup, tmp_path):
     assert metrics["m2/accuracy"] == 0.0 and metrics["m2/accuracy_drop"] == 1.0
     assert (tmp_path / "eval" / "attack" / "iter_000005" / "m2-agents-1-2" / "summary.json").exists()
     assert callback(SimpleNamespace(**{**vars(trainer), "main": False}), 5) == {}
+
+
+@pytest.mark.slow
+def test_cli_real_checkpoint_keeps_adapters_of_compromised_agents(model_path, tmp_path, capsys):
+    """A trained team (team.json + one PEFT adapter per agent) is attacked as deployed."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from udpo.team import AgentEntry, TeamManifest
+
+    ckpt = tmp_path / "ckpt"
+    base = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    torch.manual_seed(0)
+    peft_model = get_peft_model(
+        base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    )
+    for i in range(3):
+        peft_model.save_pretrained(str(ckpt / "adapters" / f"agent_{i}"))
+    TeamManifest(
+        base_model=model_path,
+        agents=[AgentEntry(name=f"agent_{i}", adapter=f"adapters/agent_{i}") for i in range(3)],
+        task="arithmetic",
+    ).save(ckpt)
+    out = tmp_path / "out"
+    argv = [
+        "eval",
+        "--checkpoint",
+        str(ckpt),
+        "--task",
+        "arithmetic",
+        "--limit",
+        "2",
+        "--rounds",
+        "1",
+        "--max-tokens",
+        "32",
+        "--attack",
+        "autoinject",
+        "--compromised",
+        "0",
+        "--attacker",
+        "builtin",
+        "--p-message",
+        "1",
+        "--p-sentence",
+        "1",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
+    assert main(argv) == 0
+    assert "acc drop (pp)" in capsys.readouterr().out
+    trajs = read_trajectories(out / "m1-agents-0" / "trajectories.jsonl")
+    assert len(trajs) == 2
+    for t in trajs:
+        assert [turn.adapter for turns in t.turns for turn in turns] == [
+            f"agent_{i}" for i in range(3) for _ in range(2)
+        ]
+        assert t.meta["compromised"] == [0] and t.meta["checkpoint"] == str(ckpt)
+        original = t.turns[0][0].text
+        shown_to_1 = t.turns[1][1].messages[-1]["content"]
+        if any(
+            ch.isalnum() for ch in original
+        ):  # a message with a sentence in it was corrupted for its peers
+            assert original.strip() not in shown_to_1
+    summary = json.loads((out / "m1-agents-0" / "summary.json").read_text())
+    assert summary["attack_details"]["injections"]["by_builtin"] > 0
+    # the CLI refuses --agents that disagree with the checkpoint, before loading anything
+    assert main([*argv[:-3], "--agents", "4", "--out", str(tmp_path / "o2")]) == 2
+    assert "checkpoint" in capsys.readouterr().err and not (tmp_path / "o2").exists()

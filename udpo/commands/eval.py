@@ -21,6 +21,7 @@ from .common import (
     backend_from_args,
     debate_config_from_args,
     load_questions,
+    model_name,
     seed_everything,
 )
 
@@ -149,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     task, questions = load_questions(args)
     meta = {
         "task": args.task,
-        "model": args.model,
+        "model": model_name(args),
         "checkpoint": args.checkpoint,
         "backend": args.backend,
         "split": args.split,
@@ -167,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
             config,
             attack,
             sets,
-            base_model=args.model,
+            base_model=model_name(args) or backend.model,  # openai: the server's model
             out_dir=args.out,
             meta=meta,
             resume=args.resume,
