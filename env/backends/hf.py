@@ -51,14 +51,17 @@ class HFBackend(Backend):
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from ..models import resolve_model
+        from ..models import ModelNotFoundError, resolve_model
 
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         if model_obj is None:
             path = resolve_model(model)
-            model_obj = AutoModelForCausalLM.from_pretrained(path, dtype=pick_dtype(dtype, self.device))
+            try:
+                model_obj = AutoModelForCausalLM.from_pretrained(path, dtype=pick_dtype(dtype, self.device))
+                tokenizer = tokenizer or AutoTokenizer.from_pretrained(path)
+            except OSError as e:
+                raise ModelNotFoundError(f"could not load model {model!r}: {e}") from e
             model_obj.to(self.device)
-            tokenizer = tokenizer or AutoTokenizer.from_pretrained(path)
         elif tokenizer is None:
             raise ValueError("pass the tokenizer together with model_obj")
         self.model = model_obj

@@ -1,0 +1,129 @@
+"""``udpo debate`` end to end on the real model: files, summary, interrupt and resume, failures."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from udpo.env.trajectory import read_trajectories
+
+pytestmark = pytest.mark.slow
+
+TINY = ["--task", "arithmetic", "--agents", "2", "--rounds", "1", "--max-tokens", "24", "--batch-size", "1"]
+
+
+def udpo(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "udpo.cli", *args], capture_output=True, text=True, **kw)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_debate_interrupt_resume_and_engine_failure(tmp_path, model_path):
+    out = tmp_path / "run"
+    traj_file = out / "trajectories.jsonl"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "udpo.cli", "debate", *TINY, "--limit", "3", "--out", str(out)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + 600
+    while time.time() < deadline and proc.poll() is None:
+        if traj_file.exists() and traj_file.read_text().count("\n") >= 1:
+            break
+        time.sleep(0.2)
+    interrupted = proc.poll() is None
+    if interrupted:
+        proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=300)
+    if interrupted:
+        assert proc.returncode == 130, err
+        assert "interrupted" in err
+    kept = read_trajectories(traj_file)  # every line whole and valid
+    assert 1 <= len(kept) <= 3
+    before = traj_file.read_bytes()
+
+    # the run's folder is not silently appended to
+    again = udpo("debate", *TINY, "--limit", "3", "--out", str(out))
+    assert again.returncode == 2 and "--resume" in again.stderr
+
+    # an engine failure mid-way leaves what was written intact
+    dead = f"http://127.0.0.1:{free_port()}/v1"
+    failed = udpo(
+        "debate",
+        *TINY,
+        "--limit",
+        "3",
+        "--out",
+        str(out),
+        "--resume",
+        "--backend",
+        "openai",
+        "--base-url",
+        dead,
+        "--model",
+        "m",
+    )
+    if len(kept) < 3:
+        assert failed.returncode == 2, failed.stderr
+        assert dead.split("/v1")[0] in failed.stderr
+    assert traj_file.read_bytes() == before
+
+    done = udpo("debate", *TINY, "--limit", "3", "--out", str(out), "--resume")
+    assert done.returncode == 0, done.stderr
+    trajs = read_trajectories(traj_file)
+    assert traj_file.read_bytes().startswith(before)
+    assert sorted(t.question_id for t in trajs) == sorted({t.question_id for t in trajs})
+    assert len(trajs) == 3
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["n_questions"] == 3
+    assert summary["accuracy"] == pytest.approx(sum(t.correct for t in trajs) / 3)
+    assert summary["run"]["task"] == "arithmetic"
+    printed = json.loads(done.stdout[: done.stdout.rindex("}") + 1])
+    assert printed["n_questions"] == 3
+    for t in trajs:
+        assert len(t.answers) == 2 and all(len(row) == 2 for row in t.answers)
+        turn = t.turns[0][1]
+        assert turn.completion_ids and len(turn.logprobs) == len(turn.completion_ids)
+        assert turn.messages[-1]["role"] == "user" and "Agent 2" in turn.messages[-1]["content"]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--task", "nope"], "invalid choice: 'nope'"),
+        (["--task", "arithmetic", "--model", "no/such-model-here", "--limit", "1"], "no/such-model-here"),
+        (["--task", "arithmetic", "--model", "./missing-folder", "--limit", "1"], "missing-folder"),
+        (["--task", "gsm8k", "--data", "/nonexistent/gsm.jsonl"], "/nonexistent/gsm.jsonl"),
+        (["--task", "arithmetic", "--agents", "0"], "n_agents"),
+    ],
+)
+def test_bad_input_is_named(tmp_path, args, needle):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    r = udpo("debate", *args, "--out", str(tmp_path / "o"), env=env)
+    assert r.returncode == 2
+    assert needle in r.stderr, r.stderr
+    assert (
+        not (Path(tmp_path) / "o" / "trajectories.jsonl").exists()
+        or not (tmp_path / "o" / "trajectories.jsonl").read_text()
+    )
+
+
+def test_malformed_data_file_names_line(tmp_path):
+    bad = tmp_path / "gsm.jsonl"
+    bad.write_text('{"question": "1+1?", "answer": "#### 2"}\n{not json\n')
+    r = udpo("debate", "--task", "gsm8k", "--data", str(bad), "--out", str(tmp_path / "o"))
+    assert r.returncode == 2
+    assert f"{bad}:2" in r.stderr or "line 2" in r.stderr, r.stderr
