@@ -376,7 +376,7 @@ def test_attacked_debate_shows_corrupted_messages_to_peers_only():
 @pytest.mark.slow
 def test_autotransform_with_the_real_model_and_cache_hit(hf_backend, tmp_path):
     counting = CountingBackend(hf_backend)
-    sampling = SamplingParams(temperature=0.7, max_tokens=80)
+    sampling = SamplingParams(temperature=0.7, max_tokens=64)
     first = transform_profile(
         "You are a careful solver.", "arithmetic", counting, "smollm2", sampling=sampling, cache_root=tmp_path
     )

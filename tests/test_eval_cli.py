@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import shlex
 
 import pytest
 
@@ -220,39 +221,17 @@ def test_cli_unknown_attack(capsys):
 @pytest.mark.slow
 def test_cli_real_model_m1(model_path, tmp_path, capsys):
     out, cache = tmp_path / "out", tmp_path / "cache"
-    argv = [
-        "eval",
-        "--model",
-        model_path,
-        "--task",
-        "arithmetic",
-        "--limit",
-        "3",
-        "--agents",
-        "3",
-        "--rounds",
-        "1",
-        "--max-tokens",
-        "48",
-        "--attack",
-        "autotransform",
-        "--m",
-        "1",
-        "--attacker-max-tokens",
-        "96",
-        "--attack-cache",
-        str(cache),
-        "--out",
-        str(out),
-        "--no-progress",
-    ]
+    argv = shlex.split(
+        f"eval --model {model_path} --attack-cache {cache} --out {out} --no-progress --task arithmetic --limit 2 "
+        "--agents 3 --rounds 1 --max-tokens 32 --attack autotransform --m 1 --attacker-max-tokens 64"
+    )
     assert main(argv) == 0
     printed = capsys.readouterr().out
     assert "acc drop (pp)" in printed and "U_sys" in printed
     summary = json.loads((out / "summary.json").read_text())
     assert [(r["name"], r["m"], r["compromised"], r["n_questions"]) for r in summary["rows"]] == [
-        ("natural", 0, [], 3),
-        ("m1-agents-2", 1, [2], 3),
+        ("natural", 0, [], 2),
+        ("m1-agents-2", 1, [2], 2),
     ]
     for r in summary["rows"]:
         assert 0 <= r["accuracy"] <= 1 and all(0 <= r[k] <= 1 for k in ("u_intra", "u_inter", "u_sys"))
@@ -260,7 +239,7 @@ def test_cli_real_model_m1(model_path, tmp_path, capsys):
     (cached,) = cache.rglob("*.json")
     profile = json.loads(cached.read_text())["malicious_profile"]
     trajs = read_trajectories(out / "m1-agents-2" / "trajectories.jsonl")
-    assert len(trajs) == 3
+    assert len(trajs) == 2
     for t in trajs:
         assert t.meta["compromised"] == [2] and t.meta["attack"] == {
             "name": "autotransform",
@@ -270,7 +249,7 @@ def test_cli_real_model_m1(model_path, tmp_path, capsys):
         systems = [t.turns[i][0].messages[0]["content"] for i in range(3)]
         assert systems[2] == profile and systems[0] == systems[1] != profile
         assert all(len(turns) == 2 for turns in t.turns)
-    assert len(read_trajectories(out / "natural" / "trajectories.jsonl")) == 3
+    assert len(read_trajectories(out / "natural" / "trajectories.jsonl")) == 2
 
 
 def test_attack_eval_callback_for_the_trainer(setup, tmp_path):
@@ -325,33 +304,11 @@ def test_cli_real_checkpoint_keeps_adapters_of_compromised_agents(model_path, tm
         task="arithmetic",
     ).save(ckpt)
     out = tmp_path / "out"
-    argv = [
-        "eval",
-        "--checkpoint",
-        str(ckpt),
-        "--task",
-        "arithmetic",
-        "--limit",
-        "2",
-        "--rounds",
-        "1",
-        "--max-tokens",
-        "32",
-        "--attack",
-        "autoinject",
-        "--compromised",
-        "0",
-        "--attacker",
-        "builtin",
-        "--p-message",
-        "1",
-        "--p-sentence",
-        "1",
-        "--out",
-        str(out),
-        "--no-progress",
-    ]
-    assert main(argv) == 0
+    argv = shlex.split(
+        f"eval --checkpoint {ckpt} --no-progress --task arithmetic --limit 2 --rounds 1 --max-tokens 32 "
+        "--attack autoinject --compromised 0 --attacker builtin --p-message 1 --p-sentence 1"
+    )
+    assert main([*argv, "--out", str(out)]) == 0
     assert "acc drop (pp)" in capsys.readouterr().out
     trajs = read_trajectories(out / "m1-agents-0" / "trajectories.jsonl")
     assert len(trajs) == 2
@@ -362,12 +319,10 @@ def test_cli_real_checkpoint_keeps_adapters_of_compromised_agents(model_path, tm
         assert t.meta["compromised"] == [0] and t.meta["checkpoint"] == str(ckpt)
         original = t.turns[0][0].text
         shown_to_1 = t.turns[1][1].messages[-1]["content"]
-        if any(
-            ch.isalnum() for ch in original
-        ):  # a message with a sentence in it was corrupted for its peers
+        if any(ch.isalnum() for ch in original):  # it has a sentence, so its peers read it corrupted
             assert original.strip() not in shown_to_1
     summary = json.loads((out / "m1-agents-0" / "summary.json").read_text())
     assert summary["attack_details"]["injections"]["by_builtin"] > 0
     # the CLI refuses --agents that disagree with the checkpoint, before loading anything
-    assert main([*argv[:-3], "--agents", "4", "--out", str(tmp_path / "o2")]) == 2
+    assert main([*argv, "--agents", "4", "--out", str(tmp_path / "o2")]) == 2
     assert "checkpoint" in capsys.readouterr().err and not (tmp_path / "o2").exists()
