@@ -36,3 +36,54 @@ def hf_backend(model_path):
     backend = HFBackend(model=model_path)
     yield backend
     backend.close()
+
+
+@pytest.fixture(scope="session")
+def lora_adapters(model_path, tmp_path_factory) -> dict[str, str]:
+    """Two LoRA adapters (r=8, attention projections) on the real model with random non-zero B,
+    drawn with different seeds, saved as PEFT folders: {"a": path, "b": path}."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    config = LoraConfig(
+        r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], init_lora_weights=False
+    )
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    paths = {}
+    for name, seed in (("a", 1), ("b", 2)):
+        torch.manual_seed(seed)
+        peft_model = get_peft_model(model, config)
+        paths[name] = str(tmp_path_factory.mktemp(f"lora_{name}"))
+        peft_model.save_pretrained(paths[name])
+        model = peft_model.unload()  # the plain base model again, for the next adapter
+    return paths
+
+
+# vLLM engines on CPU reserve their KV cache up front: 1 GiB each keeps the offline engine and the
+# server (both alive for the session) small beside the training tests.
+VLLM_TEST_OPTIONS = {"max_loras": 4, "max_lora_rank": 16, "kv_cache_gib": 1.0, "max_model_len": 2048}
+
+
+@pytest.fixture(scope="session")
+def vllm_backend(model_path):
+    """One offline vLLM engine (LoRA enabled, 4 adapters per batch) for the whole session."""
+    pytest.importorskip("vllm")
+    from udpo.env.backends.vllm import VLLMBackend
+
+    backend = VLLMBackend(model=model_path, **VLLM_TEST_OPTIONS)
+    yield backend
+    backend.close()
+
+
+@pytest.fixture(scope="session")
+def vllm_server(model_path) -> str:
+    """The OpenAI base URL of a local vLLM server (LoRA enabled, runtime adapter loading allowed),
+    started once per session on a free port and terminated at the end."""
+    pytest.importorskip("vllm")
+    from udpo.env.backends.vllm_server import VLLMServer
+
+    server = VLLMServer(model=model_path, served_model_name="smollm2", **VLLM_TEST_OPTIONS)
+    server.start()
+    yield server.url
+    server.stop()

@@ -192,7 +192,8 @@ class OpenAIBackend(Backend):
 
     # HTTP -----------------------------------------------------------------------------------
     def _request(self, method: str, url: str, body: dict | None = None) -> dict:
-        """One JSON call with retries; a BackendError naming ``url`` when it cannot succeed."""
+        """One call with retries: the JSON answer (a plain-text one as ``{"text": ...}``), or a
+        BackendError naming ``url`` when it cannot succeed."""
         attempts = self.max_retries + 1
         last = ""
         for attempt in range(attempts):
@@ -207,18 +208,15 @@ class OpenAIBackend(Backend):
                 if response.status_code < 400:
                     try:
                         return response.json()
-                    except ValueError as e:
-                        raise BackendError(
-                            f"{url} answered HTTP {response.status_code} with non-JSON: {e}"
-                        ) from e
+                    except ValueError:  # some endpoints (vLLM's adapter loading) answer in plain text
+                        return {"text": response.text}
                 last = f"HTTP {response.status_code}: {_error_message(response)}"
                 if response.status_code not in RETRY_STATUS:
                     raise BackendError(f"{method} {url} failed: {last}")
                 delay = _retry_after(response)
             if attempt + 1 < attempts:
-                time.sleep(
-                    delay or min(self.max_backoff, self.backoff * 2**attempt * random.uniform(0.5, 1.0))
-                )
+                backoff = self.backoff * 2**attempt * random.uniform(0.5, 1.0)
+                time.sleep(min(self.max_backoff, delay or backoff))
         raise BackendError(f"{method} {url} failed after {attempts} attempt(s): {last}")
 
     def close(self) -> None:

@@ -1,0 +1,196 @@
+"""The vllm backend (offline engine) and the openai backend against a real local vLLM server.
+
+Both run the real SmolLM2-135M-Instruct on vLLM's CPU build, with two random LoRA adapters
+(``lora_adapters``) served in the same batch as the base model.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from udpo.env.backends import BackendError, ChatRequest, SamplingParams
+
+pytestmark = [pytest.mark.slow, pytest.mark.vllm]
+
+QUESTION = [{"role": "user", "content": "What is 7 + 5? Put the final answer in \\boxed{}."}]
+POEM = [{"role": "user", "content": "Write two lines about the sea."}]
+
+
+def mean_abs_diff(x: list[float], y: list[float]) -> float:
+    assert len(x) == len(y) > 0
+    return float(np.mean(np.abs(np.asarray(x) - np.asarray(y))))
+
+
+@pytest.fixture(scope="module")
+def hf_with_adapters(model_path, lora_adapters):
+    """An fp32 HF backend with adapters a and b (its own model: the shared hf_backend stays plain)."""
+    from udpo.env.backends.hf import HFBackend
+
+    backend = HFBackend(model=model_path, dtype="fp32")
+    for name, path in lora_adapters.items():
+        backend.load_adapter(name, path)
+    yield backend
+    backend.close()
+
+
+@pytest.fixture(scope="module")
+def served(vllm_backend, lora_adapters):
+    """vllm_backend with adapters a and b registered."""
+    for name, path in lora_adapters.items():
+        vllm_backend.load_adapter(name, path)
+    return vllm_backend
+
+
+@pytest.fixture(scope="module")
+def fixed_completion(vllm_backend) -> list[int]:
+    """A completion of QUESTION the tests score under every model (greedy from the base model)."""
+    (c,) = vllm_backend.generate([ChatRequest(QUESTION, SamplingParams(temperature=0.0, max_tokens=24))])
+    assert len(c.completion_ids) > 5
+    return c.completion_ids
+
+
+def test_one_batch_serves_base_and_two_adapters(served, hf_with_adapters):
+    adapters = [None, "a", "b"] * 2
+    sampling = SamplingParams(temperature=0.7, max_tokens=24, seed=3)
+    requests = [ChatRequest(QUESTION, sampling, adapter=name) for name in adapters]
+    out = served.generate(requests)
+    assert len(out) == len(requests)
+    expected_prompt = hf_with_adapters.encode(QUESTION)
+    for c in out:
+        assert c.prompt_ids == expected_prompt  # the chat template as the model saw it, same as hf
+        assert 0 < len(c.completion_ids) == len(c.logprobs) <= 24
+        assert all(lp <= 0.0 for lp in c.logprobs)
+        assert c.finish_reason in ("stop", "length")
+        assert c.finish_reason == "stop" or len(c.completion_ids) == 24
+        assert c.text == served.tokenizer.decode(c.completion_ids, skip_special_tokens=True)
+    # the behavior log-probs are raw (temperature 1): sampled at 0.7, they equal the model's own
+    # log-probs of the same tokens scored afterwards under the same adapter
+    for c, name in zip(out, adapters, strict=True):
+        scored = served.completion_logprobs(c.prompt_ids, c.completion_ids, adapter=name)
+        assert mean_abs_diff(c.logprobs, scored) < 1e-3
+
+
+def test_adapters_change_the_log_probs(served, fixed_completion):
+    scores = {
+        name: served.completion_logprobs(QUESTION, fixed_completion, adapter=name)
+        for name in (None, "a", "b")
+    }
+    assert all(len(s) == len(fixed_completion) for s in scores.values())
+    assert mean_abs_diff(scores[None], scores["a"]) > 0.01
+    assert mean_abs_diff(scores[None], scores["b"]) > 0.01
+    assert mean_abs_diff(scores["a"], scores["b"]) > 0.01
+
+
+def test_log_probs_match_the_hf_backend(served, hf_with_adapters, fixed_completion):
+    # vLLM runs the bf16 checkpoint, hf runs fp32: agreement within bf16 rounding, for base and adapters
+    for name in (None, "a", "b"):
+        ours = served.completion_logprobs(QUESTION, fixed_completion, adapter=name)
+        theirs = hf_with_adapters.completion_logprobs(QUESTION, fixed_completion, adapter=name)
+        assert mean_abs_diff(ours, theirs) < 0.1, name
+
+
+def test_replacing_an_adapter_gives_a_new_id_and_new_weights(served, lora_adapters, fixed_completion):
+    base_before = served.completion_logprobs(QUESTION, fixed_completion)
+    score_a = served.completion_logprobs(QUESTION, fixed_completion, adapter="a")
+    score_b = served.completion_logprobs(QUESTION, fixed_completion, adapter="b")
+    served.load_adapter("policy", lora_adapters["a"])
+    first_id = served.lora_id("policy")
+    assert served.completion_logprobs(QUESTION, fixed_completion, adapter="policy") == pytest.approx(
+        score_a, abs=1e-4
+    )
+    served.load_adapter("policy", lora_adapters["b"])
+    assert served.lora_id("policy") > first_id
+    assert served.completion_logprobs(QUESTION, fixed_completion, adapter="policy") == pytest.approx(
+        score_b, abs=1e-4
+    )
+    # same folder again (a trainer overwriting its checkpoint): still a new id, no stale cache
+    served.load_adapter("policy", lora_adapters["a"])
+    assert served.completion_logprobs(QUESTION, fixed_completion, adapter="policy") == pytest.approx(
+        score_a, abs=1e-4
+    )
+    assert served.completion_logprobs(QUESTION, fixed_completion) == pytest.approx(base_before, abs=1e-4)
+    assert "policy" in served.adapters
+
+
+def test_seeded_batches_repeat_and_identical_prompts_still_differ(served):
+    requests = [ChatRequest(POEM, SamplingParams(temperature=1.0, max_tokens=24, seed=11)) for _ in range(3)]
+    first = [c.completion_ids for c in served.generate(requests)]
+    assert [c.completion_ids for c in served.generate(requests)] == first
+    assert len({tuple(ids) for ids in first}) > 1
+
+
+def test_vllm_errors_are_clear(served, lora_adapters, tmp_path):
+    with pytest.raises(BackendError, match="'nope' is not loaded"):
+        served.generate([ChatRequest(QUESTION, adapter="nope")])
+    with pytest.raises(BackendError, match="not a PEFT adapter folder"):
+        served.load_adapter("bad", str(tmp_path))
+    wide = tmp_path / "wide"
+    shutil.copytree(lora_adapters["a"], wide)
+    config = json.loads((wide / "adapter_config.json").read_text())
+    (wide / "adapter_config.json").write_text(json.dumps({**config, "r": 64}))
+    with pytest.raises(BackendError, match="rank 64 > max_lora_rank=16"):
+        served.load_adapter("wide", str(wide))
+    with pytest.raises(BackendError, match="max_model_len"):
+        served.generate([ChatRequest([{"role": "user", "content": "word " * 3000}])])
+    with pytest.raises(BackendError, match="serves"):
+        served.generate([ChatRequest(QUESTION, model="some/other-model")])
+    assert "bad" not in served.adapters and "wide" not in served.adapters
+
+
+# openai backend against the real vLLM server ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def remote(vllm_server, lora_adapters):
+    from udpo.env.backends.openai import OpenAIBackend
+
+    backend = OpenAIBackend(base_url=vllm_server, timeout=60, max_concurrency=8)
+    for name, path in lora_adapters.items():
+        backend.load_adapter(name, path)
+    yield backend
+    backend.close()
+
+
+def test_openai_backend_on_vllm_server(remote, served, hf_with_adapters):
+    assert remote.is_vllm and remote.model == "smollm2"
+    assert set(remote.adapters) >= {"a", "b"}
+    adapters = [None, "a", "b"]
+    sampling = SamplingParams(temperature=0.7, max_tokens=20, seed=5)
+    out = remote.generate([ChatRequest(QUESTION, sampling, adapter=name) for name in adapters])
+    for c, name in zip(out, adapters, strict=True):
+        assert c.prompt_ids == hf_with_adapters.encode(QUESTION)  # the server renders the same template
+        assert 0 < len(c.completion_ids) == len(c.logprobs) <= 20
+        assert c.finish_reason in ("stop", "length")
+        # raw log-probs of the adapter's own model: they match the offline engine's scores
+        scored = served.completion_logprobs(c.prompt_ids, c.completion_ids, adapter=name)
+        assert mean_abs_diff(c.logprobs, scored) < 0.05, name
+
+
+def test_openai_backend_replaces_an_adapter_at_run_time(remote, served, lora_adapters, tmp_path):
+    def served_as() -> str:
+        """Which local adapter the server's "swap" matches, judged by the log-probs it returns."""
+        (c,) = remote.generate(
+            [ChatRequest(POEM, SamplingParams(temperature=1.0, max_tokens=16), adapter="swap")]
+        )
+        gaps = {
+            n: mean_abs_diff(c.logprobs, served.completion_logprobs(c.prompt_ids, c.completion_ids, n))
+            for n in "ab"
+        }
+        assert min(gaps.values()) < 0.05 < max(gaps.values())
+        return min(gaps, key=gaps.get)
+
+    remote.load_adapter("swap", lora_adapters["a"])
+    assert served_as() == "a"
+    copy_b = tmp_path / "b_v2"  # a new version goes to a new folder
+    shutil.copytree(lora_adapters["b"], copy_b)
+    remote.load_adapter("swap", str(copy_b))
+    assert served_as() == "b"
+
+
+def test_openai_backend_unknown_adapter_fails_without_retrying(remote):
+    with pytest.raises(BackendError, match=r"chat/completions failed: HTTP 404"):
+        remote.generate([ChatRequest(QUESTION, adapter="missing")])
