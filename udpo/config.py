@@ -457,7 +457,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
+def parse_config(argv: Sequence[str] | None = None, prog: str | None = None) -> TrainConfig:
     """``--config FILE`` plus ``--field value`` overrides (the command line wins) -> TrainConfig.
 
     ``--help`` prints every field with its help text and exits.
@@ -479,7 +479,7 @@ def parse_config(argv: Sequence[str] | None = None) -> TrainConfig:
     unknown = [f for f in flags if f not in known]
     if unknown:
         raise _unknown_key_error(unknown, "command line")
-    parser = TrlParser(dataclass_types=[TrainConfig])
+    parser = TrlParser(dataclass_types=[TrainConfig], prog=prog)
     try:
         (config,) = parser.parse_args_and_config(args)
     except ConfigError:

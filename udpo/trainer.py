@@ -48,6 +48,7 @@ from udpo.env.tasks import get_task
 from udpo.env.tasks.base import Question
 from udpo.env.trajectory import Trajectory, TrajectoryWriter
 from udpo.evaluate import summarize, write_json
+from udpo.team import save_team
 from udpo.tracking import Timer, Tracker, accelerate_trackers, progress_bar
 
 #: eval callback: (trainer, iteration) -> metrics to log beside the Standard-MAD evaluation
@@ -601,8 +602,6 @@ class Trainer:
     # ------------------------------------------------------------------------------------------
     def save_checkpoint(self, iteration: int) -> Path:
         """Write checkpoint ``iteration`` atomically (all processes call this)."""
-        from udpo.team import TeamManifest
-
         rng_states = dist.gather_objects(ckpt.rng_state())
         final = ckpt.checkpoints_dir(self.run_dir) / ckpt.checkpoint_name(iteration)
         staging = ckpt.staging_dir(self.run_dir, iteration) if self.main else None
@@ -614,15 +613,9 @@ class Trainer:
         if self.main:
             assert staging is not None
             cfg = self.config
-            self.policy.save_adapters(staging / "adapters")
+            save_team(self.policy, staging, cfg.task, [s.profile for s in self.agent_specs()], iteration)
             if cfg.reference == "lagged":
                 self.policy.save_adapters(staging / "reference", reference=True)
-            TeamManifest.from_policy(
-                self.policy,
-                task=cfg.task,
-                iteration=iteration,
-                profiles=[s.profile for s in self.agent_specs()],
-            ).save(staging)
             if not self.deepspeed:
                 torch.save(self.optimizer.state_dict(), staging / "optimizer.pt")
                 torch.save(self.scheduler.state_dict(), staging / "scheduler.pt")
@@ -730,7 +723,7 @@ class Trainer:
     def _evaluate_and_log(self, k: int) -> dict[str, Any]:
         start = time.perf_counter()
         summary = self.evaluate(k)
-        summary["time"] = round(time.perf_counter() - start, 3)
+        summary["seconds"] = round(time.perf_counter() - start, 3)
         assert self.tracker is not None
         self.tracker.log(summary, k, kind="eval")
         return summary

@@ -1,0 +1,27 @@
+"""Train a team of debating LLM agents with UDPO.
+
+    python train_udpo.py --config recipes/quickstart.yaml
+    accelerate launch train_udpo.py --config recipes/paper/gsm8k_n3_t3.yaml --learning_rate 2e-5
+    torchrun --nproc_per_node 2 train_udpo.py --config recipes/quickstart.yaml
+    accelerate launch --config_file recipes/accelerate/deepspeed_zero2.yaml train_udpo.py --config ...
+
+Arguments are the fields of :class:`udpo.config.TrainConfig` (``--help`` lists them all).
+"""
+
+import sys
+
+from udpo.config import ConfigError, parse_config
+from udpo.trainer import TrainingError, train
+
+
+def main() -> int:
+    try:
+        train(parse_config())
+    except (ConfigError, TrainingError, FileNotFoundError) as e:
+        print(f"train_udpo.py: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
