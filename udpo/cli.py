@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted; trajectories written so far are complete", file=sys.stderr)
         return 130
-    except (ValueError, FileNotFoundError, RuntimeError) as e:
+    except (ValueError, OSError, RuntimeError) as e:
         print(f"udpo {args.command}: error: {e}", file=sys.stderr)
         return 2
 
