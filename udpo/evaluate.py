@@ -42,6 +42,18 @@ def write_json(path: str | os.PathLike, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
+def check_out_dir(out_dir: str | os.PathLike, resume: bool) -> bool:
+    """True when ``out_dir`` already holds debates to resume; refuses to mix runs without ``resume``."""
+    path = Path(out_dir) / "trajectories.jsonl"
+    if not path.exists() or path.stat().st_size == 0:
+        return False
+    if not resume:
+        raise FileExistsError(
+            f"{path} already holds debates; pass --resume to continue it or choose another --out"
+        )
+    return True
+
+
 def run_debates(
     task: Task,
     backend: Backend,
@@ -64,13 +76,7 @@ def run_debates(
         trajectories = env.run(questions, progress=progress)
         return trajectories, summarize(trajectories)
     path = Path(out_dir) / "trajectories.jsonl"
-    done: list[Trajectory] = []
-    if path.exists() and path.stat().st_size > 0:
-        if not resume:
-            raise FileExistsError(
-                f"{path} already holds debates; pass --resume to continue it or choose another --out"
-            )
-        done = read_trajectories(path)
+    done = read_trajectories(path) if check_out_dir(out_dir, resume) else []
     seen = {t.question_id for t in done}
     todo = [q for q in questions if q.id not in seen]
     with TrajectoryWriter(path) as writer:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from udpo.evaluate import run_debates
+from udpo.evaluate import check_out_dir, run_debates
 
 from .common import (
     add_backend_args,
@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     seed_everything(args.seed)
     config = debate_config_from_args(args)
     task, questions = load_questions(args)
+    check_out_dir(args.out, args.resume)  # before the model loads
     meta = {
         "task": args.task,
         "model": args.model,
