@@ -92,9 +92,14 @@ class TrainConfig:
         "new LoRA ids after each update. openai: an OpenAI-compatible server that can load LoRA adapters.",
     )
     base_url: str | None = _f(None, "Server URL for backend: openai.")
-    vllm_gpu_memory_utilization: float = _f(
-        0.3, "vLLM: share of GPU memory (host RAM on CPU) for weights and KV cache; raise it on a GPU."
+    vllm_gpu_memory_utilization: float | None = _f(
+        None,
+        "vLLM: share of GPU memory for weights and KV cache (default 0.9 on GPU; lower it beside a trainer).",
     )
+    vllm_kv_cache_gib: float | None = _f(
+        None, "vLLM: explicit KV-cache size in GiB (default on CPU: a tenth of host RAM)."
+    )
+    vllm_max_model_len: int = _f(4096, "vLLM: prompt + completion tokens per request.")
     vllm_max_loras: int | None = _f(None, "vLLM: adapters resident at once (default: one per agent).")
 
     # --- LoRA --------------------------------------------------------------------------------

@@ -74,8 +74,8 @@ def explain_oom(config: TrainConfig) -> Iterator[None]:
             f"questions_per_iteration (now {config.questions_per_iteration}) or max_tokens (now "
             f"{config.max_tokens}); raise gradient_accumulation_steps (now {config.gradient_accumulation_steps}) "
             f"or lower logprob_batch_size (now {config.logprob_batch_size}); set gradient_checkpointing: true "
-            f"(now {str(config.gradient_checkpointing).lower()}); with backend: vllm lower "
-            f"vllm_gpu_memory_utilization (now {config.vllm_gpu_memory_utilization})"
+            f"(now {str(config.gradient_checkpointing).lower()}); with backend: vllm set a lower "
+            f"vllm_gpu_memory_utilization (now {config.vllm_gpu_memory_utilization}, null = 0.9)"
         ) from e
 
 
@@ -136,9 +136,13 @@ class Trainer:
 
     eval_callbacks: extra evaluations run at every evaluation, each ``(trainer, iteration) -> dict``
     (e.g. an attack evaluation); added to those named by ``config.eval_callbacks``.
+    backend: a running rollout engine of kind ``config.backend`` to use instead of starting one (e.g.
+    one vLLM engine shared by several runs); the trainer registers its adapters there but never closes it.
     """
 
-    def __init__(self, config: TrainConfig, eval_callbacks: Sequence[EvalCallback] = ()):
+    def __init__(
+        self, config: TrainConfig, eval_callbacks: Sequence[EvalCallback] = (), backend: Backend | None = None
+    ):
         from accelerate import Accelerator
         from accelerate.utils import DistributedType, set_seed
 
@@ -234,7 +238,8 @@ class Trainer:
         self.replay = None
 
         # rollout engine, tracking ----------------------------------------------------------------
-        self.backend = self._make_backend()
+        self._own_backend = backend is None
+        self.backend = backend if backend is not None else self._make_backend()
         self.tracker: Tracker | None = None
         self.coefficients = None
         self.calibration: dict[str, Any] | None = None
@@ -277,14 +282,15 @@ class Trainer:
             backend = make_backend(
                 "vllm",
                 model=resolve_model(cfg.model),
-                enable_lora=True,
                 max_loras=cfg.vllm_max_loras or len(self.adapters),
-                max_lora_rank=cfg.lora_r,
+                max_lora_rank=max(16, cfg.lora_r),
                 gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+                kv_cache_gib=cfg.vllm_kv_cache_gib,
+                max_model_len=cfg.vllm_max_model_len,
                 seed=cfg.seed + self.rank,
             )
-        else:
-            backend = make_backend("openai", base_url=cfg.base_url, model=cfg.model)
+        else:  # an OpenAI-compatible vLLM server that loads adapters at run time from this file system
+            backend = make_backend("openai", base_url=cfg.base_url)
         return backend
 
     def _prepare_deepspeed(self) -> None:
@@ -747,7 +753,9 @@ class Trainer:
         self.tracker.log({"coefficients": flat}, 0, kind="calibration")
 
     def close(self) -> None:
-        self.backend.close()
+        """Stop the rollout engine the trainer started (a backend passed in stays open)."""
+        if self._own_backend:
+            self.backend.close()
 
 
 # -----------------------------------------------------------------------------------------------
