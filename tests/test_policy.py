@@ -1,0 +1,309 @@
+"""MultiAgentPolicy: log-probs of stored token ids, gradient isolation between agents' adapters,
+references, saving/loading, teams. Mechanics on a tiny random Llama; the numbers that matter (the
+ratio starts at 1, isolation through the full UDPO loss) on the real SmolLM2 model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from tiny_models import build_tiny_llama, perturb_adapters
+
+from udpo.algorithms.base import RolloutBatch, fill_behavior_logprobs
+from udpo.algorithms.udpo import UDPO, Coefficients, compute_rewards
+from udpo.env.backends.base import ChatRequest, SamplingParams
+from udpo.env.debate import DebateConfig, DebateEnv
+from udpo.env.tasks import get_task
+from udpo.policy import LoraSettings, MultiAgentPolicy, TeamBackend
+from udpo.team import TeamManifest, save_team
+
+PROMPTS = [[1, 9690, 198, 2683, 314], [1, 4093, 28, 253], [1, 18, 19, 20, 21, 22, 23, 24, 25]]
+COMPLETIONS = [[2683, 314, 253], [19], [30, 31, 32, 33, 34, 35]]
+
+
+@pytest.fixture(scope="module")
+def tiny_path(model_path, tmp_path_factory) -> str:
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny"), model_path)
+
+
+@pytest.fixture(scope="module")
+def tiny_b_path(model_path, tmp_path_factory) -> str:
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny_b"), model_path, seed=1)
+
+
+def tiny_policy(path, n_agents=3, **kw) -> MultiAgentPolicy:
+    policy = MultiAgentPolicy(path, n_agents=n_agents, lora=LoraSettings(r=4, alpha=8), **kw)
+    perturb_adapters(policy)
+    return policy
+
+
+def manual_logprobs(model, prompt, completion) -> torch.Tensor:
+    """log p(completion | prompt) from one unpadded forward pass and a full log-softmax."""
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([prompt + completion])).logits[0].float()
+    logp = logits.log_softmax(-1)[len(prompt) - 1 : -1]
+    return logp.gather(-1, torch.tensor(completion)[:, None]).squeeze(-1)
+
+
+def param_snapshot(policy, agent):
+    return [p.detach().clone() for p in policy.parameters_of(agent)]
+
+
+# tiny model: mechanics ----------------------------------------------------------------------------------
+def test_logprobs_batched_equal_unbatched_and_manual(tiny_path):
+    policy = tiny_policy(tiny_path)
+    assert policy.dtype == torch.float32  # "auto" on CPU
+    batched = policy.token_logprobs(1, PROMPTS, COMPLETIONS, batch_size=2)
+    assert [len(lp) for lp in batched] == [len(c) for c in COMPLETIONS]
+    model = policy.model_of(1)
+    model.set_adapter("agent_1")
+    for k in range(len(PROMPTS)):
+        single = policy.token_logprobs(1, [PROMPTS[k]], [COMPLETIONS[k]])[0]
+        assert torch.allclose(batched[k], single, atol=1e-5)
+        assert torch.allclose(batched[k], manual_logprobs(model, PROMPTS[k], COMPLETIONS[k]), atol=1e-5)
+    # other agents' adapters give other log-probs; an empty completion gives an empty tensor
+    assert not torch.allclose(policy.token_logprobs(0, PROMPTS, COMPLETIONS)[2], batched[2])
+    assert policy.token_logprobs(0, [[1, 2]], [[]])[0].numel() == 0
+
+
+def test_gradients_reach_only_the_agents_adapter(tiny_path):
+    policy = tiny_policy(tiny_path)
+    optimizer = torch.optim.AdamW(policy.trainable_parameters(), lr=1e-2)
+    before = {i: param_snapshot(policy, i) for i in range(3)}
+    for agent in (0, 2):  # each agent's adapter is switched on in turn, after another one was active
+        optimizer.zero_grad(set_to_none=True)
+        loss = -sum(lp.sum() for lp in policy.token_logprobs(agent, PROMPTS, COMPLETIONS))
+        loss.backward()
+        for i in range(3):
+            grads = [p.grad for p in policy.parameters_of(i)]
+            if i == agent:
+                assert all(g is not None and g.abs().sum() > 0 for g in grads)
+            else:
+                assert all(g is None for g in grads)
+        # every adapter the optimizer owns stays trainable after the switch
+        assert all(p.requires_grad for p in policy.trainable_parameters())
+    optimizer.zero_grad(set_to_none=True)
+    (-policy.token_logprobs(1, PROMPTS, COMPLETIONS)[0].sum()).backward()
+    optimizer.step()
+    after = {i: param_snapshot(policy, i) for i in range(3)}
+    assert any(not torch.equal(a, b) for a, b in zip(before[1], after[1], strict=True))
+    for i in (0, 2):
+        assert all(torch.equal(a, b) for a, b in zip(before[i], after[i], strict=True))
+
+
+def test_reference_base_is_the_model_without_adapters(tiny_path):
+    from transformers import AutoModelForCausalLM
+
+    policy = tiny_policy(tiny_path)
+    plain = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32)
+    ref = policy.token_logprobs(2, PROMPTS, COMPLETIONS, reference=True)
+    assert not any(r.requires_grad for r in ref)
+    for k in range(len(PROMPTS)):
+        assert torch.allclose(ref[k], manual_logprobs(plain, PROMPTS[k], COMPLETIONS[k]), atol=1e-5)
+    assert not torch.allclose(ref[2], policy.token_logprobs(2, PROMPTS, COMPLETIONS)[2].detach())
+
+
+def test_lagged_reference_follows_refresh(tiny_path):
+    policy = tiny_policy(tiny_path, reference="lagged")
+    policy.refresh_reference()  # the snapshot of the perturbed adapters
+    snapshot = [lp.detach() for lp in policy.token_logprobs(0, PROMPTS, COMPLETIONS)]
+    optimizer = torch.optim.SGD(policy.parameters_of(0), lr=0.5)
+    (-sum(lp.sum() for lp in policy.token_logprobs(0, PROMPTS, COMPLETIONS))).backward()
+    optimizer.step()
+    moved = policy.token_logprobs(0, PROMPTS, COMPLETIONS)
+    ref = policy.token_logprobs(0, PROMPTS, COMPLETIONS, reference=True)
+    assert all(torch.allclose(r, s, atol=1e-6) for r, s in zip(ref, snapshot, strict=True))
+    assert not torch.allclose(moved[0].detach(), snapshot[0])
+    policy.refresh_reference()
+    ref = policy.token_logprobs(0, PROMPTS, COMPLETIONS, reference=True)
+    assert all(torch.allclose(r, m.detach(), atol=1e-6) for r, m in zip(ref, moved, strict=True))
+    # the snapshot is never trained
+    assert all(p.requires_grad for p in policy.trainable_parameters())
+    snapshots = [p for n, p in policy.model_of(0).named_parameters() if "__ref" in n]
+    assert snapshots and not any(p.requires_grad for p in snapshots)
+    with pytest.raises(ValueError, match="lagged"):
+        tiny_policy(tiny_path).refresh_reference()
+
+
+def test_shared_adapter(tiny_path, tmp_path):
+    policy = tiny_policy(tiny_path, shared_adapter=True)
+    assert policy.adapter_names == ["shared"] * 3
+    assert policy.parameters_of(0) is policy.parameters_of(2)
+    assert len(policy.trainable_parameters()) == len(policy.parameters_of(0))
+    assert list(policy.save_adapters(tmp_path)) == ["shared"]
+    a, b = policy.token_logprobs(0, PROMPTS, COMPLETIONS), policy.token_logprobs(1, PROMPTS, COMPLETIONS)
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
+
+
+def test_save_load_adapters_in_place(tiny_path, tmp_path):
+    policy = tiny_policy(tiny_path, reference="lagged")
+    expected = [lp.detach() for lp in policy.token_logprobs(1, PROMPTS, COMPLETIONS)]
+    paths = policy.save_adapters(tmp_path / "adapters")
+    policy.save_adapters(tmp_path / "reference", reference=True)
+    assert sorted(paths) == ["agent_0", "agent_1", "agent_2"]
+    config = json.loads((tmp_path / "adapters" / "agent_1" / "adapter_config.json").read_text())
+    assert config["r"] == 4 and config["inference_mode"] is True
+    params = policy.parameters_of(1)
+    with torch.no_grad():
+        for p in policy.trainable_parameters():
+            p.zero_()
+    policy.load_adapters(tmp_path / "adapters")
+    policy.load_adapters(tmp_path / "reference", reference=True)
+    assert all(p is q for p, q in zip(params, policy.parameters_of(1), strict=True))  # same objects
+    restored = policy.token_logprobs(1, PROMPTS, COMPLETIONS)
+    assert all(torch.allclose(a, b) for a, b in zip(restored, expected, strict=True))
+    other = MultiAgentPolicy(tiny_path, n_agents=3, lora=LoraSettings(r=8))
+    with pytest.raises(ValueError, match="adapter_config.json: r is 4"):
+        other.load_adapters(tmp_path / "adapters")
+    with pytest.raises(FileNotFoundError, match="agent_0"):
+        other.load_adapters(tmp_path / "missing")
+
+
+def test_heterogeneous_team(tiny_path, tiny_b_path):
+    policy = tiny_policy(tiny_path, agent_models=[tiny_path, tiny_b_path, tiny_path])
+    assert list(policy.models) == [tiny_path, tiny_b_path]
+    assert policy.model_of(1) is policy.models[tiny_b_path] and policy.model_of(2) is policy.models[tiny_path]
+    model_b = policy.models[tiny_b_path]
+    model_b.set_adapter("agent_1")
+    lp = policy.token_logprobs(1, PROMPTS, COMPLETIONS)
+    assert torch.allclose(lp[0].detach(), manual_logprobs(model_b, PROMPTS[0], COMPLETIONS[0]), atol=1e-5)
+    lp[0].sum().backward()
+    assert all(p.grad is None for i in (0, 2) for p in policy.parameters_of(i))
+    backend = policy.rollout_backend()
+    assert isinstance(backend, TeamBackend)
+    sampling = SamplingParams(temperature=0, max_tokens=3)
+    messages = [{"role": "user", "content": "Hi"}]
+    out = backend.generate(
+        [
+            ChatRequest(messages, sampling, adapter="agent_1", model=tiny_b_path),
+            ChatRequest(messages, sampling, adapter="agent_0", model=tiny_path),
+        ]
+    )
+    for c, agent in zip(out, (1, 0), strict=True):
+        recomputed = policy.token_logprobs(agent, [c.prompt_ids], [c.completion_ids])[0]
+        assert torch.allclose(recomputed.detach(), torch.tensor(c.logprobs), atol=1e-4)
+    with pytest.raises(ValueError, match="same base model"):
+        MultiAgentPolicy(tiny_path, n_agents=2, agent_models=[tiny_path, tiny_b_path], shared_adapter=True)
+
+
+def test_team_manifest_round_trip_and_register(tiny_path, tmp_path):
+    policy = tiny_policy(tiny_path, n_agents=2)
+    team = save_team(policy, tmp_path / "team", task="arithmetic", profiles=["calm", None], iteration=7)
+    loaded = TeamManifest.load(tmp_path / "team")
+    assert loaded == team and loaded.iteration == 7 and loaded.n_agents == 2
+    specs = loaded.agent_specs()
+    assert [(s.profile, s.adapter, s.model) for s in specs] == [
+        ("calm", "agent_0", None),
+        (None, "agent_1", None),
+    ]
+    rebuilt = MultiAgentPolicy.from_team(tmp_path / "team")
+    for agent in range(2):
+        a = policy.token_logprobs(agent, PROMPTS, COMPLETIONS)
+        b = rebuilt.token_logprobs(agent, PROMPTS, COMPLETIONS)
+        assert all(torch.allclose(x, y, atol=1e-6) for x, y in zip(a, b, strict=True))
+    # register into a plain HF backend on the same base: it serves the saved adapters
+    from udpo.env.backends.hf import HFBackend
+
+    backend = HFBackend(model=tiny_path)
+    assert sorted(loaded.register(backend)) == ["agent_0", "agent_1"]
+    c = backend.generate(
+        [ChatRequest([{"role": "user", "content": "Hi"}], SamplingParams(0, max_tokens=4), "agent_1")]
+    )[0]
+    recomputed = policy.token_logprobs(1, [c.prompt_ids], [c.completion_ids])[0]
+    assert torch.allclose(recomputed.detach(), torch.tensor(c.logprobs), atol=1e-4)
+    # bad manifests name the file and the key
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "team.json").write_text(json.dumps({"agents": []}))
+    with pytest.raises(ValueError, match="team.json: missing key 'base_model'"):
+        TeamManifest.load(tmp_path / "bad")
+    with pytest.raises(FileNotFoundError, match="no team.json"):
+        TeamManifest.load(tmp_path)
+
+
+def test_fill_behavior_logprobs(tiny_path):
+    policy = tiny_policy(tiny_path, n_agents=2)
+    from udpo.env.backends.scripted import ScriptedBackend
+
+    task = get_task("arithmetic")
+    questions = task.load("train", limit=2)
+    trajectories = DebateEnv(task, ScriptedBackend(["\\boxed{2}", "\\boxed{3}"]), DebateConfig(2, 1)).run(
+        questions, progress=False
+    )
+    for t in trajectories:  # scripted ids are characters, not real prompts: give them real prompt ids
+        for row in t.turns:
+            for turn in row:
+                turn.prompt_ids, turn.logprobs = PROMPTS[0], []
+    rewards, terms = compute_rewards(trajectories, Coefficients.uniform(2))
+    batch = RolloutBatch.from_trajectories(trajectories, rewards, terms)
+    assert fill_behavior_logprobs(batch, policy) == 8  # 2 debates x 2 agents x 2 rounds
+    prompts, completions = batch.agent_sequences(1)
+    flat = policy.token_logprobs(1, prompts, completions)
+    behavior = batch.behavior_logprobs(1)
+    assert all(
+        torch.allclose(a.detach(), b, atol=1e-6)
+        for a, b in zip(batch.per_debate(1, flat), behavior, strict=True)
+    )
+
+
+# real model: the ratio starts at 1, and the full UDPO loss trains one adapter ------------------------------
+@pytest.fixture(scope="module")
+def real_policy(model_path):
+    policy = MultiAgentPolicy(model_path, n_agents=2, dtype="fp32")
+    perturb_adapters(policy, std=0.01)
+    return policy
+
+
+@pytest.fixture(scope="module")
+def real_debates(real_policy):
+    """Two real debates (2 agents, 1 round) sampled by the policy's own backend, each agent with its adapter."""
+    task = get_task("arithmetic")
+    config = DebateConfig(
+        n_agents=2,
+        rounds=1,
+        sampling=SamplingParams(0.7, max_tokens=16, seed=1),
+        agents=TeamManifest.from_policy(real_policy).agent_specs(),
+    )
+    backend = real_policy.rollout_backend()
+    return DebateEnv(task, backend, config).run(task.load("train", limit=2), progress=False)
+
+
+@pytest.mark.slow
+def test_logprobs_match_backend_behavior_logprobs(real_policy, real_debates):
+    """Recomputed log-probs of the sampled tokens equal the backend's behavior log-probs: rho starts at 1."""
+    for t in real_debates:
+        for agent, row in enumerate(t.turns):
+            logp = real_policy.token_logprobs(
+                agent, [turn.prompt_ids for turn in row], [turn.completion_ids for turn in row]
+            )
+            for turn, lp in zip(row, logp, strict=True):
+                behavior = torch.tensor(turn.logprobs)
+                assert turn.adapter == f"agent_{agent}" and lp.requires_grad and len(behavior) > 0
+                assert (lp.detach() - behavior).abs().max().item() < 2e-4
+                assert abs(torch.exp(lp.detach().sum() - behavior.sum()).item() - 1) < 2e-3
+
+
+@pytest.mark.slow
+def test_udpo_update_on_a_real_debate_moves_only_that_agent(real_policy, real_debates):
+    coefficients = Coefficients.uniform(2, eta=1.0)  # a real KL to the base model: gradients for sure
+    rewards, terms = compute_rewards(real_debates, coefficients)
+    batch = RolloutBatch.from_trajectories(real_debates, rewards, terms)
+    algo = UDPO(coefficients)
+    advantages = algo.advantages(batch)
+    optimizer = torch.optim.AdamW(real_policy.trainable_parameters(), lr=1e-3)
+    before = {i: param_snapshot(real_policy, i) for i in range(2)}
+    agent = 1
+    prompts, completions = batch.agent_sequences(agent)
+    logp = batch.per_debate(agent, real_policy.token_logprobs(agent, prompts, completions))
+    with torch.no_grad():
+        ref = batch.per_debate(agent, real_policy.token_logprobs(agent, prompts, completions, reference=True))
+    loss, info = algo.loss(batch, agent, logp, ref, advantages[:, agent])
+    assert info["ratio_min"] == pytest.approx(1, abs=2e-3) and info["ratio_max"] == pytest.approx(1, abs=2e-3)
+    assert info["kl"] > 0 and info["clip_frac"] == 0
+    loss.backward()
+    assert all(p.grad is None for p in real_policy.parameters_of(0))
+    assert sum(p.grad.abs().sum() for p in real_policy.parameters_of(1)) > 0
+    optimizer.step()
+    after = {i: param_snapshot(real_policy, i) for i in range(2)}
+    assert all(torch.equal(a, b) for a, b in zip(before[0], after[0], strict=True))
+    assert any(not torch.equal(a, b) for a, b in zip(before[1], after[1], strict=True))
