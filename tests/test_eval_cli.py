@@ -223,7 +223,7 @@ def test_cli_real_model_m1(model_path, tmp_path, capsys):
     out, cache = tmp_path / "out", tmp_path / "cache"
     argv = shlex.split(
         f"eval --model {model_path} --attack-cache {cache} --out {out} --no-progress --task arithmetic --limit 2 "
-        "--agents 3 --rounds 1 --max-tokens 32 --attack autotransform --m 1 --attacker-max-tokens 64"
+        "--agents 3 --rounds 1 --max-tokens 24 --attack autotransform --m 1 --attacker-max-tokens 48"
     )
     assert main(argv) == 0
     printed = capsys.readouterr().out
@@ -296,16 +296,16 @@ def test_cli_real_checkpoint_keeps_adapters_of_compromised_agents(model_path, tm
     peft_model = get_peft_model(
         base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
     )
-    for i in range(3):
+    for i in range(2):
         peft_model.save_pretrained(str(ckpt / "adapters" / f"agent_{i}"))
     TeamManifest(
         base_model=model_path,
-        agents=[AgentEntry(name=f"agent_{i}", adapter=f"adapters/agent_{i}") for i in range(3)],
+        agents=[AgentEntry(name=f"agent_{i}", adapter=f"adapters/agent_{i}") for i in range(2)],
         task="arithmetic",
     ).save(ckpt)
     out = tmp_path / "out"
     argv = shlex.split(
-        f"eval --checkpoint {ckpt} --no-progress --task arithmetic --limit 2 --rounds 1 --max-tokens 32 "
+        f"eval --checkpoint {ckpt} --no-progress --task arithmetic --limit 2 --rounds 1 --max-tokens 24 "
         "--attack autoinject --compromised 0 --attacker builtin --p-message 1 --p-sentence 1"
     )
     assert main([*argv, "--out", str(out)]) == 0
@@ -314,7 +314,7 @@ def test_cli_real_checkpoint_keeps_adapters_of_compromised_agents(model_path, tm
     assert len(trajs) == 2
     for t in trajs:
         assert [turn.adapter for turns in t.turns for turn in turns] == [
-            f"agent_{i}" for i in range(3) for _ in range(2)
+            f"agent_{i}" for i in range(2) for _ in range(2)
         ]
         assert t.meta["compromised"] == [0] and t.meta["checkpoint"] == str(ckpt)
         original = t.turns[0][0].text
@@ -324,5 +324,5 @@ def test_cli_real_checkpoint_keeps_adapters_of_compromised_agents(model_path, tm
     summary = json.loads((out / "m1-agents-0" / "summary.json").read_text())
     assert summary["attack_details"]["injections"]["by_builtin"] > 0
     # the CLI refuses --agents that disagree with the checkpoint, before loading anything
-    assert main([*argv, "--agents", "4", "--out", str(tmp_path / "o2")]) == 2
+    assert main([*argv, "--agents", "3", "--out", str(tmp_path / "o2")]) == 2
     assert "checkpoint" in capsys.readouterr().err and not (tmp_path / "o2").exists()
