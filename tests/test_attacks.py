@@ -425,3 +425,19 @@ def test_autoinject_makes_one_attacker_call_per_round_in_a_debate():
     env.run(questions, progress=False)
     assert [len(batch) for batch in attacker.calls] == [8, 8]  # rounds 0 and 1: 4 debates x 2 agents each
     assert plan.report()["injections"]["messages_attacked"] == 16
+
+
+def test_attacker_model_that_cannot_start_is_a_clear_error(tmp_path):
+    from udpo.env.attacks import attacker_backend
+
+    config = AttackConfig(name="autotransform", attacker=str(tmp_path / "no-such-model"))
+    with (
+        pytest.raises(AttackError, match="could not start the attacker model .*no-such-model"),
+        attacker_backend(config, ScriptedBackend(["x"])),
+    ):
+        pass
+    team = ScriptedBackend(["x"])
+    with attacker_backend(AttackConfig(name="autoinject"), team) as attacker:
+        assert attacker is team  # "base": the team's own backend
+    with attacker_backend(AttackConfig(name="autoinject", attacker="builtin"), team) as attacker:
+        assert attacker is None
