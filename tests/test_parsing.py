@@ -186,7 +186,12 @@ def test_degenerate_outputs_parse_to_none(text):
         ("Final answer: **E**", "E"),
         ("I think A is tempting, but the answer is B because of the rest.", "B"),
         ("I believe so. A good point was made.", None),
-        ("A", None),
+        ("A", "A"),  # a reply that is only a letter
+        ("  (D).\n", "D"),
+        ("B) laughter", "B"),  # letter and parenthesis opening a line
+        ("Thinking it over.\n**C)** mall", "C"),
+        ("Plan B) fails", None),  # not at the start of a line
+        ("A hospital, surely.", None),
         ("A good question. (B)", "B"),
         ("(A) looks right, though (C) is closer.", "C"),
         ("Answer: (B)\n(A) and (D) are wrong.", "B"),

@@ -179,7 +179,9 @@ def parse_number_answer(text: str) -> str | None:
 _MARKED_LETTER_RE = re.compile(  # one quantifier per gap, so long runs of spaces cannot backtrack badly
     r"(?i:\banswer)[*\s]*(?:(?i:is|would\s+be|should\s+be|must\s+be)|:|=)[*\s:]*\(?([A-Z])\)?(?![\w'])"
 )
-_PAREN_LETTER_RE = re.compile(r"(?<!\w)\(([A-Z])\)")
+# "(C)" not glued to a word, or "C)" opening a line (how small models often answer: "C) mall")
+_PAREN_LETTER_RE = re.compile(r"(?<!\w)\(([A-Z])\)|^[ \t*]*([A-Z])\)", re.MULTILINE)
+_LONE_LETTER_RE = re.compile(r"[\s*]*\(?([A-Z])\)?[.)]?[\s*]*")  # the whole reply is one letter
 _BOXED_LETTER_RE = re.compile(r"\(?([A-Za-z])\)?\.?")
 
 
@@ -189,8 +191,10 @@ def parse_choice(text: str, letters: Sequence[str] | str) -> str | None:
     Tiers, first that yields an offered letter wins; within a tier the last occurrence wins:
 
     1. ``\\boxed{C}`` (also ``\\boxed{(C)}``, ``\\boxed{\\text{C}}``, lower case accepted);
-    2. a marked answer: "answer is C", "Answer: (C)", "final answer: **C**" (upper case);
-    3. a parenthesized upper-case letter ``(C)`` not glued to a word ("option(s)" is no letter).
+    2. a marked answer: "answer is C", "Answer: (C)", "final answer: **C**" (upper case), or a
+       reply that is nothing but one letter ("C", "C.", "(C)");
+    3. a parenthesized upper-case letter ``(C)`` not glued to a word ("option(s)" is no letter),
+       or an upper-case letter with a closing parenthesis opening a line ("C) mall").
 
     Bare letters in prose ("I think", "A good point") never count, and letters outside
     ``letters`` are ignored, so "(F)" on a five-option question is not an answer.
@@ -202,8 +206,8 @@ def parse_choice(text: str, letters: Sequence[str] | str) -> str | None:
             for c in boxed_contents(text)
             if (m := _BOXED_LETTER_RE.fullmatch(_strip_box(c)))
         ],
-        _MARKED_LETTER_RE.findall(text),
-        _PAREN_LETTER_RE.findall(text),
+        _MARKED_LETTER_RE.findall(text) + [m.group(1) for m in [_LONE_LETTER_RE.fullmatch(text)] if m],
+        [m.group(1) or m.group(2) for m in _PAREN_LETTER_RE.finditer(text)],
     )
     for found in tiers:
         valid = [x for x in found if x in offered]
