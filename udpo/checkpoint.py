@@ -182,7 +182,7 @@ def rewind_files(run_dir: str | os.PathLike, marks: dict[str, dict[str, int]]) -
             )
         if mark["bytes"] == 0:
             if path.exists():
-                dropped[rel] = path.read_bytes().count(b"\n")
+                dropped[rel] = _count_lines(path.read_bytes())
                 path.unlink()
             continue
         with open(path, "rb+") as fh:
@@ -193,11 +193,16 @@ def rewind_files(run_dir: str | os.PathLike, marks: dict[str, dict[str, int]]) -
                     f"{path}: its first {mark['bytes']} bytes hold {lines} lines, the checkpoint "
                     f"recorded {mark['lines']}; the file does not belong to this checkpoint"
                 )
-            dropped[rel] = fh.read().count(b"\n")
+            dropped[rel] = _count_lines(fh.read())
             fh.truncate(mark["bytes"])
             fh.flush()
             os.fsync(fh.fileno())
     return dropped
+
+
+def _count_lines(data: bytes) -> int:
+    """Lines in ``data``, a half-written last line included."""
+    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
 
 
 # --- random number generators ----------------------------------------------------------------

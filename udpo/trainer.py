@@ -75,7 +75,7 @@ def explain_oom(config: TrainConfig) -> Iterator[None]:
             f"{config.max_tokens}); raise gradient_accumulation_steps (now {config.gradient_accumulation_steps}) "
             f"or lower logprob_batch_size (now {config.logprob_batch_size}); set gradient_checkpointing: true "
             f"(now {str(config.gradient_checkpointing).lower()}); with backend: vllm set a lower "
-            f"vllm_gpu_memory_utilization (now {config.vllm_gpu_memory_utilization}, null = 0.9)"
+            f"vllm_gpu_memory_utilization (now {config.vllm_gpu_memory_utilization or 'unset: 0.9'})"
         ) from e
 
 

@@ -1,0 +1,126 @@
+"""Checkpoints and exact resumption: atomic writes, rewinding append-only files, and a run killed with
+SIGKILL mid-way that resumes with no lost or duplicated iteration."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from train_helpers import EXPLICIT, read_jsonl, write_recipe
+
+from udpo import checkpoint as ckpt
+from udpo.team import TeamManifest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def fake_checkpoint(run: Path, iteration: int) -> Path:
+    staging = ckpt.staging_dir(run, iteration)
+    (staging / "payload.txt").write_text(f"iteration {iteration}")
+    ckpt.write_json(staging / ckpt.STATE, {"iteration": iteration})
+    return ckpt.commit(run, staging, iteration)
+
+
+def test_commit_is_atomic_and_latest_points_at_the_newest(tmp_path):
+    run = tmp_path / "run"
+    first = fake_checkpoint(run, 1)
+    assert first.name == "iter_000001" and ckpt.resolve(run, "latest") == first
+    fake_checkpoint(run, 2)
+    assert ckpt.resolve(run, "latest").name == "iter_000002"
+    # a crash while writing leaves only a staging folder, which is never taken for a checkpoint
+    (ckpt.staging_dir(run, 3) / "half.bin").write_bytes(b"\0" * 10)
+    assert [p.name for p in ckpt.list_checkpoints(run)] == ["iter_000001", "iter_000002"]
+    assert ckpt.resolve(run, "latest").name == "iter_000002"
+    # a lost pointer falls back to the newest complete checkpoint
+    (run / "checkpoints" / "latest").unlink()
+    assert ckpt.resolve(run, "latest").name == "iter_000002"
+    fake_checkpoint(run, 3)
+    assert [p.name for p in ckpt.prune(run, keep=2)] == ["iter_000001"]
+    # re-reaching an iteration (resumed from an older checkpoint) replaces it whole
+    (run / "checkpoints" / "iter_000002" / "stale.txt").write_text("from the abandoned run")
+    fake_checkpoint(run, 2)
+    assert sorted(p.name for p in (run / "checkpoints" / "iter_000002").iterdir()) == [
+        "payload.txt",
+        "trainer_state.json",
+    ]
+    assert ckpt.resolve(run, "latest").name == "iter_000002"
+
+
+def test_resolve_errors_name_the_problem(tmp_path):
+    with pytest.raises(ckpt.CheckpointError, match="no checkpoint under"):
+        ckpt.resolve(tmp_path, "latest")
+    with pytest.raises(ckpt.CheckpointError, match="not a checkpoint folder, trainer_state.json missing"):
+        ckpt.resolve(tmp_path, str(tmp_path))
+
+
+def test_rewind_cuts_append_only_files_back(tmp_path):
+    log = tmp_path / "log.jsonl"
+    log.write_text("a\nb\n")
+    marks = ckpt.file_marks(tmp_path, ["log.jsonl", "absent.jsonl"])
+    assert marks == {"log.jsonl": {"lines": 2, "bytes": 4}, "absent.jsonl": {"lines": 0, "bytes": 0}}
+    log.write_text("a\nb\nc\nd")  # two more lines after the checkpoint, the last one half written
+    (tmp_path / "absent.jsonl").write_text("x\n")
+    assert ckpt.rewind_files(tmp_path, marks) == {"log.jsonl": 2, "absent.jsonl": 1}
+    assert log.read_text() == "a\nb\n" and not (tmp_path / "absent.jsonl").exists()
+    log.write_text("a\n")
+    with pytest.raises(ckpt.CheckpointError, match="lost data"):
+        ckpt.rewind_files(tmp_path, marks)
+    log.write_text("ab\ncd\n")
+    with pytest.raises(ckpt.CheckpointError, match="hold 1 lines, the checkpoint recorded 2"):
+        ckpt.rewind_files(tmp_path, {"log.jsonl": {"lines": 2, "bytes": 3}})
+
+
+def start(recipe: Path, *extra: str) -> subprocess.Popen:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    cmd = [sys.executable, str(REPO / "train_udpo.py"), "--config", str(recipe), *extra]
+    return subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_without_lost_or_repeated_iterations(model_path, tmp_path):
+    run, iterations, per_iteration = tmp_path / "run", 4, 2
+    recipe = write_recipe(
+        tmp_path / "recipe.yaml", model_path, output_dir=str(run), max_iterations=iterations,
+        questions_per_iteration=per_iteration, eval_questions=0, **EXPLICIT,
+    )  # fmt: skip
+    proc = start(recipe)
+    latest = run / "checkpoints" / "latest"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if latest.exists() and latest.read_text().strip() == "iter_000001":
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, f"run ended before it could be killed:\n{proc.stdout.read()}"
+    proc.send_signal(signal.SIGKILL)  # somewhere in iteration 2
+    proc.wait()
+
+    again = start(recipe)  # without --resume the used run directory is refused
+    out, _ = again.communicate(timeout=120)
+    assert again.returncode == 2 and "--resume latest" in out
+
+    resumed = start(recipe, "--resume", "latest")
+    out, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, out
+
+    train = [r for r in read_jsonl(run / "metrics.jsonl") if r["kind"] == "train"]
+    assert [r["iteration"] for r in train] == list(range(1, iterations + 1))
+    debates = read_jsonl(run / "trajectories" / "train.jsonl")
+    assert len(debates) == iterations * per_iteration
+    assert [d["meta"]["iteration"] for d in debates] == [
+        k for k in range(1, iterations + 1) for _ in range(per_iteration)
+    ]
+    ckpts = run / "checkpoints"
+    assert [p.name for p in ckpt.list_checkpoints(run)] == [f"iter_{k:06d}" for k in range(iterations + 1)]
+    assert not [p.name for p in ckpts.iterdir() if p.name.startswith(".")]  # no staging leftovers
+    for k in range(iterations + 1):
+        state = ckpt.read_state(ckpts / f"iter_{k:06d}")
+        assert state["iteration"] == k and state["optimizer_steps"] == k
+        assert state["files"]["trajectories/train.jsonl"]["lines"] == k * per_iteration
+        assert TeamManifest.load(ckpts / f"iter_{k:06d}").iteration == k

@@ -1,0 +1,173 @@
+"""The training loop on the real model: a tiny run end to end, the update improving its objective,
+and the failure paths (missing model, used run directory, NaN loss, out of memory)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from train_helpers import EXPLICIT, read_jsonl, tiny_config
+
+from udpo.env.models import ModelNotFoundError
+from udpo.env.tasks.base import Question
+from udpo.team import TeamManifest
+from udpo.trainer import QuestionSchedule, Trainer, TrainingError, explain_oom, split_warmup
+
+
+def count_eval(trainer, iteration: int) -> dict:
+    """An eval callback, as an attack evaluation would plug in."""
+    return {"questions": len(trainer.eval_set), "iteration": iteration}
+
+
+@pytest.fixture(scope="module")
+def trained(model_path, tmp_path_factory):
+    """Two iterations of 2 questions, N=2, T=1, with warm-up calibration and evaluations."""
+    out = tmp_path_factory.mktemp("run") / "run"
+    trainer = Trainer(tiny_config(model_path, out, max_iterations=2), eval_callbacks=[count_eval])
+    initial = [p.detach().clone() for p in trainer.params]
+    result = trainer.train()
+    yield trainer, result, initial
+    trainer.close()
+
+
+@pytest.mark.slow
+def test_run_logs_every_metric_and_file(trained):
+    trainer, result, _ = trained
+    run = trainer.run_dir
+    records = read_jsonl(run / "metrics.jsonl")
+    train = [r for r in records if r["kind"] == "train"]
+    assert [r["iteration"] for r in train] == [1, 2]
+    expected = [
+        "reward/r_intra", "reward/r_inter", "reward/r_sys", "reward/r_task", "reward/mean", "reward/agent_1",
+        "train/accuracy", "train/u_intra", "train/u_inter", "train/u_sys", "update/kl", "update/clip_frac",
+        "update/ratio_mean", "update/ratio_max", "update/loss", "grad_norm/agent_0", "grad_norm/agent_1",
+        "lr", "tokens_per_s", "time/rollout", "time/reward", "time/update", "time/sync",
+    ]  # fmt: skip
+    for r in train:
+        missing = [k for k in expected if k not in r]
+        assert not missing, missing
+        assert r["tokens"] > 0 and r["debates"] == 2
+    evals = [r for r in records if r["kind"] == "eval"]
+    assert [r["iteration"] for r in evals] == [0, 2]
+    for r in evals:
+        assert 0 <= r["accuracy"] <= 1 and {"u_intra", "u_inter", "u_sys"} <= set(r)
+        assert r["count_eval/questions"] == 2 and r["count_eval/iteration"] == r["iteration"]
+    assert result["before"]["n_questions"] == result["after"]["n_questions"] == 2
+
+    calibration = json.loads((run / "calibration.json").read_text())
+    assert calibration["warmup"]["n_debates"] == 3  # 10% of 30 training questions
+    assert all(len(v) == 2 for v in calibration["coefficients"].values())
+    assert len(read_jsonl(run / "trajectories" / "warmup.jsonl")) == 3
+    train_lines = read_jsonl(run / "trajectories" / "train.jsonl")
+    assert [t["meta"]["iteration"] for t in train_lines] == [1] * 2 + [2] * 2
+    assert not {t["question_id"] for t in train_lines} & {
+        t["question_id"] for t in read_jsonl(run / "trajectories" / "warmup.jsonl")
+    }
+    assert json.loads((run / "eval" / "iter_000002" / "summary.json").read_text())["n_questions"] == 2
+
+
+@pytest.mark.slow
+def test_adapters_change_and_checkpoints_hold_them(trained):
+    trainer, _, initial = trained
+    for before, p in zip(initial, trainer.params, strict=True):
+        assert p.shape == before.shape
+    for agent in range(2):
+        own = trainer.policy.parameters_of(agent)
+        ids = {id(p) for p in own}
+        moved = [not torch.equal(b, p) for b, p in zip(initial, trainer.params, strict=True) if id(p) in ids]
+        assert any(moved), f"agent {agent}'s adapter did not change"
+    ckpts = trainer.run_dir / "checkpoints"
+    assert (ckpts / "latest").read_text().strip() == "iter_000002"
+    team = TeamManifest.load(ckpts / "iter_000002")
+    assert team.n_agents == 2 and team.iteration == 2 and team.task == "arithmetic"
+    for name, folder in team.adapter_paths().items():
+        first = load_file(str(ckpts / "iter_000000" / "adapters" / name / "adapter_model.safetensors"))
+        last = load_file(f"{folder}/adapter_model.safetensors")
+        assert first.keys() == last.keys()
+        assert any(not torch.equal(first[k], last[k]) for k in first), name
+    for name in ("trainer_state.json", "optimizer.pt", "scheduler.pt", "rng.pt", "calibration.json"):
+        assert (ckpts / "iter_000002" / name).is_file(), name
+
+
+@pytest.mark.slow
+def test_updates_increase_the_objective_on_a_fixed_batch(trained):
+    trainer, _, _ = trained
+    questions = trainer.schedule.for_iteration(3) + trainer.schedule.for_iteration(4)
+    batch = trainer.rollout_batch(trainer.debate(questions, {"phase": "test"}))
+    advantages = trainer.algorithm.advantages(batch)
+    assert advantages.abs().sum() > 0, "all debates got the same reward; nothing to learn from"
+    objectives = []
+    for step in range(3):
+        # step 0 records the behavior log-probs (ratio 1); later steps keep them, so the ratio moves
+        stats = trainer.update(batch, advantages, fresh_count=len(batch) if step == 0 else 0, iteration=100)
+        objectives.append(-stats["update/loss"])  # measured before this step's optimizer update
+    assert objectives[1] > objectives[0]
+    assert objectives[-1] > objectives[0]
+
+
+def test_missing_model_is_named(tmp_path):
+    with pytest.raises(ModelNotFoundError, match="/no/such/model"):
+        Trainer(tiny_config("/no/such/model", tmp_path / "run"))
+
+
+@pytest.mark.slow
+def test_a_used_run_directory_needs_resume(trained, model_path):
+    trainer, _, _ = trained
+    with pytest.raises(TrainingError, match="already holds a run.*--resume latest"):
+        Trainer(tiny_config(model_path, trainer.run_dir))
+
+
+@pytest.mark.slow
+def test_nan_loss_stops_with_a_checkpoint(model_path, tmp_path, monkeypatch):
+    from udpo.algorithms.udpo import UDPO
+
+    real_loss = UDPO.loss
+
+    def nan_loss(self, batch, agent, logp, ref_logp, advantages):
+        loss, info = real_loss(self, batch, agent, logp, ref_logp, advantages)
+        return loss * float("nan"), info
+
+    monkeypatch.setattr(UDPO, "loss", nan_loss)
+    out = tmp_path / "run"
+    trainer = Trainer(tiny_config(model_path, out, eval_questions=0, max_iterations=2, **EXPLICIT))
+    try:
+        with pytest.raises(TrainingError) as e:
+            trainer.train()
+    finally:
+        trainer.close()
+    msg = str(e.value)
+    assert "non-finite value at iteration 1" in msg and "loss of agent 0 is nan" in msg
+    assert f"--resume {out / 'checkpoints' / 'iter_000000'}" in msg
+    assert (out / "checkpoints" / "iter_000000" / "trainer_state.json").is_file()
+    assert not any(r["kind"] == "train" for r in read_jsonl(out / "metrics.jsonl"))
+
+
+def test_out_of_memory_gets_a_hint():
+    config = tiny_config("unused", "unused")
+    with pytest.raises(TrainingError) as e, explain_oom(config):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+    msg = str(e.value)
+    assert "Tried to allocate 2.00 GiB" in msg
+    for hint in ("questions_per_iteration (now 2)", "max_tokens (now 16)", "gradient_accumulation_steps",
+                 "gradient_checkpointing: true"):  # fmt: skip
+        assert hint in msg
+    assert isinstance(e.value.__cause__, torch.cuda.OutOfMemoryError)
+
+
+def test_question_schedule_and_warmup_split():
+    questions = [Question(id=str(k), text=f"q{k}", gold="1") for k in range(10)]
+    warm, train = split_warmup(questions, 0.2, seed=3)
+    assert len(warm) == 2 and len(train) == 8 and not {q.id for q in warm} & {q.id for q in train}
+    assert split_warmup(questions, 0.2, seed=3) == (warm, train)
+    schedule = QuestionSchedule(train, per_iteration=3, seed=5)
+    first_epoch = [q.id for k in (1, 2) for q in schedule.for_iteration(k)]
+    first_epoch += [q.id for q in schedule.for_iteration(3)[:2]]  # 3 + 3 + 2 = the 8 training questions
+    assert sorted(first_epoch, key=int) == sorted((q.id for q in train), key=int)  # each once per epoch
+    assert [q.id for q in schedule.for_iteration(7)] == [
+        q.id for q in QuestionSchedule(train, 3, 5).for_iteration(7)
+    ]
+    assert schedule.epoch_of(8) == 3.0
+    with pytest.raises(ValueError, match="leaves none to train on"):
+        split_warmup(questions[:1], 0.5, seed=0)
