@@ -154,6 +154,7 @@ class Trainer:
             else torch.cuda.is_available() and torch.cuda.is_bf16_supported()
         )
         self.accelerator = Accelerator(
+            cpu=not torch.cuda.is_available(),  # on CPU, torchrun processes form a gloo group only with cpu=True
             mixed_precision="bf16" if use_bf16 else "no",
             log_with=accelerate_trackers(config.report_to) or None,
             project_dir=str(self.run_dir),
