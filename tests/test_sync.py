@@ -1,0 +1,58 @@
+"""The update reaches the rollout engine: after a training iteration with vLLM rollouts, vLLM scores a
+fixed completion under the agent's new adapter as the trainer does, and differently from before."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from train_helpers import EXPLICIT, read_jsonl, tiny_config
+
+from udpo.trainer import Trainer
+
+QUESTION = [{"role": "user", "content": "What is 4 + 5? Give the answer in \\boxed{}."}]
+ANSWER = "4 plus 5 makes 9, so the answer is \\boxed{9}."
+
+
+def mean_abs_diff(x, y) -> float:
+    return float(np.mean(np.abs(np.asarray(x, dtype=float) - np.asarray(y, dtype=float))))
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_updated_adapters_reach_vllm(vllm_backend, model_path, tmp_path):
+    config = tiny_config(
+        model_path, tmp_path / "run", backend="vllm", eval_questions=0, max_iterations=1, learning_rate=2e-2,
+        **EXPLICIT,
+    )  # fmt: skip
+    trainer = Trainer(config, backend=vllm_backend)  # the session's engine: the trainer must not start one
+    tokenizer = trainer.policy.tokenizer
+    prompt = list(
+        tokenizer.apply_chat_template(QUESTION, add_generation_prompt=True, tokenize=True, return_dict=False)
+    )
+    completion = tokenizer.encode(ANSWER, add_special_tokens=False)
+
+    def scores(agent: int) -> tuple[list[float], list[float]]:
+        name = trainer.policy.adapter_names[agent]
+        engine = vllm_backend.completion_logprobs(prompt, completion, adapter=name)
+        ours = trainer.policy.token_logprobs(agent, [prompt], [completion])[0].detach().tolist()
+        return engine, ours
+
+    trainer.sync_adapters(0)
+    ids_before = [vllm_backend.lora_id(n) for n in trainer.policy.adapter_names]
+    before = [scores(i) for i in range(2)]
+    trainer.train()  # rollouts through vLLM, one update, adapters synced as files with new LoRA ids
+    ids_after = [vllm_backend.lora_id(n) for n in trainer.policy.adapter_names]
+    after = [scores(i) for i in range(2)]
+    trainer.close()
+
+    assert all(a > b for a, b in zip(ids_after, ids_before, strict=True))
+    for agent in range(2):
+        (engine_0, ours_0), (engine_1, ours_1) = before[agent], after[agent]
+        # vLLM runs the bf16 checkpoint, the trainer fp32: agreement within bf16 rounding
+        assert mean_abs_diff(engine_0, ours_0) < 0.1
+        assert mean_abs_diff(engine_1, ours_1) < 0.1
+        moved = mean_abs_diff(ours_1, ours_0)
+        assert moved > 3 * mean_abs_diff(engine_1, ours_1), (agent, moved)
+        assert mean_abs_diff(engine_1, engine_0) > 0.5 * moved  # the engine sees the update too
+    debates = read_jsonl(tmp_path / "run" / "trajectories" / "train.jsonl")
+    assert len(debates) == 2 and all(t["adapter"] for d in debates for row in d["turns"] for t in row)
