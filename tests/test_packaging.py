@@ -17,7 +17,18 @@ pytestmark = pytest.mark.slow
 
 def test_wheel_layout_and_imports_in_a_fresh_venv(tmp_path):
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(ROOT)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
         check=True,
     )
     wheel = next(tmp_path.glob("udpo-*.whl"))
@@ -39,9 +50,16 @@ def test_wheel_layout_and_imports_in_a_fresh_venv(tmp_path):
         "assert importlib.util.find_spec('env') is None, 'top-level env installed';"
         "print(udpo.rewards.__file__); print(udpo.env.__file__)"
     )
-    out = subprocess.run([py, "-c", probe], cwd=tmp_path, env={"PYTHONPATH": deps, "PATH": "/usr/bin:/bin"},
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [py, "-c", probe],
+        cwd=tmp_path,
+        env={"PYTHONPATH": deps, "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr
     assert all(str(venv) in line for line in out.stdout.split())
-    cli = subprocess.run([venv / "bin" / "udpo", "--help"], env={"PYTHONPATH": deps}, capture_output=True, text=True)
+    cli = subprocess.run(
+        [venv / "bin" / "udpo", "--help"], env={"PYTHONPATH": deps}, capture_output=True, text=True
+    )
     assert cli.returncode == 0 and "debate" in cli.stdout, cli.stderr
