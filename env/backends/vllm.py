@@ -41,6 +41,13 @@ def host_ram_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
+def cpu_safe_options(on_cpu: bool) -> dict:
+    """On CPU, whole-prompt prefill: vLLM 0.32's CPU build crashes the engine ("CPU Generator does
+    not use offset") when a request with its own seed is prefilled in chunks, which happens as soon
+    as a batch's prompts exceed one step's token budget. Costs nothing measurable without seeds."""
+    return {"enable_chunked_prefill": False} if on_cpu else {}
+
+
 def memory_options(on_cpu: bool, gpu_memory_utilization: float | None, kv_cache_gib: float | None) -> dict:
     """vLLM's memory budget: ``kv_cache_memory_bytes`` or ``gpu_memory_utilization`` (defaults above)."""
     if gpu_memory_utilization is not None and kv_cache_gib is not None:
@@ -75,11 +82,16 @@ class VLLMBackend(Backend):
     max_loras: adapters resident in one batch; give at least the number of agents, or rounds run
         in several waves. max_lora_rank: largest adapter rank accepted (the trainer's default r is 8).
     max_cpu_loras: adapters kept loaded in host memory (None: vLLM's default, ``max_loras``).
+    lora_target_modules: the only modules given LoRA slots (None: every module vLLM supports, MLP
+        and embeddings included). Pass the trainer's targets (e.g. ``["q_proj", "k_proj", "v_proj",
+        "o_proj"]``): vLLM computes LoRA for every slotted module, so this makes LoRA batches much
+        faster, most of all on CPU. An adapter touching other modules then fails to load.
     gpu_memory_utilization / kv_cache_gib: the memory budget; give at most one. On GPU the default
         is ``gpu_memory_utilization=0.9``; lower it when a trainer shares the GPU. On CPU vLLM reads
         ``gpu_memory_utilization`` as a fraction of host RAM for the KV cache, and the default here is
         an explicit KV cache of 10% of host RAM, at least 1 GiB (vLLM's own 0.92 fails on most hosts).
         The ``VLLM_CPU_KVCACHE_SPACE`` environment variable (GiB), if set, overrides both on CPU.
+        On CPU chunked prefill is off unless ``engine_kwargs`` turns it on (see ``cpu_safe_options``).
     dtype: "auto" (the checkpoint's), "bf16", "fp16" or "fp32". max_model_len: prompt + completion
         tokens per request. seed: the engine's RNG seed. enforce_eager: skip CUDA graphs (None: vLLM's
         default). tensor_parallel_size: GPUs per engine. engine_kwargs: any other ``vllm.LLM`` option.
@@ -94,6 +106,7 @@ class VLLMBackend(Backend):
         max_loras: int = 4,
         max_lora_rank: int = 16,
         max_cpu_loras: int | None = None,
+        lora_target_modules: list[str] | None = None,
         gpu_memory_utilization: float | None = None,
         kv_cache_gib: float | None = None,
         dtype: str = "auto",
@@ -121,10 +134,13 @@ class VLLMBackend(Backend):
             )
         self.on_cpu = current_platform.is_cpu()
         kwargs.update(memory_options(self.on_cpu, gpu_memory_utilization, kv_cache_gib))
+        kwargs = {**cpu_safe_options(self.on_cpu), **kwargs}
         if enable_lora:
             kwargs.update(enable_lora=True, max_loras=max_loras, max_lora_rank=max_lora_rank)
             if max_cpu_loras is not None:
                 kwargs["max_cpu_loras"] = max_cpu_loras
+            if lora_target_modules is not None:
+                kwargs["lora_target_modules"] = list(lora_target_modules)
         if enforce_eager is not None:
             kwargs["enforce_eager"] = enforce_eager
         self.model_name = model

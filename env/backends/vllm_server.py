@@ -97,9 +97,10 @@ class VLLMServer:
     def command(self) -> list[str]:
         from vllm.platforms import current_platform
 
-        from .vllm import memory_options
+        from .vllm import cpu_safe_options, memory_options
 
-        memory = memory_options(current_platform.is_cpu(), self.gpu_memory_utilization, self.kv_cache_gib)
+        on_cpu = current_platform.is_cpu()
+        memory = memory_options(on_cpu, self.gpu_memory_utilization, self.kv_cache_gib)
         cmd = [
             sys.executable, "-m", "vllm.entrypoints.openai.api_server",
             "--model", self.path, "--served-model-name", self.served_model_name,
@@ -108,6 +109,8 @@ class VLLMServer:
         ]  # fmt: skip
         for key, value in memory.items():
             cmd += [f"--{key.replace('_', '-')}", str(value)]
+        if cpu_safe_options(on_cpu).get("enable_chunked_prefill") is False:
+            cmd.append("--no-enable-chunked-prefill")
         if self.enable_lora:
             cmd += [
                 "--enable-lora",
