@@ -10,14 +10,16 @@ Arguments are the fields of :class:`udpo.config.TrainConfig` (``--help`` lists t
 
 import sys
 
-from udpo.config import ConfigError, parse_config
+from udpo.checkpoint import CheckpointError
+from udpo.config import parse_config
+from udpo.env.backends.base import BackendError
 from udpo.trainer import TrainingError, train
 
 
 def main() -> int:
     try:
         train(parse_config())
-    except (ConfigError, TrainingError, FileNotFoundError) as e:
+    except (ValueError, FileNotFoundError, TrainingError, CheckpointError, BackendError) as e:
         print(f"train_udpo.py: error: {e}", file=sys.stderr)
         return 2
     return 0

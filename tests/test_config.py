@@ -132,7 +132,8 @@ def test_udpo_train_forwards_arguments(capsys):
     assert "--questions_per_iteration" in capsys.readouterr().out
 
 
-def test_reference_table_lists_every_field():
+def test_reference_table_lists_every_field_and_the_docs_show_it():
     table = reference_markdown()
     for name in TrainConfig.__dataclass_fields__:
         assert f"| `{name}` |" in table
+    assert table in (REPO / "docs" / "training.md").read_text(), "regenerate with python -m udpo.config"

@@ -87,9 +87,16 @@ def start(recipe: Path, *extra: str) -> subprocess.Popen:
 def test_killed_run_resumes_without_lost_or_repeated_iterations(model_path, tmp_path):
     run, iterations, per_iteration = tmp_path / "run", 4, 2
     recipe = write_recipe(
-        tmp_path / "recipe.yaml", model_path, output_dir=str(run), max_iterations=iterations,
-        questions_per_iteration=per_iteration, eval_questions=0, **EXPLICIT,
-    )  # fmt: skip
+        tmp_path / "recipe.yaml",
+        model_path,
+        output_dir=str(run),
+        max_iterations=iterations,
+        questions_per_iteration=per_iteration,
+        eval_questions=0,
+        replay=True,
+        replay_fraction=0.34,
+        **EXPLICIT,
+    )  # with replay: its buffer must survive the kill too (1 replayed debate per update)
     proc = start(recipe)
     latest = run / "checkpoints" / "latest"
     deadline = time.time() + 300
@@ -111,6 +118,8 @@ def test_killed_run_resumes_without_lost_or_repeated_iterations(model_path, tmp_
 
     train = [r for r in read_jsonl(run / "metrics.jsonl") if r["kind"] == "train"]
     assert [r["iteration"] for r in train] == list(range(1, iterations + 1))
+    assert [r["replayed"] for r in train] == [0] + [1] * (iterations - 1)
+    assert [r["replay/size"] for r in train] == [per_iteration * k for k in range(1, iterations + 1)]
     debates = read_jsonl(run / "trajectories" / "train.jsonl")
     assert len(debates) == iterations * per_iteration
     assert [d["meta"]["iteration"] for d in debates] == [

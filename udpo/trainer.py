@@ -648,6 +648,22 @@ class Trainer:
     def load_checkpoint(self, path: Path) -> None:
         """Restore everything ``save_checkpoint`` wrote and rewind the append-only files."""
         state = ckpt.read_state(path)
+        ignored = {
+            "resume",
+            "max_iterations",
+            "num_train_epochs",
+            "eval_steps",
+            "save_steps",
+            "progress",
+            "report_to",
+        }
+        changed = sorted(
+            k
+            for k, v in state.get("config", {}).items()
+            if k not in ignored and getattr(self.config, k, v) != v
+        )
+        if changed and self.main:
+            print(f"note: resuming {path} with changed settings: {', '.join(changed)}", file=sys.stderr)
         if state["world_size"] != self.world:
             print(
                 f"note: checkpoint written by {state['world_size']} processes, resuming with {self.world}; "
@@ -662,11 +678,11 @@ class Trainer:
         else:
             self.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
             self.scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
-        rng_states = torch.load(path / "rng.pt", weights_only=False)
-        ckpt.set_rng_state(rng_states[self.rank % len(rng_states)])
+        self._use_calibration(ckpt.read_json(path / "calibration.json"))  # builds the replay buffer
         if self.replay is not None:
             self.replay.load_state_dict(torch.load(path / "replay.pt", weights_only=False))
-        self._use_calibration(ckpt.read_json(path / "calibration.json"))
+        rng_states = torch.load(path / "rng.pt", weights_only=False)
+        ckpt.set_rng_state(rng_states[self.rank % len(rng_states)])
         self.iteration = state["iteration"]
         self.optimizer_steps = state["optimizer_steps"]
         self.history = state.get("history", {})
