@@ -48,7 +48,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--checkpoint",
         default=None,
-        help="team folder with team.json and adapters/ (e.g. RUN/checkpoints/iter_000100); its base model "
+        help="team folder with team.json and adapters/ (e.g. RUN/checkpoints/iter_000100), or a run folder "
+        "(its latest checkpoint); its base model "
         "replaces --model and its agents (adapters, profiles) are evaluated",
     )
     add_debate_args(p)
@@ -186,10 +187,10 @@ def _load_team(args: argparse.Namespace):
     """The checkpoint's TeamManifest (its base model replaces --model), or None."""
     if args.checkpoint is None:
         return None
+    from udpo.export import find_checkpoint
     from udpo.team import TeamManifest
 
-    if not (Path(args.checkpoint) / "team.json").exists():
-        raise FileNotFoundError(f"{args.checkpoint} is not a team folder: no team.json in it")
+    args.checkpoint = str(find_checkpoint(args.checkpoint))  # a team folder, or a run's latest checkpoint
     team = TeamManifest.load(args.checkpoint)
     args.model = team.base_model
     return team
