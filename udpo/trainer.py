@@ -166,7 +166,31 @@ class Trainer:
         self.eval_callbacks = [*load_callbacks(config.eval_callbacks), *eval_callbacks]
         self._check_run_dir()
 
-        # questions -----------------------------------------------------------------------------
+        self._load_questions()
+        set_seed(config.seed)  # identical adapter initialization on every process
+        self._build_policy()
+        set_seed(config.seed + self.rank)  # different sampling per process from here on
+        self._build_optimizer()
+        self.algorithm = None  # built once the coefficients are known (calibration or checkpoint)
+        self.replay = None
+
+        # rollout engine, tracking ----------------------------------------------------------------
+        self._own_backend = backend is None
+        self.backend = backend if backend is not None else self._make_backend()
+        self.tracker: Tracker | None = None
+        self.coefficients = None
+        self.calibration: dict[str, Any] | None = None
+        self.iteration = 0
+        self.optimizer_steps = 0
+        self.history: dict[str, dict[str, Any]] = {}  # "before" / "after" evaluation summaries
+        self._sync_dirs: list[Path] = []
+
+    # ------------------------------------------------------------------------------------------
+    # setup helpers
+    # ------------------------------------------------------------------------------------------
+    def _load_questions(self) -> None:
+        """Training, warm-up and evaluation questions, and the iteration schedule."""
+        config = self.config
         self.task = get_task(config.task, **(config.task_options or {}))
         train_all = self.task.load(
             config.train_split, config.data_path, limit=config.max_train_questions, seed=config.seed
@@ -189,10 +213,11 @@ class Trainer:
                 f"{self.world} processes; raise questions_per_iteration"
             )
 
-        # policy, algorithm, optimizer ----------------------------------------------------------
+    def _build_policy(self) -> None:
+        """The team (one base, one adapter per agent), identical on every process."""
         from udpo.policy import LoraSettings, MultiAgentPolicy
 
-        set_seed(config.seed)  # identical adapter initialization on every process
+        config = self.config
         with explain_oom(config):
             self.policy = MultiAgentPolicy(
                 model=config.model,
@@ -212,8 +237,13 @@ class Trainer:
                 model.enable_input_require_grads()
         self.params = self.policy.trainable_parameters()
         dist.broadcast_parameters(self.params)
-        set_seed(config.seed + self.rank)  # different sampling per process from here on
         self.adapters = list(dict.fromkeys(self.policy.adapter_names))  # distinct adapters, agent order
+
+    def _build_optimizer(self) -> None:
+        """AdamW with one parameter group per adapter; linear warm-up, then the configured decay."""
+        from transformers import get_scheduler
+
+        config = self.config
         self.optimizer = torch.optim.AdamW(
             [
                 {"params": self.policy.parameters_of(self.policy.adapter_names.index(a)), "adapter": a}
@@ -224,8 +254,6 @@ class Trainer:
             eps=config.adam_epsilon,
             weight_decay=config.weight_decay,
         )
-        from transformers import get_scheduler
-
         name = "constant_with_warmup" if config.lr_scheduler_type == "constant" else config.lr_scheduler_type
         self.scheduler = get_scheduler(
             name,
@@ -235,23 +263,7 @@ class Trainer:
         )
         if self.deepspeed:
             self._prepare_deepspeed()
-        self.algorithm = None  # built once the coefficients are known (calibration or checkpoint)
-        self.replay = None
 
-        # rollout engine, tracking ----------------------------------------------------------------
-        self._own_backend = backend is None
-        self.backend = backend if backend is not None else self._make_backend()
-        self.tracker: Tracker | None = None
-        self.coefficients = None
-        self.calibration: dict[str, Any] | None = None
-        self.iteration = 0
-        self.optimizer_steps = 0
-        self.history: dict[str, dict[str, Any]] = {}  # "before" / "after" evaluation summaries
-        self._sync_dirs: list[Path] = []
-
-    # ------------------------------------------------------------------------------------------
-    # setup helpers
-    # ------------------------------------------------------------------------------------------
     def _check_run_dir(self) -> None:
         started = (self.run_dir / METRICS_FILE).exists() or ckpt.list_checkpoints(self.run_dir)
         if started and self.config.resume is None:
