@@ -171,3 +171,26 @@ def test_question_schedule_and_warmup_split():
     assert schedule.epoch_of(8) == 3.0
     with pytest.raises(ValueError, match="leaves none to train on"):
         split_warmup(questions[:1], 0.5, seed=0)
+
+
+def test_tracker_writes_flat_lines_and_checks_tracker_packages(tmp_path, monkeypatch):
+    from accelerate import Accelerator
+
+    from udpo import tracking
+
+    tracker = tracking.Tracker(tmp_path, Accelerator(cpu=True), ["jsonl"], "run", {})
+    timer = tracking.Timer()
+    with timer("rollout"):
+        pass
+    tracker.log({"reward": {"r_task": 0.5}, "time": timer.pop()}, 1)
+    tracker.log({"accuracy": 0.25}, 1, kind="eval")
+    (train,), (evals,) = tracking.read_metrics(tmp_path, "train"), tracking.read_metrics(tmp_path, "eval")
+    assert train["iteration"] == 1 and train["reward/r_task"] == 0.5 and train["time/rollout"] >= 0
+    assert evals["accuracy"] == 0.25 and timer.pop() == {}
+    assert tracking.accelerate_trackers(["jsonl"]) == []
+    # a requested tracker whose package is missing is an error, not a silently dropped logger
+    monkeypatch.setattr(tracking.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(
+        ValueError, match=r"report_to: wandb needs the wandb package: pip install 'udpo\[wandb\]'"
+    ):
+        tracking.accelerate_trackers(["jsonl", "wandb"])

@@ -8,6 +8,7 @@ it back to the checkpoint (udpo.checkpoint.rewind_files) before appending again.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -20,13 +21,27 @@ from typing import Any
 from tqdm.auto import tqdm
 
 METRICS_FILE = "metrics.jsonl"
-#: accelerate tracker names for the report_to values that have one
-_ACCELERATE_TRACKERS = {"wandb": "wandb", "tensorboard": "tensorboard"}
+#: report_to value -> (accelerate tracker name, the packages any one of which it needs)
+_ACCELERATE_TRACKERS = {
+    "wandb": ("wandb", ("wandb",)),
+    "tensorboard": ("tensorboard", ("tensorboard", "tensorboardX")),
+}
 
 
 def accelerate_trackers(report_to: list[str]) -> list[str]:
-    """The accelerate ``log_with`` names for a config's ``report_to`` (jsonl and none need none)."""
-    return [_ACCELERATE_TRACKERS[r] for r in report_to if r in _ACCELERATE_TRACKERS]
+    """The accelerate ``log_with`` names for a config's ``report_to`` (jsonl and none need none).
+
+    Raises ValueError when a tracker's package is missing (accelerate would drop it with a warning).
+    """
+    out = []
+    for name in report_to:
+        if name not in _ACCELERATE_TRACKERS:
+            continue
+        tracker, packages = _ACCELERATE_TRACKERS[name]
+        if not any(importlib.util.find_spec(p) is not None for p in packages):
+            raise ValueError(f"report_to: {name} needs the {packages[0]} package: pip install 'udpo[{name}]'")
+        out.append(tracker)
+    return out
 
 
 def flatten(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
