@@ -126,15 +126,17 @@ class VLLMBackend(Backend):
             ) from e
         from ..models import resolve_model
 
-        kwargs = dict(engine_kwargs or {})
+        self.on_cpu = current_platform.is_cpu()
+        kwargs = {
+            **cpu_safe_options(self.on_cpu),
+            **memory_options(self.on_cpu, gpu_memory_utilization, kv_cache_gib),
+            **(engine_kwargs or {}),
+        }
         if kwargs.get("logprobs_mode", "raw_logprobs") != "raw_logprobs":
             raise ValueError(
                 f"logprobs_mode={kwargs['logprobs_mode']!r}: the trainer needs raw model log-probs "
                 "(vLLM's default 'raw_logprobs')"
             )
-        self.on_cpu = current_platform.is_cpu()
-        kwargs.update(memory_options(self.on_cpu, gpu_memory_utilization, kv_cache_gib))
-        kwargs = {**cpu_safe_options(self.on_cpu), **kwargs}
         if enable_lora:
             kwargs.update(enable_lora=True, max_loras=max_loras, max_lora_rank=max_lora_rank)
             if max_cpu_loras is not None:
