@@ -74,6 +74,19 @@ def test_one_batch_serves_base_and_two_adapters(served, hf_with_adapters):
         assert mean_abs_diff(c.logprobs, scored) < 1e-3
 
 
+def test_base_rows_beside_a_full_set_of_adapters_stay_base(served, lora_adapters):
+    # vLLM's CPU LoRA ops read "no adapter" as the last adapter slot (vllm-project/vllm#48421): with
+    # every slot (max_loras=4) holding an adapter, the base row of a mixed batch must still be the base
+    served.load_adapter("a2", lora_adapters["a"])
+    served.load_adapter("b2", lora_adapters["b"])
+    greedy = SamplingParams(temperature=0.0, max_tokens=16)
+    (alone,) = served.generate([ChatRequest(QUESTION, greedy)])
+    mixed = served.generate([ChatRequest(QUESTION, greedy, adapter=n) for n in ("a", "b", None, "a2", "b2")])
+    assert mixed[2].completion_ids == alone.completion_ids
+    assert mean_abs_diff(mixed[2].logprobs, alone.logprobs) < 1e-3
+    assert mixed[0].completion_ids == mixed[3].completion_ids  # a2 is a copy of a
+
+
 def test_adapters_change_the_log_probs(served, fixed_completion):
     scores = {
         name: served.completion_logprobs(QUESTION, fixed_completion, adapter=name)

@@ -265,6 +265,23 @@ class VLLMBackend(Backend):
         )
 
     def _run(self, prompts: list[dict], params: list, loras: list) -> list:
+        """Engine outputs in request order. On CPU, base-model rows (no adapter) and adapter rows go
+        in separate engine calls: vLLM's CPU LoRA ops read the no-adapter index -1 as the last adapter
+        slot, so a base row batched beside adapter rows silently gets that slot's adapter
+        (vllm-project/vllm#48421, open in 0.32). A batch of base rows alone takes vLLM's no-LoRA path."""
+        base = [k for k, lora in enumerate(loras) if lora is None]
+        if not self.on_cpu or len(base) in (0, len(loras)):
+            return self._engine_generate(prompts, params, loras)
+        outputs: list = [None] * len(prompts)
+        adapted = [k for k, lora in enumerate(loras) if lora is not None]
+        for rows in (base, adapted):
+            part = self._engine_generate([prompts[k] for k in rows], [params[k] for k in rows],
+                                         [loras[k] for k in rows])  # fmt: skip
+            for k, out in zip(rows, part, strict=True):
+                outputs[k] = out
+        return outputs
+
+    def _engine_generate(self, prompts: list[dict], params: list, loras: list) -> list:
         too_long = [
             len(p["prompt_token_ids"]) for p in prompts if len(p["prompt_token_ids"]) >= self.max_model_len
         ]
