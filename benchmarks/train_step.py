@@ -5,7 +5,7 @@
    HF model; with ``--vllm`` also a new LoRA id in a running vLLM engine) against loading the full
    model again (``from_pretrained``; with ``--vllm`` a new engine);
 3. peak memory of N agents as N adapters on one base model against N copies of the model
-   (each measured in a fresh subprocess: peak RSS on CPU, peak CUDA memory on GPU).
+   (each measured in a fresh subprocess: peak RSS (VmHWM) on CPU, peak CUDA memory on GPU).
 
     python benchmarks/train_step.py                      # SmolLM2-135M, N=3, T=1, CPU
     python benchmarks/train_step.py --vllm --n_agents 3  # also the vLLM engine (needs vllm)
@@ -26,18 +26,25 @@ import torch
 
 MEMORY_PROBE = """
 import json, resource, sys, torch
+from transformers import AutoModelForCausalLM
 from udpo.env.models import resolve_model
+from udpo.policy import MultiAgentPolicy
 mode, model, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 cuda = torch.cuda.is_available()
 if mode == "adapters":
-    from udpo.policy import MultiAgentPolicy
     keep = MultiAgentPolicy(model, n_agents=n)
-else:
-    from transformers import AutoModelForCausalLM
+elif mode == "copies":
     dtype = torch.bfloat16 if cuda else torch.float32
     keep = [AutoModelForCausalLM.from_pretrained(resolve_model(model), dtype=dtype).to("cuda" if cuda else "cpu")
             for _ in range(n)]
-peak = torch.cuda.max_memory_allocated() if cuda else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+def host_peak():
+    # VmHWM starts afresh at exec; ru_maxrss does not on Linux (it keeps the parent's peak)
+    try:
+        line = next(l for l in open("/proc/self/status") if l.startswith("VmHWM:"))
+        return int(line.split()[1]) * 1024
+    except (OSError, StopIteration):
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+peak = torch.cuda.max_memory_allocated() if cuda else host_peak()
 print(json.dumps({"peak_bytes": peak, "device": "cuda" if cuda else "cpu"}))
 """
 
@@ -119,7 +126,7 @@ def sync_vs_reload(args, out: Path) -> dict[str, float]:
 
 def memory(args) -> dict[str, float]:
     out = {}
-    for mode in ("adapters", "copies"):
+    for mode in ("imports", "adapters", "copies"):  # imports: the same process with no model loaded
         proc = subprocess.run(
             [sys.executable, "-c", MEMORY_PROBE, mode, args.model, str(args.n_agents)],
             capture_output=True, text=True, check=True,
@@ -163,10 +170,19 @@ def main() -> int:
         print(f"  vllm: new LoRA ids       {sync['vllm_adapters_s']:8.3f} s")
         print(f"  vllm: new engine         {sync['vllm_new_engine_s']:8.3f} s   "
               f"ratio {sync['vllm_new_engine_s'] / sync['vllm_adapters_s']:.1f}x")  # fmt: skip
-    print(f"\npeak memory, {args.n_agents} agents ({mem['device']}):")
-    print(f"  {args.n_agents} adapters on one base  {mem['adapters_peak_gib']:7.3f} GiB")
-    print(f"  {args.n_agents} model copies          {mem['copies_peak_gib']:7.3f} GiB   "
-          f"ratio {mem['copies_peak_gib'] / mem['adapters_peak_gib']:.2f}x")  # fmt: skip
+    base = mem["imports_peak_gib"] if mem["device"] == "cpu" else 0.0
+    net = {m: mem[f"{m}_peak_gib"] - base for m in ("adapters", "copies")}
+    print(
+        f"\npeak memory, {args.n_agents} agents ({mem['device']}"
+        + (
+            f"; net of the {base:.3f} GiB a process with the same imports and no model takes):"
+            if base
+            else "):"
+        )
+    )
+    print(f"  {args.n_agents} adapters on one base  {net['adapters']:7.3f} GiB")
+    print(f"  {args.n_agents} model copies          {net['copies']:7.3f} GiB   "
+          f"ratio {net['copies'] / net['adapters']:.2f}x")  # fmt: skip
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), **split, **sync, **mem}, indent=2))
     return 0
