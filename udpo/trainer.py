@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
 import shutil
 import sys
 import time
@@ -77,6 +78,11 @@ def explain_oom(config: TrainConfig) -> Iterator[None]:
             f"(now {str(config.gradient_checkpointing).lower()}); with backend: vllm set a lower "
             f"vllm_gpu_memory_utilization (now {config.vllm_gpu_memory_utilization or 'unset: 0.9'})"
         ) from e
+
+
+def deepspeed_launch() -> bool:
+    """True under ``accelerate launch`` with a DeepSpeed config (accelerate sets ACCELERATE_USE_DEEPSPEED)."""
+    return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() in ("1", "true")
 
 
 def load_callbacks(specs: Sequence[str]) -> list[EvalCallback]:
@@ -153,6 +159,13 @@ class Trainer:
             if config.bf16 is not None
             else torch.cuda.is_available() and torch.cuda.is_bf16_supported()
         )
+        if deepspeed_launch() and not torch.cuda.is_available():
+            # accelerate (1.15) turns a DeepSpeed launch into plain DDP when cpu=True, and with cpu=False
+            # the processes never form a group: each would train alone on the same output_dir
+            raise TrainingError(
+                "DeepSpeed needs CUDA GPUs: accelerate forms no DeepSpeed process group on a CPU-only machine. "
+                "On CPU, launch without the DeepSpeed config (torchrun or accelerate launch: DDP over gloo)"
+            )
         self.accelerator = Accelerator(
             cpu=not torch.cuda.is_available(),  # on CPU, torchrun processes form a gloo group only with cpu=True
             mixed_precision="bf16" if use_bf16 else "no",
