@@ -96,6 +96,11 @@ def test_missing_recipe_file():
         ({"clip_eps": 1.5}, r"clip_eps must be in \(0, 1\)"),
         ({"max_iterations": 0}, "max_iterations must be >= 1"),
         ({"eval_callbacks": ["no_colon"]}, "must look like 'package.module:function'"),
+        (
+            {"ablations": ["intra", "task"]},
+            r"unknown ablation\(s\) \['task'\]; choose from \['inter', 'intra', 'sys'\]",
+        ),
+        ({"ablations": ["sys"], "gamma": [0.5]}, r"zero \['gamma'\]: do not also give"),
     ],
 )
 def test_incompatible_options(kwargs, match):

@@ -112,6 +112,21 @@ def test_missing_model_is_named(tmp_path):
         Trainer(tiny_config("/no/such/model", tmp_path / "run"))
 
 
+def test_ablations_zero_their_terms_after_the_overrides(model_path, tmp_path):
+    # alpha and beta calibrated on warm-up debates, then zeroed; gamma, lambda_, eta explicit
+    explicit = {**EXPLICIT, "warmup_fraction": 0.1, "alpha": None, "beta": None}
+    trainer = Trainer(tiny_config(model_path, tmp_path / "run", **explicit, ablations=["intra", "inter"]))
+    trainer.run_dir.mkdir()
+    try:
+        record = trainer.calibrate()
+    finally:
+        trainer.close()
+    coefficients = record["coefficients"]
+    assert coefficients["alpha"] == [0.0, 0.0] and coefficients["beta"] == [0.0, 0.0]
+    assert coefficients["gamma"] == [0.3, 0.3] and coefficients["eta"] == [0.01, 0.01]
+    assert record["ablations"] == ["intra", "inter"] and record["warmup"]["n_debates"] == 3
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU-only case")
 def test_deepspeed_launch_without_gpu_is_a_clear_error(tmp_path, monkeypatch):
     # what `accelerate launch --config_file recipes/accelerate/deepspeed_zero2.yaml` sets

@@ -152,6 +152,10 @@ class TrainConfig:
     beta_base: float | None = _f(None, "beta_base (with alpha_base, gamma_base).")
     gamma_base: float | None = _f(None, "gamma_base (with alpha_base, beta_base).")
     lambda_base: float = _f(1.0, "lambda_base of the calibrated task weight.")
+    ablations: list[str] = _f(
+        [],
+        "Ablations 'intra', 'inter', 'sys' (paper's w/o rows): alpha_i, beta_i or gamma_i set to 0 for all agents.",
+    )
     eta_base: float = _f(0.01, "eta_base of the calibrated KL weight.")
 
     # --- replay ------------------------------------------------------------------------------
@@ -280,6 +284,14 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and any(not (v >= 0 and math.isfinite(v)) for v in value):
                 raise ConfigError(f"{name} values must be finite and >= 0, got {value}")
+        from udpo.algorithms.udpo import ABLATIONS
+
+        unknown = [a for a in self.ablations if a not in ABLATIONS]
+        if unknown:
+            raise ConfigError(f"unknown ablation(s) {unknown}; choose from {sorted(ABLATIONS)}")
+        given = [ABLATIONS[a] for a in self.ablations if getattr(self, ABLATIONS[a]) is not None]
+        if given:
+            raise ConfigError(f"ablations {self.ablations} zero {given}: do not also give {given} explicitly")
         bases = {k: getattr(self, k) for k in ("alpha_base", "beta_base", "gamma_base")}
         if len({v is None for v in bases.values()}) > 1:
             missing = ", ".join(k for k, v in bases.items() if v is None)

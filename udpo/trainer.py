@@ -394,7 +394,7 @@ class Trainer:
     # ------------------------------------------------------------------------------------------
     def calibrate(self) -> dict[str, Any]:
         """Per-agent coefficients: calibrated on warm-up debates (SPEC section 4), then explicit config
-        values override; written to RUN_DIR/calibration.json."""
+        values override and ``ablations`` zero their terms; written to RUN_DIR/calibration.json."""
         from udpo.rewards import calibrate
 
         cfg = self.config
@@ -424,8 +424,13 @@ class Trainer:
             if value is not None:
                 overrides[name] = [float(v) for v in (value * cfg.n_agents if len(value) == 1 else value)]
         coefficients.update(overrides)
+        if cfg.ablations:
+            from udpo.algorithms.udpo import Coefficients
+
+            coefficients = Coefficients.from_dict(coefficients).without(*cfg.ablations).to_dict()
         record["coefficients"] = coefficients
         record["explicit"] = sorted(overrides)
+        record["ablations"] = list(cfg.ablations)
         return record
 
     def _use_calibration(self, record: dict[str, Any]) -> None:
@@ -781,7 +786,11 @@ class Trainer:
             coefs = record["coefficients"]
             lines = [f"  {name:8s}" + " ".join(f"{v:7.4f}" for v in coefs[name]) for name in COEFFICIENTS]
             print(
-                "reward coefficients per agent (" + (", ".join(record["explicit"]) or "none") + " explicit):",
+                "reward coefficients per agent ("
+                + (", ".join(record["explicit"]) or "none")
+                + " explicit"
+                + "".join(f", w/o {a}" for a in record.get("ablations", []))
+                + "):",
                 *lines,
                 sep="\n",
                 file=sys.stderr,
