@@ -19,13 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"udpo.commands.{name}")
-        except ModuleNotFoundError as e:
-            if e.name != f"udpo.commands.{name}":
-                raise
-            continue
-        module.add_parser(sub)
+        importlib.import_module(f"udpo.commands.{name}").add_parser(sub)
     return parser
 
 
