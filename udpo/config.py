@@ -26,6 +26,8 @@ ALGORITHMS = ("udpo", "mappo", "rmaac")
 TRACKERS = ("none", "jsonl", "wandb", "tensorboard")
 #: per-agent reward coefficients (paper eq. 4 and 6) that may be given explicitly instead of calibrated
 COEFFICIENTS = ("alpha", "beta", "gamma", "lambda_", "eta")
+#: ablation name -> the coefficient it zeroes ("w/o intra" sets every alpha_i to 0, ...)
+ABLATIONS = {"intra": "alpha", "inter": "beta", "sys": "gamma"}
 
 
 class ConfigError(ValueError):
@@ -152,11 +154,11 @@ class TrainConfig:
     beta_base: float | None = _f(None, "beta_base (with alpha_base, gamma_base).")
     gamma_base: float | None = _f(None, "gamma_base (with alpha_base, beta_base).")
     lambda_base: float = _f(1.0, "lambda_base of the calibrated task weight.")
+    eta_base: float = _f(0.01, "eta_base of the calibrated KL weight.")
     ablations: list[str] = _f(
         [],
         "Ablations 'intra', 'inter', 'sys' (paper's w/o rows): alpha_i, beta_i or gamma_i set to 0 for all agents.",
     )
-    eta_base: float = _f(0.01, "eta_base of the calibrated KL weight.")
 
     # --- replay ------------------------------------------------------------------------------
     replay: bool = _f(False, "Uncertainty-driven replay of past debates (paper appendix A.3).")
@@ -284,8 +286,6 @@ class TrainConfig:
             value = getattr(self, name)
             if value is not None and any(not (v >= 0 and math.isfinite(v)) for v in value):
                 raise ConfigError(f"{name} values must be finite and >= 0, got {value}")
-        from udpo.algorithms.udpo import ABLATIONS
-
         unknown = [a for a in self.ablations if a not in ABLATIONS]
         if unknown:
             raise ConfigError(f"unknown ablation(s) {unknown}; choose from {sorted(ABLATIONS)}")

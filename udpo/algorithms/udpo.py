@@ -27,13 +27,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from udpo.config import ABLATIONS
 from udpo.env.trajectory import Trajectory
 from udpo.rewards import Calibration, agent_rewards, debate_metrics
 
 from .base import Algorithm, RolloutBatch, clipped_surrogate, debate_mean, kl_estimate, ratio
-
-#: ablation name -> the coefficient it zeroes ("w/o intra" sets every alpha_i to 0, ...)
-ABLATIONS = {"intra": "alpha", "inter": "beta", "sys": "gamma"}
 
 
 @dataclass(frozen=True)
