@@ -100,17 +100,23 @@ class VLLMServer:
         from .vllm import cpu_safe_options, memory_options
 
         on_cpu = current_platform.is_cpu()
-        memory = memory_options(on_cpu, self.gpu_memory_utilization, self.kv_cache_gib)
+        options = {
+            **cpu_safe_options(on_cpu),
+            **memory_options(on_cpu, self.gpu_memory_utilization, self.kv_cache_gib),
+        }  # the engine options VLLMBackend uses, as command-line flags
         cmd = [
             sys.executable, "-m", "vllm.entrypoints.openai.api_server",
             "--model", self.path, "--served-model-name", self.served_model_name,
             "--host", self.host, "--port", str(self.port),
             "--max-model-len", str(self.max_model_len), "--seed", str(self.seed),
         ]  # fmt: skip
-        for key, value in memory.items():
-            cmd += [f"--{key.replace('_', '-')}", str(value)]
-        if cpu_safe_options(on_cpu).get("enable_chunked_prefill") is False:
-            cmd.append("--no-enable-chunked-prefill")
+        for key, value in options.items():
+            flag = key.replace("_", "-")
+            cmd += (
+                [f"--{flag}" if value else f"--no-{flag}"]
+                if isinstance(value, bool)
+                else [f"--{flag}", str(value)]
+            )
         if self.enable_lora:
             cmd += [
                 "--enable-lora",
