@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from train_helpers import EXPLICIT, read_jsonl, tiny_config
 
 from udpo.trainer import Trainer
@@ -17,9 +18,20 @@ def mean_abs_diff(x, y) -> float:
     return float(np.mean(np.abs(np.asarray(x, dtype=float) - np.asarray(y, dtype=float))))
 
 
+def opposite_advantages(self, batch) -> torch.Tensor:
+    """+1 for even debates, -1 for odd ones, every agent: an update that always moves the adapters."""
+    signs = torch.tensor([1.0 if m % 2 == 0 else -1.0 for m in range(len(batch))])
+    return signs[:, None] * torch.ones_like(batch.rewards)
+
+
 @pytest.mark.slow
 @pytest.mark.vllm
-def test_updated_adapters_reach_vllm(vllm_backend, model_path, tmp_path):
+def test_updated_adapters_reach_vllm(vllm_backend, model_path, tmp_path, monkeypatch):
+    from udpo.algorithms.udpo import UDPO
+
+    # the sync is under test, not the reward: vLLM samples the debates, and when an agent earns the same
+    # reward in both, its advantages are 0, its gradient is 0 (the anchor too, at step one) and it stays put
+    monkeypatch.setattr(UDPO, "advantages", opposite_advantages)
     config = tiny_config(
         model_path, tmp_path / "run", backend="vllm", eval_questions=0, max_iterations=1, learning_rate=2e-2,
         **EXPLICIT,
