@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_metrics import DEBATE, answer_matrices
 
-from udpo.rewards import composite_uncertainty, is_correct, rewards, uncertainty
+from udpo.rewards import Rewards, composite_uncertainty, is_correct, rewards, uncertainty
 
 
 def test_trajectory_rewards_hand_case():
@@ -36,6 +36,49 @@ def test_no_rounds_gives_full_intra_reward():
     assert r.r_inter == 0.0
     assert r.r_sys == pytest.approx(1 - (1 + 1 + 0.5) / 3)
     assert r.r_task == 1.0  # tie goes to agent 0's answer
+
+
+def test_single_agent_one_round_hand_case():
+    # N = 1, T = 1, a = [[a, b]]: one change in N*T = 1 transition -> r_intra = 1 - 1/1 = 0;
+    # no pairs, so C_0 = C_1 = 0 and r_inter = 1; final (b): K = 1 -> H = 0, D = 0, L = 0 (N = 1), r_sys = 1;
+    # vote b == gold b -> r_task = 1
+    assert rewards([["a", "b"]], "b") == Rewards(r_intra=0.0, r_inter=1.0, r_sys=1.0, r_task=1.0)
+    # agent scope: flips_0 / T = 1 -> 0; no peers -> r_inter_0 = 1; L_0 = 0 -> r_sys_0 = 1; r_task is the team's
+    assert rewards([["a", "b"]], "b", scope="agent").to_dict() == {
+        "r_intra": [0.0],
+        "r_inter": [1.0],
+        "r_sys": [1.0],
+        "r_task": [1.0],
+    }
+    assert rewards([["a", "b"]], "a").r_task == 0.0  # the round-0 answer does not count
+
+
+# N = 3, T = 1: the round-0 majority (a) is right, the debate scatters it into a three-way split
+ONE_ROUND = [["a", "b"], ["a", "a"], ["b", "c"]]
+
+
+def test_one_round_debate_trajectory_hand_case():
+    r = rewards(ONE_ROUND, gold="a")
+    # transitions: agent0 a->b, agent1 none, agent2 b->c: 2 of N*T = 3 -> r_intra = 1/3
+    assert r.r_intra == pytest.approx(1 / 3)
+    # C_0 on (a, a, b): 2 of 3 pairs differ; C_1 on (b, a, c): 3 of 3 -> U_inter = (2/3 + 1) / 2 = 5/6
+    assert r.r_inter == pytest.approx(1 / 6)
+    # final (b, a, c): K = 3 uniform -> H = 1; D = 1; vote b (tie, agent 0 first); without agent 0 the
+    # tie (a, c) goes to a, without agent 1 or 2 it stays b -> L = 1/3; U_sys = (1 + 1 + 1/3) / 3 = 7/9
+    assert r.r_sys == pytest.approx(2 / 9)
+    assert r.r_task == 0.0  # vote b, gold a
+
+
+def test_one_round_debate_agent_hand_case():
+    r = rewards(ONE_ROUND, gold="a", scope="agent")
+    assert r.r_intra == pytest.approx([0.0, 1.0, 0.0])  # 1 - flips_i / T with flips (1, 0, 1)
+    # share of the two peers an agent disagrees with, rounds 0 and 1:
+    # agent0 (1/2, 2/2), agent1 (1/2, 2/2), agent2 (2/2, 2/2) -> means 3/4, 3/4, 1
+    assert r.r_inter == pytest.approx([1 / 4, 1 / 4, 0.0])
+    # H = 1, D = 1 for everyone; only agent 0 is pivotal (L_i = 1, 0, 0) -> 1 - (2 + L_i) / 3
+    assert r.r_sys == pytest.approx([0.0, 1 / 3, 1 / 3])
+    assert r.r_task == pytest.approx([0.0, 0.0, 0.0])
+    assert rewards(ONE_ROUND, gold="b", scope="agent").r_task == pytest.approx([1.0, 1.0, 1.0])
 
 
 def test_all_none_prediction_is_wrong():
