@@ -121,8 +121,10 @@ def batch_uncertainty(codes: np.ndarray, lam: float = 0.5) -> DebateMetrics:
     same = final[:, :, None] == final[:, None, :]
     share = same.sum(axis=2)  # c_i
     distinct = np.rint((1.0 / share).sum(axis=1)).astype(int)
-    raw_entropy = -np.log(share / n).mean(axis=1)
-    entropy = np.where(distinct > 1, raw_entropy / np.log(np.maximum(distinct, 2)), 0.0)
+    raw_entropy = -np.log(share / n).mean(axis=1) / np.log(np.maximum(distinct, 2))
+    # as in final_round_spread: 0 when unanimous, exactly 1 for a uniform split, else capped at 1
+    uniform = share.min(axis=1) == share.max(axis=1)
+    entropy = np.select([distinct == 1, uniform], [0.0, 1.0], np.minimum(raw_entropy, 1.0))
     disagreement = (share.max(axis=1) < n).astype(float)
     vote, vote_k = _votes(final, same)
     agent_loo = (vote_k != vote[:, None]).astype(float) if n > 1 else np.zeros((m, n))

@@ -74,11 +74,20 @@ def loo_changes(final: tuple) -> tuple[float, ...]:
 
 
 def final_round_spread(final: tuple) -> tuple[float, float]:
-    """Normalized entropy H and disagreement D of the final-round answers (None counts as an answer)."""
+    """Normalized entropy H and disagreement D of the final-round answers (None counts as an answer).
+
+    H of a uniform split is exactly 1 (the sum of logs alone can round to 1 +- 4e-16); any other H is
+    capped at 1 against rounding, so H never leaves [0, 1].
+    """
     n = len(final)
     counts = Counter(final).values()
     k = len(counts)
-    entropy = 0.0 if k == 1 else -sum(c / n * math.log(c / n) for c in counts) / math.log(k)
+    if k == 1:
+        entropy = 0.0
+    elif min(counts) == max(counts):
+        entropy = 1.0
+    else:
+        entropy = min(1.0, -sum(c / n * math.log(c / n) for c in counts) / math.log(k))
     disagreement = float(max(counts) < n)
     return entropy, disagreement
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_metrics import DEBATE, answer_matrices
+from test_metrics import DEBATE, UNIFORM_SPLITS, answer_matrices, uniform_final_round
 
 from udpo.rewards import (
     NONE_CODE,
@@ -85,6 +85,11 @@ def test_batch_uncertainty_on_codes_equals_reference(n, t1, k, rnd):
             assert getattr(metrics, name)[m] == pytest.approx(getattr(u, name)), name
         vote = majority_vote([row[-1] for row in a])
         assert metrics.vote[m] == (NONE_CODE if vote is None else vote)
+
+
+def test_uniform_split_has_entropy_exactly_one():
+    metrics = debate_metrics([uniform_final_round(n, k) for n, k in UNIFORM_SPLITS])
+    assert metrics.entropy.tolist() == [1.0] * len(UNIFORM_SPLITS)
 
 
 def test_encode_answers():

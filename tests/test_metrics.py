@@ -111,6 +111,21 @@ def test_entropy_bounds():
     assert uncertainty([["a"], ["a"], ["a"], ["b"]]).entropy == pytest.approx(h)
 
 
+# (N, K) pairs whose sum of logs rounds above or below 1 (e.g. 1.0000000000000002 for N = K = 5)
+UNIFORM_SPLITS = [(3, 3), (5, 5), (6, 3), (7, 7), (12, 12), (13, 13), (14, 7)]
+
+
+def uniform_final_round(n: int, k: int) -> list[list]:
+    """N agents' final answers split evenly over K values, None being one of them."""
+    values = [None, *"abcdefghijklm"][:k]
+    return [[values[i % k]] for i in range(n)]
+
+
+@pytest.mark.parametrize(("n", "k"), UNIFORM_SPLITS)
+def test_uniform_split_has_entropy_exactly_one(n, k):
+    assert uncertainty(uniform_final_round(n, k)).entropy == 1.0
+
+
 def test_agent_uncertainty_hand_case():
     p = agent_uncertainty(DEBATE)
     assert p.flips == (1, 1, 1)  # each agent changes once over t = 0..T-1
