@@ -23,7 +23,8 @@ NONE_CODE = -1
 
 
 def _is_nan(a: object) -> bool:
-    return isinstance(a, float) and math.isnan(a)
+    """NaN of any real float type: Python float and every NumPy floating type (float16 .. longdouble)."""
+    return isinstance(a, float | np.floating) and math.isnan(a)
 
 
 def _as_row(row: object, i: int, where: str) -> tuple:

@@ -133,8 +133,11 @@ def test_debate_metrics_bad_input():
         debate_metrics([])
     with pytest.raises(ValueError, match="got 1 golds for 2 debates"):
         debate_metrics([DEBATE, DEBATE], ["a"])
-    with pytest.raises(ValueError, match="debate 1: answer of agent 0 at round 0 is NaN"):
-        debate_metrics([DEBATE, [[float("nan")]]])
+    for nan in (float("nan"), np.float32("nan"), np.float16("nan")):
+        with pytest.raises(ValueError, match=r"debate 1: answer of agent 0 at round 0 is NaN \(use None"):
+            debate_metrics([DEBATE, [[nan]]])
+        with pytest.raises(ValueError, match="debate 0: answer of agent 1 at round 2 is NaN"):
+            encode_answers([[["a", "b", "c"], ["a", "b", nan]]])
     with pytest.raises(ValueError, match="lam must lie"):
         debate_metrics([DEBATE], lam=2)
 
