@@ -151,8 +151,11 @@ def _truncate_partial_tail(path: Path) -> None:
         fh.truncate(cut)
 
 
-def iter_records(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
-    """Yield validated records of a trajectory JSONL file; errors name the file and line."""
+def iter_numbered_records(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield ``(line number, record)`` for each validated record of a trajectory JSONL file.
+
+    Line numbers start at 1 and count blank lines (which are skipped); errors name the file and line.
+    """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"trajectory file not found: {path}")
@@ -165,7 +168,12 @@ def iter_records(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
                 validate_record(d)
             except (json.JSONDecodeError, ValueError) as e:
                 raise TrajectoryFormatError(f"{path}:{lineno}: {e}") from None
-            yield d
+            yield lineno, d
+
+
+def iter_records(path: str | os.PathLike) -> Iterator[dict[str, Any]]:
+    """Yield validated records of a trajectory JSONL file; errors name the file and line."""
+    return (d for _, d in iter_numbered_records(path))
 
 
 def read_trajectories(path: str | os.PathLike) -> list[Trajectory]:

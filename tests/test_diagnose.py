@@ -221,12 +221,18 @@ def test_bad_input_errors_name_the_problem(tmp_path, capsys):
     ragged.write_text(json.dumps(bad) + "\n")
     assert "ragged.jsonl:1: 'answers' is ragged" in _diagnose_error(capsys, [str(ragged), "--out", out])
 
+    # bad answers are located by line (1-based, blank lines counted), not by debate index
     nan = tmp_path / "nan.jsonl"
     with_nan = json.loads(lines[1])
-    with_nan["answers"][0][0] = float("nan")  # json writes it as NaN, which Python's json reads back
-    nan.write_text(lines[0] + "\n" + json.dumps(with_nan) + "\n")
+    with_nan["answers"][1][2] = float("nan")  # json writes it as NaN, which Python's json reads back
+    nan.write_text(lines[0] + "\n\n" + json.dumps(with_nan) + "\n")
     err = _diagnose_error(capsys, [str(nan), "--out", out])
-    assert "nan.jsonl: debate 2 (question_id 'q1')" in err and "NaN" in err
+    assert f"{nan}:3 (question_id 'q1'): answer of agent 1 at round 2 is NaN" in err
+    unhashable = tmp_path / "unhashable.jsonl"
+    with_list = json.loads(lines[2]) | {"answers": [["A", "B", "A"], ["A", ["B"], "A"]]}
+    unhashable.write_text("\n".join([lines[0], lines[1], "", "  ", json.dumps(with_list)]) + "\n")
+    err = _diagnose_error(capsys, [str(unhashable), "--out", out])
+    assert f"{unhashable}:5 (question_id 'q2'): answer of agent 1 at round 1 is unhashable" in err
 
     assert "got 1 labels for 2 runs" in _diagnose_error(
         capsys, [str(good), str(good), "--out", out, "--labels", "x"]

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from udpo.env.trajectory import iter_records
+from udpo.env.trajectory import iter_numbered_records
 from udpo.rewards import DebateMetrics, check_answers, debate_metrics
 from udpo.rewards.statistics import (
     COVERAGES,
@@ -91,12 +91,13 @@ def default_label(path: str | os.PathLike) -> str:
 
 
 def load_run(path: str | os.PathLike, label: str | None = None, lam: float = 0.5) -> Run:
-    """Read a run's trajectories and compute every debate's metrics (errors name the file and debate)."""
+    """Read a run's trajectories and compute every debate's metrics (errors name the file and line)."""
     file = trajectory_file(path)
     label = label or default_label(path)
     ids, tasks, correct, preds, golds, answers = [], [], [], [], [], []
-    for k, rec in enumerate(tqdm(iter_records(file), desc=f"reading {label}", unit=" debates", leave=False)):
-        where = f"{file}: debate {k + 1} (question_id {rec['question_id']!r})"
+    records = tqdm(iter_numbered_records(file), desc=f"reading {label}", unit=" debates", leave=False)
+    for lineno, rec in records:
+        where = f"{file}:{lineno} (question_id {rec['question_id']!r})"
         if not isinstance(rec["correct"], bool):
             raise ValueError(f"{where}: 'correct' must be true or false, got {rec['correct']!r}")
         answers.append(check_answers(rec["answers"], where=where))
