@@ -101,6 +101,15 @@ def test_missing_recipe_file():
             r"unknown ablation\(s\) \['task'\]; choose from \['inter', 'intra', 'sys'\]",
         ),
         ({"ablations": ["sys"], "gamma": [0.5]}, r"zero \['gamma'\]: do not also give"),
+        (
+            {"attack_eval": "autotransform", "attack_eval_m": [1, 3]},
+            r"each m must be in 1..n_agents-1 = 1..2",
+        ),
+        (
+            {"attack_eval": "autoinject", "eval_questions": 0},
+            "attack_eval: autoinject needs eval_questions > 0",
+        ),
+        ({"attack_eval": "mutiny"}, "attack_eval must be one of 'none', 'autotransform', 'autoinject'"),
     ],
 )
 def test_incompatible_options(kwargs, match):

@@ -197,9 +197,12 @@ def test_attack_eval_hook(setup, tmp_path):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--attack", "autotransform", "--m", "3"], "m must be < N"),
-        (["--attack", "autotransform", "--compromised", "0,7"], "index 7 is out of range: agents are 0..2"),
-        (["--m", "1"], "also pass --attack"),
+        (["--attack", "autotransform", "--compromised", "3"], "m must be < N"),
+        (
+            ["--attack", "autotransform", "--compromised-agents", "0,7"],
+            "index 7 is out of range: agents are 0..2",
+        ),
+        (["--compromised", "1"], "also pass --attack"),
         (["--attack", "autoinject", "--p-message", "2"], "p_message must be in [0, 1]"),
     ],
 )
@@ -223,7 +226,7 @@ def test_cli_real_model_m1(model_path, tmp_path, capsys):
     out, cache = tmp_path / "out", tmp_path / "cache"
     argv = shlex.split(
         f"eval --model {model_path} --attack-cache {cache} --out {out} --no-progress --task arithmetic --limit 2 "
-        "--agents 3 --rounds 1 --max-tokens 24 --attack autotransform --m 1 --attacker-max-tokens 48"
+        "--agents 3 --rounds 1 --max-tokens 24 --attack autotransform --compromised 1 --attacker-max-tokens 48"
     )
     assert main(argv) == 0
     printed = capsys.readouterr().out
@@ -306,7 +309,7 @@ def test_cli_real_checkpoint_keeps_adapters_of_compromised_agents(model_path, tm
     out = tmp_path / "out"
     argv = shlex.split(
         f"eval --checkpoint {ckpt} --no-progress --task arithmetic --limit 2 --rounds 1 --max-tokens 24 "
-        "--attack autoinject --compromised 0 --attacker builtin --p-message 1 --p-sentence 1"
+        "--attack autoinject --compromised-agents 0 --attacker builtin --p-message 1 --p-sentence 1"
     )
     assert main([*argv, "--out", str(out)]) == 0
     assert "acc drop (pp)" in capsys.readouterr().out

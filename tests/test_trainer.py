@@ -23,9 +23,11 @@ def count_eval(trainer, iteration: int) -> dict:
 
 @pytest.fixture(scope="module")
 def trained(model_path, tmp_path_factory):
-    """Two iterations of 2 questions, N=2, T=1, with warm-up calibration and evaluations."""
+    """Two iterations of 2 questions, N=2, T=1, with warm-up calibration and evaluations, natural and
+    with agent 1 compromised by AutoTransform (the built-in profile: no attacker call)."""
     out = tmp_path_factory.mktemp("run") / "run"
-    trainer = Trainer(tiny_config(model_path, out, max_iterations=2), eval_callbacks=[count_eval])
+    attack = {"attack_eval": "autotransform", "attack_eval_attacker": "builtin"}
+    trainer = Trainer(tiny_config(model_path, out, max_iterations=2, **attack), eval_callbacks=[count_eval])
     initial = [p.detach().clone() for p in trainer.params]
     result = trainer.train()
     yield trainer, result, initial
@@ -54,6 +56,11 @@ def test_run_logs_every_metric_and_file(trained):
     for r in evals:
         assert 0 <= r["accuracy"] <= 1 and {"u_intra", "u_inter", "u_sys"} <= set(r)
         assert r["count_eval/questions"] == 2 and r["count_eval/iteration"] == r["iteration"]
+        attacked = {k: r[f"attack_autotransform/m1/{k}"] for k in ("accuracy", "u_intra", "u_inter", "u_sys")}
+        assert all(0 <= v <= 1 for v in attacked.values()), attacked
+        assert r["attack_autotransform/m1/accuracy_drop"] == pytest.approx(
+            r["accuracy"] - attacked["accuracy"]
+        )
     assert result["before"]["n_questions"] == result["after"]["n_questions"] == 2
 
     calibration = json.loads((run / "calibration.json").read_text())
@@ -66,6 +73,16 @@ def test_run_logs_every_metric_and_file(trained):
         t["question_id"] for t in read_jsonl(run / "trajectories" / "warmup.jsonl")
     }
     assert json.loads((run / "eval" / "iter_000002" / "summary.json").read_text())["n_questions"] == 2
+    for k in (0, 2):
+        attacked = read_jsonl(
+            run / "eval" / "attack" / f"iter_{k:06d}" / "m1-agents-1" / "trajectories.jsonl"
+        )
+        assert len(attacked) == 2
+        assert all(t["meta"]["compromised"] == [1] and t["meta"]["iteration"] == k for t in attacked)
+        assert all(
+            t["meta"]["attack"] == {"name": "autotransform", "attacker": "builtin", "seed": 0}
+            for t in attacked
+        )
 
 
 @pytest.mark.slow

@@ -220,3 +220,22 @@ def test_openai_backend_replaces_an_adapter_at_run_time(remote, served, lora_ada
 def test_openai_backend_unknown_adapter_fails_without_retrying(remote):
     with pytest.raises(BackendError, match=r"chat/completions failed: HTTP 404"):
         remote.generate([ChatRequest(QUESTION, adapter="missing")])
+
+
+def test_autotransform_attacker_served_over_http(vllm_server, tmp_path):
+    from udpo.env.attacks import AttackConfig, attacker_backend, transform_profile
+
+    config = AttackConfig(
+        name="autotransform", attacker="smollm2", attacker_backend="openai", attacker_base_url=vllm_server,
+        max_tokens=96,
+    )  # fmt: skip
+    assert config.describe()["attacker_base_url"] == vllm_server
+    with attacker_backend(config, team_backend=None) as attacker:
+        assert attacker.model == "smollm2"
+        made = transform_profile(
+            "You are a careful math tutor.", "gsm8k", attacker, config.attacker, sampling=config.sampling(),
+            cache_root=tmp_path,
+        )  # fmt: skip
+    assert made.source == "attacker" and made.profile.strip()
+    record = json.loads(open(made.path).read())
+    assert record["attacker_model"] == "smollm2" and record["malicious_profile"] == made.profile

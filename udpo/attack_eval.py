@@ -52,7 +52,9 @@ def compromised_sets(
     """The attacked rows: each explicit index list in ``compromised``, else the last m agents for
     each m in ``m_values`` (default [1]); m = 0 is skipped (it is the natural row)."""
     if compromised and m_values:
-        raise ValueError("give either explicit compromised agent lists or m values, not both")
+        raise ValueError(
+            "give either explicit compromised agent lists (--compromised-agents) or m values (--compromised), not both"
+        )
     if compromised:
         sets = [check_compromised(c, n_agents) for c in compromised]
     else:

@@ -197,6 +197,19 @@ class TrainConfig:
         [],
         "Extra evaluations run at every evaluation: 'module:function' taking (trainer, iteration) -> dict.",
     )
+    attack_eval: Literal["none", "autotransform", "autoinject"] = _f(
+        "none",
+        "At every evaluation also debate the held-out questions under this attack (logged as "
+        "eval/attack_<name>/m<m>/...; see docs/attacks.md).",
+    )
+    attack_eval_m: list[int] = _f(
+        [1], "Attack evaluation: numbers of compromised agents, the last m each time."
+    )
+    attack_eval_attacker: str = _f(
+        "base",
+        "Attack evaluation: who writes the attack: base (the team's base model), builtin (no LLM) or a "
+        "model (loaded with the hf backend).",
+    )
 
     # --- checkpoints -------------------------------------------------------------------------
     output_dir: str = _f("runs/udpo", "Run directory: checkpoints, metrics.jsonl, trajectories, evaluations.")
@@ -345,6 +358,17 @@ class TrainConfig:
         for spec in self.eval_callbacks:
             if spec.count(":") != 1 or not all(spec.split(":")):
                 raise ConfigError(f"eval_callbacks entry {spec!r} must look like 'package.module:function'")
+        if self.attack_eval != "none":
+            if self.eval_questions == 0:
+                raise ConfigError(f"attack_eval: {self.attack_eval} needs eval_questions > 0")
+            bad = [m for m in self.attack_eval_m if not 1 <= m < n]
+            if bad or not self.attack_eval_m:
+                raise ConfigError(
+                    f"attack_eval_m: each m must be in 1..n_agents-1 = 1..{n - 1} (one agent stays honest), "
+                    f"got {self.attack_eval_m}"
+                )
+            if not self.attack_eval_attacker:
+                raise ConfigError("attack_eval_attacker must be 'base', 'builtin' or a model name")
 
     # ------------------------------------------------------------------------------------------
     @property

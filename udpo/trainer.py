@@ -97,6 +97,17 @@ def load_callbacks(specs: Sequence[str]) -> list[EvalCallback]:
     return out
 
 
+def attack_callbacks(config: TrainConfig) -> list[EvalCallback]:
+    """The attack evaluation that ``attack_eval`` / ``attack_eval_m`` / ``attack_eval_attacker`` ask for."""
+    if config.attack_eval == "none":
+        return []
+    from udpo.attack_eval import attack_eval_callback
+    from udpo.env.attacks import AttackConfig
+
+    attack = AttackConfig(name=config.attack_eval, attacker=config.attack_eval_attacker, seed=config.seed)
+    return [attack_eval_callback(attack, m_values=config.attack_eval_m)]
+
+
 class QuestionSchedule:
     """Which training questions iteration k debates: consecutive slices of a per-epoch shuffle.
 
@@ -176,7 +187,11 @@ class Trainer:
         self.deepspeed = self.accelerator.distributed_type == DistributedType.DEEPSPEED
         self.rank, self.world = self.accelerator.process_index, self.accelerator.num_processes
         self.main = self.accelerator.is_main_process
-        self.eval_callbacks = [*load_callbacks(config.eval_callbacks), *eval_callbacks]
+        self.eval_callbacks = [
+            *load_callbacks(config.eval_callbacks),
+            *attack_callbacks(config),
+            *eval_callbacks,
+        ]
         self._check_run_dir()
 
         self._load_questions()

@@ -41,6 +41,8 @@ class AttackConfig:
         task (AutoTransform) or the rule-based sentence corruption (AutoInject). Anything else: a
         model alias, folder or Hub id, loaded with ``attacker_backend``.
     attacker_backend: backend for a separate attacker model ("hf", "vllm", "openai").
+    attacker_base_url: server of an "openai" attacker backend (None: the backend's default,
+        ``http://127.0.0.1:8000/v1``); the API key is read from ``OPENAI_API_KEY``.
     seed: seeds the attacker's sampling, the AutoTransform cache entry and AutoInject's draws.
     p_message / p_sentence: AutoInject's Pm (a message is attacked) and Pe (a sentence of it is).
     temperature: attacker sampling temperature (None: 0.7 for AutoTransform, greedy for AutoInject).
@@ -51,6 +53,7 @@ class AttackConfig:
     name: str = "none"
     attacker: str = "base"
     attacker_backend: str = "hf"
+    attacker_base_url: str | None = None
     seed: int = 0
     p_message: float = 0.5
     p_sentence: float = 0.5
@@ -69,6 +72,10 @@ class AttackConfig:
             raise ValueError(f"attack max_tokens must be >= 1, got {self.max_tokens}")
         if not self.attacker:
             raise ValueError("attack attacker must be 'base', 'builtin' or a model name")
+        if self.attacker_base_url and self.attacker_backend != "openai":
+            raise ValueError(
+                f"attacker_base_url is only used by attacker_backend 'openai' (got {self.attacker_backend!r})"
+            )
 
     def describe(self) -> dict[str, Any]:
         """The settings that define this attack (for trajectory meta and summaries)."""
@@ -77,6 +84,8 @@ class AttackConfig:
         out: dict[str, Any] = {"name": self.name, "attacker": self.attacker, "seed": self.seed}
         if self.attacker not in ("base", "builtin"):
             out["attacker_backend"] = self.attacker_backend
+            if self.attacker_base_url:
+                out["attacker_base_url"] = self.attacker_base_url
         if self.name == "autoinject":
             out.update(p_message=self.p_message, p_sentence=self.p_sentence)
         return out
@@ -121,7 +130,8 @@ def attacker_backend(config: AttackConfig, team_backend: Backend) -> Iterator[Ba
         yield team_backend
     else:
         try:
-            backend = make_backend(config.attacker_backend, model=config.attacker)
+            server = {"base_url": config.attacker_base_url} if config.attacker_base_url else {}
+            backend = make_backend(config.attacker_backend, model=config.attacker, **server)
         except (OSError, ValueError, RuntimeError) as e:
             raise AttackError(
                 f"could not start the attacker model {config.attacker!r} ({config.attacker_backend}): {e}"

@@ -63,19 +63,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="attack on the compromised agents (default: none, the natural evaluation only)",
     )
     g.add_argument(
-        "--m",
+        "--compromised",
+        dest="m_values",
         type=_int_list,
         default=None,
         metavar="M[,M...]",
-        help="numbers of compromised agents to sweep, the last m agents each time (default: 1)",
+        help="numbers of compromised agents to sweep, one attacked row per m, the last m agents each "
+        "time (default: 1)",
     )
     g.add_argument(
-        "--compromised",
+        "--compromised-agents",
+        dest="agent_sets",
         type=_int_list,
         action="append",
         default=None,
         metavar="I[,J...]",
-        help="0-based indices of the compromised agents for one attacked row; repeat for more rows",
+        help="0-based indices of the compromised agents for one attacked row, instead of the last m; "
+        "repeat for more rows",
     )
     g.add_argument(
         "--attacker",
@@ -85,6 +89,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     g.add_argument(
         "--attacker-backend", default="hf", help="backend for a separate attacker model (default: hf)"
+    )
+    g.add_argument(
+        "--attacker-base-url",
+        default=None,
+        help="server of an openai attacker backend (default: http://127.0.0.1:8000/v1; key from "
+        "OPENAI_API_KEY)",
     )
     g.add_argument("--attack-seed", type=int, default=0, help="seed of the attack (default: 0)")
     g.add_argument("--p-message", type=float, default=0.5, help="AutoInject Pm: chance a message is attacked")
@@ -127,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
         name=args.attack,
         attacker=args.attacker,
         attacker_backend=args.attacker_backend,
+        attacker_base_url=args.attacker_base_url,
         seed=args.attack_seed,
         p_message=args.p_message,
         p_sentence=args.p_sentence,
@@ -134,15 +145,16 @@ def run(args: argparse.Namespace) -> int:
         max_tokens=args.attacker_max_tokens,
         cache_dir=args.attack_cache,
     )
-    if attack.name == "none" and (args.m or args.compromised):
+    if attack.name == "none" and (args.m_values or args.agent_sets):
         raise ValueError(
-            "--m / --compromised choose the agents to attack; also pass --attack autotransform|autoinject"
+            "--compromised / --compromised-agents choose the agents to attack; "
+            "also pass --attack autotransform|autoinject"
         )
     config = debate_config_from_args(args)
     if team is not None:
         config = dataclasses.replace(config, agents=team.agent_specs())
     sets = (
-        compromised_sets(n_agents, m_values=args.m, compromised=args.compromised)
+        compromised_sets(n_agents, m_values=args.m_values, compromised=args.agent_sets)
         if attack.name != "none"
         else []
     )
