@@ -345,7 +345,3 @@ def attack_eval_callback(
     callback.__name__ = callback.__qualname__ = f"{prefix}_{attack.name}"
     return callback
 
-
-#: ready-made callbacks for ``eval_callbacks`` in a training config (the attacker is the team's base model)
-autotransform_m1 = attack_eval_callback(AttackConfig(name="autotransform"), m_values=(1,))
-autoinject_m1 = attack_eval_callback(AttackConfig(name="autoinject"), m_values=(1,))
