@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from udpo import diagnose_plots
 from udpo.cli import main
-from udpo.diagnose import choose_baseline, default_label, per_question
+from udpo.diagnose import choose_baseline, default_label, load_run, per_question, summarize
 from udpo.rewards import majority_vote, uncertainty
 from udpo.rewards.statistics import failure_vs_success, pearson, selective_prediction, stratified_gains
 
@@ -149,6 +150,48 @@ def test_tables_and_plots_are_written(two_runs):
     assert sorted(summary["files"]) == sorted(str(p) for p in out.iterdir())
 
 
+def test_figures_are_labelled_and_legends_name_every_series(tmp_path):
+    runs = [
+        load_run(write_run(tmp_path / f"{label}.jsonl", seed=seed, skill=skill, n_questions=20))
+        for label, seed, skill in (("mad", 1, 0.7), ("udpo", 2, 1.0), ("mappo", 3, 0.9))
+    ]
+    summary = summarize(runs)
+    figures = dict(diagnose_plots.figures(runs, summary))
+    stems = ["distributions_mad", "correlation_mad", "distributions_udpo", "correlation_udpo"]
+    stems += ["distributions_mappo", "correlation_mappo", "selective_prediction", "stratified_gains"]
+    assert sorted(figures) == sorted(stems)
+    for stem, fig in figures.items():
+        fig.draw_without_rendering()  # lay out, so legend and axes positions are final
+        plots = [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
+        assert plots, stem
+        legends = [leg for leg in [*fig.legends, *(ax.get_legend() for ax in plots)] if leg is not None]
+        legend_texts = {t.get_text() for leg in legends for t in leg.get_texts()}
+        for ax in plots:
+            assert ax.get_title() and ax.get_xlabel() and ax.get_ylabel(), (stem, ax.get_title())
+            series = ax.get_legend_handles_labels()[1]  # labelled lines and bar groups
+            if len(series) > 1:
+                assert set(series) <= legend_texts, (stem, series, legend_texts)
+        for leg in legends:  # no legend covers the data area of any panel
+            box = leg.get_window_extent()
+            assert not any(box.overlaps(ax.get_window_extent()) for ax in plots), stem
+    selective = figures["selective_prediction"]
+    assert [ax.get_title() for ax in selective.axes] == ["mad (n = 20)", "udpo (n = 20)", "mappo (n = 20)"]
+    names = ["rank by U_intra", "rank by U_inter", "rank by U_sys", "all debates"]
+    assert [t.get_text() for t in selective.legends[0].get_texts()] == names
+    gains = figures["stratified_gains"].axes[0]
+    assert [t.get_text() for t in gains.get_legend().get_texts()] == ["udpo", "mappo"]  # baseline: mad
+    assert "'mad'" in gains.get_xlabel()
+    heatmap = figures["correlation_udpo"].axes[0]
+    assert [t.get_text() for t in heatmap.get_xticklabels()] == ["U_intra", "U_inter", "U_sys", "Correct"]
+    assert figures["correlation_udpo"].axes[1].get_ylabel() == "Pearson r"
+    panels = figures["distributions_mad"].axes
+    assert [ax.get_xlabel().split()[0] for ax in panels] == ["U_intra", "U_inter", "U_sys"]
+    n_fail = int((~runs[0].correct).sum())
+    assert f"failed debates (n = {n_fail})" in {
+        t.get_text() for t in figures["distributions_mad"].legends[0].texts
+    }
+
+
 def test_console_command_on_a_jsonl_file(tmp_path):
     file = write_run(tmp_path / "mad_run.jsonl", seed=5, skill=0.8, n_questions=20)
     out = tmp_path / "out"
@@ -177,8 +220,6 @@ def test_console_command_on_a_jsonl_file(tmp_path):
 
 
 def test_several_debates_per_question_are_averaged(tmp_path):
-    from udpo.diagnose import load_run
-
     run = load_run(write_run(tmp_path / "r.jsonl", seed=3, skill=0.8, n_questions=5, repeats=3))
     per_q = per_question(run)
     assert len(run) == 15 and len(per_q) == 5

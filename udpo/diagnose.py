@@ -313,6 +313,23 @@ def write_tables(out: Path, runs: list[Run], summary: dict[str, Any]) -> list[Pa
     return written
 
 
+def summarize(runs: list[Run], lam: float = 0.5, baseline: str | None = None) -> dict[str, Any]:
+    """The summary of loaded runs (as written to summary.json, NaN as None, without ``files``).
+
+    ``lam`` is only recorded: the runs' metrics were computed with it by :func:`load_run`.
+    """
+    summary: dict[str, Any] = {"lam": lam, "runs": {run.label: analyze_run(run) for run in runs}}
+    if len(runs) > 1:
+        labels = [run.label for run in runs]
+        base_label = choose_baseline(labels, baseline)
+        base = runs[labels.index(base_label)]
+        summary["baseline"] = base_label
+        summary["stratified_gains"] = {
+            run.label: gains_over_baseline(base, run) for run in runs if run.label != base_label
+        }
+    return _json_ready(summary)
+
+
 def diagnose(
     paths: list[str | os.PathLike],
     out_dir: str | os.PathLike,
@@ -337,16 +354,7 @@ def diagnose(
             f"runs share the label(s) {duplicates} (as file names); name them with --labels a,b,..."
         )
     runs = [load_run(p, label=n, lam=lam) for p, n in zip(paths, names, strict=True)]
-
-    summary: dict[str, Any] = {"lam": lam, "runs": {run.label: analyze_run(run) for run in runs}}
-    if len(runs) > 1:
-        base_label = choose_baseline(names, baseline)
-        base = runs[names.index(base_label)]
-        summary["baseline"] = base_label
-        summary["stratified_gains"] = {
-            run.label: gains_over_baseline(base, run) for run in runs if run.label != base_label
-        }
-    summary = _json_ready(summary)
+    summary = summarize(runs, lam=lam, baseline=baseline)
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,18 +1,23 @@
-"""PNG figures for ``udpo diagnose`` (matplotlib, Agg backend): one job per function, numbers from the summary."""
+"""PNG figures for ``udpo diagnose``: one figure per function, numbers from the summary.
+
+Each ``*_figure`` function returns a matplotlib :class:`~matplotlib.figure.Figure` built without pyplot
+(no global figure registry, no GUI backend); :func:`figures` yields every figure of a summary and
+:func:`write_plots` saves them as PNG.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import numpy as np
+from matplotlib import colormaps
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from udpo.diagnose import METRICS, Run, safe_name  # noqa: E402
+from udpo.diagnose import METRICS, Run, safe_name
 
 FAIL_COLOR, SUCCESS_COLOR = "#d62728", "#2ca02c"
 METRIC_COLORS = {"u_intra": "#1f77b4", "u_inter": "#ff7f0e", "u_sys": "#9467bd"}
@@ -29,11 +34,10 @@ def _fmt(x: float | None, digits: int = 2) -> str:
     return "n/a" if x is None else f"{x:.{digits}f}"
 
 
-def plot_distributions(run: Run, stats: dict[str, Any], path: Path) -> Path:
+def distributions_figure(run: Run, stats: dict[str, Any]) -> Figure:
     """Per metric, the share of failed and of successful debates in each tenth of [0, 1], side by side."""
-    fig, axes = plt.subplots(
-        1, len(METRICS), figsize=(4.4 * len(METRICS), 4.2), sharey=True, layout="constrained"
-    )
+    fig = Figure(figsize=(4.4 * len(METRICS), 4.2), layout="constrained")
+    axes = fig.subplots(1, len(METRICS), sharey=True)
     edges = np.linspace(0, 1, 11)
     centers = (edges[:-1] + edges[1:]) / 2
     width = 0.045
@@ -63,27 +67,27 @@ def plot_distributions(run: Run, stats: dict[str, Any], path: Path) -> Path:
         ax.set_xlabel(f"{name} (0 = certain, 1 = most uncertain)")
         ax.set_xlim(0, 1)
         ax.set_xticks(edges[::2])
+        ax.set_ylabel("share of the group's debates (%)")
+        ax.tick_params(labelleft=True)  # each panel reads on its own
         ax.grid(axis="y", alpha=0.3)
-    axes[0].set_ylabel("share of the group's debates (%)")
     handles, labels = axes[0].get_legend_handles_labels()
-    handles.append(plt.Line2D([], [], color="gray", linestyle="--"))
+    handles.append(Line2D([], [], color="gray", linestyle="--"))
     labels.append("group mean")
     fig.legend(handles, labels, loc="outside lower center", ncols=3, fontsize=9)
     fig.suptitle(
         f"{run.label}: uncertainty of failed vs successful debates (Welch t-test, Cohen's d)", fontsize=11
     )
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
 
 
-def plot_correlations(run: Run, stats: dict[str, Any], path: Path) -> Path:
+def correlation_figure(run: Run, stats: dict[str, Any]) -> Figure:
     """Pearson correlation heatmap of the three metrics and correctness, r and p in each cell."""
     cm = stats["correlation_matrix"]
     names = [METRICS.get(v, "Correct") for v in cm["variables"]]
     r = np.array([[np.nan if v is None else v for v in row] for row in cm["r"]], dtype=float)
-    fig, ax = plt.subplots(figsize=(6.0, 5.0), layout="constrained")
-    cmap = plt.get_cmap("RdBu_r").with_extremes(bad="#dddddd")
+    fig = Figure(figsize=(6.0, 5.2), layout="constrained")
+    ax = fig.subplots()
+    cmap = colormaps["RdBu_r"].with_extremes(bad="#dddddd")
     image = ax.imshow(np.ma.masked_invalid(r), cmap=cmap, vmin=-1, vmax=1)
     for i in range(len(names)):
         for j in range(len(names)):
@@ -95,19 +99,23 @@ def plot_correlations(run: Run, stats: dict[str, Any], path: Path) -> Path:
             ax.text(j, i, text, ha="center", va="center", fontsize=9, color="white" if dark else "black")
     ax.set_xticks(range(len(names)), names)
     ax.set_yticks(range(len(names)), names)
+    ax.set_xlabel("Correct: 1 = right debate, 0 = wrong", fontsize=9)
+    ax.set_ylabel("U_*: 0 = certain, 1 = most uncertain", fontsize=9)
     ax.set_title(f"{run.label}: Pearson correlations (n = {len(run)} debates)", fontsize=11)
     fig.colorbar(image, ax=ax, label="Pearson r", shrink=0.85)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
 
 
-def plot_selective(summary: dict[str, Any], path: Path) -> Path:
-    """Accuracy of the k% least uncertain debates against k, one panel per run, one line per metric."""
+def selective_figure(summary: dict[str, Any]) -> Figure:
+    """Accuracy of the k% least uncertain debates against k, one panel per run, one line per metric.
+
+    The legend sits below the panels, where it cannot hide a curve.
+    """
     runs = summary["runs"]
     cols = min(3, len(runs))
     rows = math.ceil(len(runs) / cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(4.8 * cols, 3.9 * rows), squeeze=False, sharey=True)
+    fig = Figure(figsize=(4.8 * cols, 3.6 * rows + 0.9), layout="constrained")
+    axes = fig.subplots(rows, cols, squeeze=False, sharey=True)
     for ax, (label, stats) in zip(axes.flat, runs.items(), strict=False):
         for metric, name in METRICS.items():
             curve = stats["selective_prediction"][metric]
@@ -125,22 +133,23 @@ def plot_selective(summary: dict[str, Any], path: Path) -> Path:
         ax.set_ylabel("accuracy of kept debates (%)")
         ax.set_xticks(range(10, 101, 10))
         ax.set_ylim(-2, 102)
+        ax.tick_params(labelleft=True)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8, loc="lower left")
     for ax in list(axes.flat)[len(runs) :]:
-        ax.set_visible(False)
+        fig.delaxes(ax)
+    fig.legend(
+        *axes[0, 0].get_legend_handles_labels(), loc="outside lower center", ncols=2 * cols, fontsize=9
+    )
     fig.suptitle("Selective prediction: keep the k% least uncertain debates", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
 
 
-def plot_gains(summary: dict[str, Any], path: Path) -> Path:
+def gains_figure(summary: dict[str, Any]) -> Figure:
     """Grouped bars: accuracy gain (points) over the baseline per bin of the baseline's U_sys."""
     gains = summary["stratified_gains"]
     methods = [m for m, g in gains.items() if g["bins"]]
-    fig, ax = plt.subplots(figsize=(max(6.5, 1.6 + 1.3 * 5), 4.2))
+    fig = Figure(figsize=(8.8, 4.2), layout="constrained")
+    ax = fig.subplots()
     if not methods:
         ax.text(0.5, 0.5, "no questions shared with the baseline run", ha="center", va="center")
         ax.set_axis_off()
@@ -177,26 +186,30 @@ def plot_gains(summary: dict[str, Any], path: Path) -> Path:
         ax.set_xlabel(f"U_sys of the baseline run '{summary['baseline']}' (question difficulty)")
         ax.set_ylabel("accuracy gain over baseline (points)")
         ax.grid(axis="y", alpha=0.3)
-        ax.legend(title="run", fontsize=8)
+        ax.legend(title="run", fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the bars
         ymin, ymax = ax.get_ylim()
         pad = 0.12 * (ymax - ymin)
         ax.set_ylim(ymin - pad, ymax + pad)
     ax.set_title(f"Accuracy gain over '{summary['baseline']}' by difficulty", fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig
 
 
-def write_plots(out: Path, runs: list[Run], summary: dict[str, Any]) -> list[Path]:
-    """Every figure of a summary; returns the paths written."""
-    written = []
+def figures(runs: list[Run], summary: dict[str, Any]) -> Iterator[tuple[str, Figure]]:
+    """Every figure of a summary with its file stem, one at a time (see :func:`udpo.diagnose.summarize`)."""
     for run in runs:
         stats = summary["runs"][run.label]
         name = safe_name(run.label)
-        written.append(plot_distributions(run, stats, out / f"distributions_{name}.png"))
-        written.append(plot_correlations(run, stats, out / f"correlation_{name}.png"))
-    written.append(plot_selective(summary, out / "selective_prediction.png"))
+        yield f"distributions_{name}", distributions_figure(run, stats)
+        yield f"correlation_{name}", correlation_figure(run, stats)
+    yield "selective_prediction", selective_figure(summary)
     if summary.get("stratified_gains"):
-        written.append(plot_gains(summary, out / "stratified_gains.png"))
+        yield "stratified_gains", gains_figure(summary)
+
+
+def write_plots(out: Path, runs: list[Run], summary: dict[str, Any]) -> list[Path]:
+    """Save every figure of a summary as ``out/<stem>.png``; returns the paths written."""
+    written = []
+    for stem, fig in figures(runs, summary):
+        fig.savefig(out / f"{stem}.png", dpi=110)
+        written.append(out / f"{stem}.png")
     return written
