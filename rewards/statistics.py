@@ -6,6 +6,12 @@
   n_f + n_s < 3, or when the pooled sd is 0.
 - :func:`failure_vs_success`: group means, Welch's two-sample t-test p-value and Cohen's d.
 - :func:`pearson`: Pearson r and p-value; ``nan`` for constant inputs or fewer than 3 values.
+
+"Constant" means a spread within rounding noise (:data:`ROUNDING_NOISE`): a metric that is equal in
+exact arithmetic can differ in its last bits between debates (1/3 reached by two sums), and even
+equal values have a float mean off by an ulp, so ``var() > 0`` would let noise pass for variation
+(a Cohen's d of 1 from ten copies of 0.1). Such groups give the undefined result above, which
+calibration turns into its 1/3 fallback (SPEC section 4).
 - :func:`selective_prediction`: accuracy of the k% least uncertain debates. Debates tied at the cut
   are counted by their mean accuracy (the expected accuracy under a random tie-break), so the curve
   does not depend on file order.
@@ -25,6 +31,8 @@ import numpy as np
 U_SYS_BINS: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 #: selective-prediction coverages k (%)
 COVERAGES: tuple[int, ...] = tuple(range(10, 101, 10))
+#: a spread at most this (times the values' magnitude, at least 1) is rounding noise, not variation
+ROUNDING_NOISE = 1e-12
 
 
 def _as_1d(values: Sequence[float] | np.ndarray, name: str) -> np.ndarray:
@@ -34,6 +42,11 @@ def _as_1d(values: Sequence[float] | np.ndarray, name: str) -> np.ndarray:
     if np.isnan(arr).any():
         raise ValueError(f"{name} contains NaN at index {int(np.flatnonzero(np.isnan(arr))[0])}")
     return arr
+
+
+def _is_constant(x: np.ndarray) -> bool:
+    """Whether the values spread no more than rounding noise (empty and single values are constant)."""
+    return len(x) < 2 or float(np.ptp(x)) <= ROUNDING_NOISE * max(1.0, float(np.abs(x).max()))
 
 
 def _paired(values, correct) -> tuple[np.ndarray, np.ndarray]:
@@ -50,13 +63,10 @@ def cohens_d(fail: Sequence[float] | np.ndarray, success: Sequence[float] | np.n
     """Cohen's d of failures against successes (positive: failures more uncertain); nan if undefined."""
     f, s = _as_1d(fail, "fail"), _as_1d(success, "success")
     nf, ns = len(f), len(s)
-    if nf == 0 or ns == 0 or nf + ns < 3:
+    if nf == 0 or ns == 0 or nf + ns < 3 or (_is_constant(f) and _is_constant(s)):  # pooled sd 0
         return math.nan
     ss = ((f - f.mean()) ** 2).sum() + ((s - s.mean()) ** 2).sum()
-    pooled = math.sqrt(ss / (nf + ns - 2))
-    if pooled == 0.0:
-        return math.nan
-    return float((f.mean() - s.mean()) / pooled)
+    return float((f.mean() - s.mean()) / math.sqrt(ss / (nf + ns - 2)))
 
 
 @dataclass(frozen=True)
@@ -82,10 +92,14 @@ def failure_vs_success(
     v, c = _paired(values, correct)
     fail, success = v[~c], v[c]
     t_stat, p_value = math.nan, math.nan
-    if len(fail) >= 2 and len(success) >= 2 and (fail.var() > 0 or success.var() > 0):
+    if len(fail) >= 2 and len(success) >= 2 and not (_is_constant(fail) and _is_constant(success)):
         from scipy import stats  # imported on use: SciPy takes about a second to import
 
-        res = stats.ttest_ind(fail, success, equal_var=False)
+        with warnings.catch_warnings():
+            # SciPy warns of "precision loss ... nearly identical" data whenever one group is constant
+            # (and not 0); Welch's test is well defined then, the other group's variance carries it
+            warnings.filterwarnings("ignore", "Precision loss occurred", RuntimeWarning)
+            res = stats.ttest_ind(fail, success, equal_var=False)
         t_stat, p_value = float(res.statistic), float(res.pvalue)
     return GroupComparison(
         n_fail=len(fail),
@@ -103,7 +117,7 @@ def pearson(x: Sequence[float] | np.ndarray, y: Sequence[float] | np.ndarray) ->
     x, y = _as_1d(x, "x"), _as_1d(y, "y")
     if len(x) != len(y):
         raise ValueError(f"x and y differ in length ({len(x)} vs {len(y)})")
-    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+    if len(x) < 3 or _is_constant(x) or _is_constant(y):
         return math.nan, math.nan
     from scipy import stats
 

@@ -28,8 +28,20 @@ def test_cohens_d_by_hand():
     assert cohens_d([0.1, 0.3], [0.5, 0.7]) < 0
 
 
+# 1/3 and the next float up: equal in exact arithmetic for a metric reached by two different sums
+THIRD, THIRD_UP = 1 / 3, float(np.nextafter(1 / 3, 1))
+
+
 @pytest.mark.parametrize(
-    ("fail", "success"), [([], [0.1, 0.2]), ([0.1], []), ([0.5], [0.1]), ([0.5, 0.5], [0.2, 0.2])]
+    ("fail", "success"),
+    [
+        ([], [0.1, 0.2]),
+        ([0.1], []),
+        ([0.5], [0.1]),
+        ([0.5, 0.5], [0.2, 0.2]),
+        ([0.1] * 3, [0.1] * 2),  # float means of equal values are an ulp off: still no variance
+        ([THIRD, THIRD_UP], [THIRD_UP, THIRD, THIRD]),  # rounding noise is no variance
+    ],
 )
 def test_cohens_d_undefined(fail, success):
     assert math.isnan(cohens_d(fail, success))
@@ -59,6 +71,20 @@ def test_failure_vs_success_degenerate_cases_give_nan():
     assert math.isnan(no_success.mean_success)
 
 
+@pytest.mark.filterwarnings("error")  # SciPy's precision-loss warning must not reach the console
+def test_failure_vs_success_near_constant_groups():
+    noise = failure_vs_success([THIRD, THIRD_UP, THIRD, THIRD_UP, THIRD], [False, False, True, True, True])
+    assert math.isnan(noise.t_statistic) and math.isnan(noise.p_value) and math.isnan(noise.cohens_d)
+    assert noise.mean_fail == pytest.approx(1 / 3)
+    # failures all 0.7, successes 0.1, 0.5, 0.6: Welch's t = (0.7 - 0.4) / sqrt(s_s^2 / 3) with
+    # s_s^2 = (0.09 + 0.01 + 0.04) / 2 = 0.07, and Welch-Satterthwaite df = n_s - 1 = 2
+    res = failure_vs_success([0.7, 0.7, 0.7, 0.1, 0.5, 0.6], [False, False, False, True, True, True])
+    t = 0.3 / math.sqrt(0.07 / 3)
+    assert res.t_statistic == pytest.approx(t)
+    assert res.p_value == pytest.approx(2 * stats.t.sf(t, 2))
+    assert res.cohens_d == pytest.approx(0.3 / math.sqrt(0.14 / 4))  # pooled: only successes vary
+
+
 def test_pearson_by_hand():
     r, p = pearson([1, 2, 3, 4], [2, 4, 6, 8])
     assert r == pytest.approx(1.0) and p == pytest.approx(0.0, abs=1e-12)
@@ -68,6 +94,7 @@ def test_pearson_by_hand():
     )
     assert pearson(x, y)[0] == pytest.approx(expected)
     assert all(math.isnan(v) for v in pearson([1, 1, 1], [0, 1, 0]))  # constant input
+    assert all(math.isnan(v) for v in pearson([THIRD, THIRD_UP, THIRD, THIRD_UP], [0, 0, 1, 1]))  # noise
     assert all(math.isnan(v) for v in pearson([1, 2], [0, 1]))  # too few points
 
 
