@@ -7,6 +7,7 @@ import json
 import random
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -190,6 +191,46 @@ def test_figures_are_labelled_and_legends_name_every_series(tmp_path):
     assert f"failed debates (n = {n_fail})" in {
         t.get_text() for t in figures["distributions_mad"].legends[0].texts
     }
+
+
+@pytest.mark.slow
+def test_diagnose_a_real_debate_run(tmp_path, model_path):
+    run = tmp_path / "mad"
+    debate = subprocess.run(
+        [sys.executable, "-m", "udpo.cli", "debate", "--task", "arithmetic", "--limit", "3"]
+        + ["--agents", "2", "--rounds", "1", "--max-tokens", "24", "--batch-size", "3", "--out", str(run)],
+        capture_output=True,
+        text=True,
+    )
+    assert debate.returncode == 0, debate.stderr
+    expected = json.loads((run / "summary.json").read_text())
+    out = tmp_path / "diagnosis"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["diagnose", str(run), "--out", str(out)]) == 0
+    # nothing numeric to warn about (SciPy's precision-loss warning on near-constant groups included)
+    assert not [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+
+    summary = json.loads((out / "summary.json").read_text())
+    s = summary["runs"]["mad"]
+    assert s["n_debates"] == expected["n_questions"] == 3
+    assert s["accuracy"] == pytest.approx(expected["accuracy"])
+    for metric in ("u_intra", "u_inter", "u_sys"):
+        assert s[metric] == pytest.approx(expected[metric])
+        curve = s["selective_prediction"][metric]
+        assert [c["k"] for c in curve] == list(range(10, 101, 10))
+        assert curve[-1]["accuracy"] == pytest.approx(expected["accuracy"])  # k = 100 keeps every debate
+    assert [(g["task"], g["n_agents"], g["n_rounds"]) for g in s["groups"]] == [("arithmetic", 2, 1)]
+    csvs = ["debates", "runs", "groups", "failure_vs_success", "correlations", "selective_prediction"]
+    pngs = ["distributions_mad", "correlation_mad", "selective_prediction"]
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        ["summary.json", *(f"{c}.csv" for c in csvs), *(f"{p}.png" for p in pngs)]
+    )
+    with open(out / "debates.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    trajectories = read_jsonl(run / "trajectories.jsonl")
+    assert [r["question_id"] for r in rows] == [t["question_id"] for t in trajectories]
+    assert [int(r["correct"]) for r in rows] == [int(t["correct"]) for t in trajectories]
 
 
 def test_console_command_on_a_jsonl_file(tmp_path):
