@@ -21,6 +21,8 @@ from udpo.diagnose import METRICS, Run, safe_name
 
 FAIL_COLOR, SUCCESS_COLOR = "#d62728", "#2ca02c"
 METRIC_COLORS = {"u_intra": "#1f77b4", "u_inter": "#ff7f0e", "u_sys": "#9467bd"}
+#: marker and size per metric, largest first, so curves that coincide stay visible under each other
+METRIC_MARKERS = {"u_intra": ("o", 7), "u_inter": ("s", 5), "u_sys": ("^", 4)}
 
 
 def _fmt_p(p: float | None) -> str:
@@ -122,8 +124,8 @@ def selective_figure(summary: dict[str, Any]) -> Figure:
             ax.plot(
                 [c["k"] for c in curve],
                 [100 * c["accuracy"] for c in curve],
-                marker="o",
-                markersize=4,
+                marker=METRIC_MARKERS[metric][0],
+                markersize=METRIC_MARKERS[metric][1],
                 color=METRIC_COLORS[metric],
                 label=f"rank by {name}",
             )
