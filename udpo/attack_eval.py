@@ -344,4 +344,3 @@ def attack_eval_callback(
 
     callback.__name__ = callback.__qualname__ = f"{prefix}_{attack.name}"
     return callback
-
