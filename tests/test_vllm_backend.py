@@ -67,11 +67,17 @@ def test_one_batch_serves_base_and_two_adapters(served, hf_with_adapters):
         assert c.finish_reason in ("stop", "length")
         assert c.finish_reason == "stop" or len(c.completion_ids) == 24
         assert c.text == served.tokenizer.decode(c.completion_ids, skip_special_tokens=True)
-    # the behavior log-probs are raw (temperature 1): sampled at 0.7, they equal the model's own
-    # log-probs of the same tokens scored afterwards under the same adapter
+    # the behavior log-probs are raw (temperature 1) and come from the row's own adapter: sampled at 0.7,
+    # they match the log-probs of the same tokens scored afterwards under that adapter. The first token
+    # (prefill in both) matches exactly; later tokens drift by bf16 noise once finished rows leave the
+    # batch (up to ~0.02 mean measured on CPU), far below the gap to any other adapter (0.3 to 1.5)
+    models = (None, "a", "b")
     for c, name in zip(out, adapters, strict=True):
-        scored = served.completion_logprobs(c.prompt_ids, c.completion_ids, adapter=name)
-        assert mean_abs_diff(c.logprobs, scored) < 1e-3
+        scored = {m: served.completion_logprobs(c.prompt_ids, c.completion_ids, adapter=m) for m in models}
+        assert abs(c.logprobs[0] - scored[name][0]) < 1e-3, name
+        own = mean_abs_diff(c.logprobs, scored[name])
+        assert own < 0.05, name
+        assert all(5 * own < mean_abs_diff(c.logprobs, scored[m]) for m in models if m != name), name
 
 
 def test_base_rows_beside_a_full_set_of_adapters_stay_base(served, lora_adapters):
