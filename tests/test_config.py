@@ -22,7 +22,9 @@ def write(tmp_path: Path, text: str) -> str:
 
 def test_defaults_follow_the_paper():
     c = TrainConfig()
-    assert (c.learning_rate, c.questions_per_iteration, c.warmup_steps) == (1e-5, 32, 500)
+    assert (c.learning_rate, c.questions_per_iteration) == (1e-5, 32)
+    # the paper's 500 warm-up steps exceed whole CSQA / TruthfulQA runs: warm-up is a share of the run
+    assert (c.warmup_ratio, c.warmup_steps, c.dual_clip) == (0.1, 0, 3.0)
     assert (c.lr_scheduler_type, c.max_grad_norm, c.num_train_epochs) == ("cosine", 1.0, 10.0)
     assert (c.kappa, c.lam, c.clip_eps, c.eta_base, c.lambda_base) == (1.5, 0.5, 0.2, 0.01, 1.0)
     assert not c.coefficients_explicit and c.base_weights is None
@@ -110,11 +112,35 @@ def test_missing_recipe_file():
             "attack_eval: autoinject needs eval_questions > 0",
         ),
         ({"attack_eval": "mutiny"}, "attack_eval must be one of 'none', 'autotransform', 'autoinject'"),
+        ({"warmup_steps": 10, "max_iterations": 10}, "warmup_steps=10 is not shorter than the run's 10"),
+        ({"warmup_steps": 25, "max_iterations": 5, "update_epochs": 4}, "not shorter than the run's 20"),
+        ({"warmup_ratio": 1.0}, r"warmup_ratio must be in \[0, 1\)"),
+        ({"dual_clip": 1.0}, "dual_clip must be 0 .off. or a finite number > 1"),
+        ({"top_p": 0.0}, r"top_p must be in \(0, 1\]"),
+        (
+            {"backend": "vllm", "n_agents": 5, "rounds": 5, "max_tokens": 512},
+            "vllm_max_model_len=4096 cannot hold a debate of n_agents=5, rounds=5, max_tokens=512",
+        ),
+        ({"reward_functions": ["nocolon"]}, "reward_functions entry 'nocolon' must look like"),
+        (
+            {"reward_functions": ["a:b"], "reward_weights": [1.0, 2.0]},
+            "one weight per reward_functions entry",
+        ),
     ],
 )
 def test_incompatible_options(kwargs, match):
     with pytest.raises(ConfigError, match=match):
         TrainConfig(**kwargs)
+
+
+def test_warmup_is_a_share_of_the_run_or_explicit_steps():
+    c = TrainConfig(max_iterations=40, update_epochs=2)  # 80 optimizer steps
+    assert c.warmup_for(80) == 8
+    assert TrainConfig(warmup_ratio=0.0).warmup_for(80) == 0
+    assert TrainConfig(warmup_steps=5).warmup_for(80) == 5  # explicit steps win over the ratio
+    assert TrainConfig(max_iterations=1).warmup_for(1) == 0  # a one-step run has no warm-up
+    with pytest.raises(ConfigError, match="never leave warm-up"):
+        TrainConfig(warmup_steps=500).warmup_for(173)  # the paper's 500 steps on a whole CSQA run
 
 
 def test_explicit_coefficients_need_no_warmup():

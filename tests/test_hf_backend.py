@@ -29,14 +29,46 @@ def test_batch_matches_single_requests(hf_backend):
         assert b.prompt_ids == hf_backend.encode(req.messages)
 
 
-def test_logprobs_are_the_models_own(hf_backend):
-    """Recorded log-probs equal a teacher-forced forward pass over prompt + completion."""
-    c = hf_backend.generate([ask("Say hello.", SamplingParams(temperature=0.9, max_tokens=10))])[0]
+@pytest.mark.parametrize("temperature", [0.7, 1.0])
+def test_logprobs_are_those_of_the_sampling_distribution(hf_backend, temperature):
+    """Recorded log-probs equal log-softmax(logits / T) of a teacher-forced forward pass over prompt +
+    completion, T the sampling temperature (the distribution the tokens were drawn from)."""
+    sampling = SamplingParams(temperature=temperature, max_tokens=10, seed=1)
+    c = hf_backend.generate([ask("Say hello.", sampling)])[0]
     ids = torch.tensor([c.prompt_ids + c.completion_ids])
     with torch.no_grad():
         logits = hf_backend.model(ids).logits[0, len(c.prompt_ids) - 1 : -1].float()
-    ref = torch.log_softmax(logits, -1).gather(-1, torch.tensor(c.completion_ids)[:, None]).squeeze(-1)
+    chosen = torch.tensor(c.completion_ids)[:, None]
+    ref = torch.log_softmax(logits / temperature, -1).gather(-1, chosen).squeeze(-1)
     assert torch.allclose(ref, torch.tensor(c.logprobs), atol=1e-3)
+    scored = hf_backend.completion_logprobs(c.prompt_ids, c.completion_ids, temperature=temperature)
+    assert torch.allclose(ref, torch.tensor(scored), atol=1e-4)
+    if temperature != 1.0:  # temperature-1 log-probs of the same tokens are a different distribution
+        raw = torch.log_softmax(logits, -1).gather(-1, chosen).squeeze(-1)
+        assert (raw - ref).abs().max() > 0.05
+
+
+def test_greedy_logprobs_are_at_temperature_one(hf_backend):
+    c = hf_backend.generate([ask("Say hello.")])[0]
+    scored = hf_backend.completion_logprobs(c.prompt_ids, c.completion_ids)
+    assert c.logprobs == pytest.approx(scored, abs=1e-3)
+
+
+def test_chat_template_kwargs_reach_the_template(hf_backend):
+    # SmolLM2's template has no variables to set; a template that reads one shows it arrives
+    tok = hf_backend.tokenizer
+    saved = tok.chat_template
+    tok.chat_template = "{% if loud %}LOUD {% endif %}{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    try:
+        from udpo.env.backends.chat import chat_prompt_ids
+
+        msgs = [{"role": "user", "content": "hi"}]
+        assert tok.decode(chat_prompt_ids(tok, msgs, {"loud": True})) == "LOUD hi"
+        assert tok.decode(chat_prompt_ids(tok, msgs)) == "hi"
+        backend = HFBackend(model_obj=hf_backend.model, tokenizer=tok, chat_template_kwargs={"loud": True})
+        assert tok.decode(backend.encode(msgs)) == "LOUD hi"
+    finally:
+        tok.chat_template = saved
 
 
 def test_mixed_adapters_in_one_batch(model_path, tmp_path):

@@ -121,14 +121,30 @@ def test_kl_estimator_hand_values():
     assert kl_estimate(logp, logp).abs().max().item() == 0.0  # r = 0 gives 0
 
 
-def test_anchor_is_token_mean_per_debate_then_batch_mean():
-    # debate 0: r = ln 2, -ln 2 -> mean KL 0.25; debate 1: r = 0 -> 0. A = 0 so only the anchor counts.
+def test_anchor_is_summed_over_the_trajectory_beside_a_trajectory_ratio():
+    # debate 0: r = ln 2, -ln 2 -> per-token KL 2 - ln 2 - 1 and 1/2 + ln 2 - 1, summed 0.5; debate 1: 0.
+    # Trajectory ratio (default): KL of the trajectory distributions = the sum, batch mean 0.25.
+    # Token ratio: per-token mean (0.25 and 0), batch mean 0.125. A = 0 so only the anchor counts.
     b = batch([[[[-1.0, -1.0]]], [[[-1.0]]]], [[0.0], [0.0]])
     logp = [torch.tensor([-1.0, -1.0]), torch.tensor([-1.0])]
     ref = [torch.tensor([-1.0 + LN(2), -1.0 - LN(2)]), torch.tensor([-1.0])]
     loss, info = udpo(eta=(0.5,)).loss(b, 0, logp, ref, torch.zeros(2))
+    assert info["kl"] == pytest.approx(0.25, abs=1e-6)
+    assert loss.item() == pytest.approx(0.5 * 0.25, abs=1e-6)
+    loss, info = udpo(eta=(0.5,), ratio_level="token").loss(b, 0, logp, ref, torch.zeros(2))
     assert info["kl"] == pytest.approx(0.125, abs=1e-6)
     assert loss.item() == pytest.approx(0.5 * 0.125, abs=1e-6)
+
+
+def test_anchor_scales_with_the_trajectory_like_the_ratio():
+    # the same per-token drift over 1 token and over 100 tokens: the trajectory ratio's log grows 100x,
+    # and so must the anchor beside it (a per-token mean would stay flat and let eta fade to nothing)
+    for n in (1, 100):
+        b = batch([[[[-1.0] * n]]], [[0.0]])
+        logp = [torch.full((n,), -1.0)]
+        ref = [torch.full((n,), -1.0 + LN(2))]
+        _, info = udpo(eta=(1.0,)).loss(b, 0, logp, ref, torch.zeros(1))
+        assert info["kl"] == pytest.approx(n * (2 - LN(2) - 1), rel=1e-5)
 
 
 def test_eta_weights_each_agents_anchor():
@@ -136,12 +152,46 @@ def test_eta_weights_each_agents_anchor():
     b = batch([behavior], [[0.0, 0.0, 0.0]])
     algo = udpo(eta=(0.0, 0.1, 1.0))
     logp = [torch.tensor([-1.0, -1.0])]
-    ref = [torch.tensor([-1.0 + LN(2), -1.0 - LN(2)])]  # mean KL 0.25
+    ref = [torch.tensor([-1.0 + LN(2), -1.0 - LN(2)])]  # trajectory KL 0.5
     losses = [algo.loss(b, i, logp, ref, torch.zeros(1))[0].item() for i in range(3)]
-    assert losses == [pytest.approx(0.0), pytest.approx(0.025), pytest.approx(0.25)]
+    assert losses == [pytest.approx(0.0), pytest.approx(0.05), pytest.approx(0.5)]
     assert [algo.needs_reference(i) for i in range(3)] == [False, True, True]
     with pytest.raises(ValueError, match="reference log-probs"):
         algo.loss(b, 2, logp, None, torch.zeros(1))
+
+
+# dual clipping -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("rho", "advantage", "dual_clip", "surrogate", "grad_flows"),
+    [
+        (5.0, -1.0, 3.0, -3.0, False),  # A < 0, rho > c: held at c A, no gradient
+        (5.0, -1.0, 0.0, -5.0, True),  # dual clip off: rho A, gradient -A rho = 5 per token
+        (2.0, -1.0, 3.0, -2.0, True),  # 1 + eps < rho < c: rho A as without dual clipping
+        (5.0, 1.0, 3.0, 1.2, False),  # A > 0: untouched, (1 + eps) A
+    ],
+)
+def test_dual_clip_cases(rho, advantage, dual_clip, surrogate, grad_flows):
+    b = batch([[[BEHAVIOR]]], [[0.0]])
+    logp = leaf([BEHAVIOR[0] + LN(rho), BEHAVIOR[1]])
+    loss, info = udpo(dual_clip=dual_clip).loss(b, 0, [logp], None, torch.tensor([advantage]))
+    assert loss.item() == pytest.approx(-surrogate, abs=1e-6)
+    loss.backward()
+    expected = -advantage * rho if grad_flows else 0.0
+    assert torch.allclose(logp.grad, torch.full((2,), expected), atol=1e-6)
+    assert info["dual_clip_frac"] == (1.0 if dual_clip and advantage < 0 and rho > dual_clip else 0.0)
+
+
+def test_dual_clip_bounds_a_stale_samples_gradient():
+    # a replayed debate whose trajectory ratio drifted to e^10: without dual clipping a negative advantage
+    # multiplies the gradient by rho ~ 22026; with c = 3 the objective is flat (c A) there
+    b = batch([[[BEHAVIOR]]], [[0.0]])
+    for c, bounded in ((0.0, False), (3.0, True)):
+        logp = leaf([BEHAVIOR[0] + 10.0, BEHAVIOR[1]])
+        loss, _ = udpo(dual_clip=c).loss(b, 0, [logp], None, torch.tensor([-1.0]))
+        loss.backward()
+        assert (logp.grad.abs().max().item() == 0.0) == bounded
+    with pytest.raises(ValueError, match="dual_clip"):
+        UDPOConfig(dual_clip=0.5)
 
 
 # baseline and replay weights ---------------------------------------------------------------------------

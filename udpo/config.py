@@ -82,10 +82,19 @@ class TrainConfig:
         None, "Agent system prompts: one for every agent or N entries (default: the task's profile)."
     )
     temperature: float = _f(0.7, "Sampling temperature of rollouts and evaluation (0: greedy).")
-    top_p: float = _f(1.0, "Nucleus sampling mass.")
+    top_p: float = _f(
+        1.0,
+        "Nucleus sampling mass in (0, 1]. The trainer's log-probs are those of logits / temperature over the "
+        "whole vocabulary, as in TRL and verl: below 1 they ignore the truncation.",
+    )
     max_tokens: int = _f(256, "Maximum new tokens per response.")
     debate_batch_size: int = _f(16, "Questions debated together (one backend call per round).")
     debates_per_question: int = _f(1, "Debates sampled per training question (>= 2 for baseline: group).")
+    chat_template_kwargs: dict | str | None = _f(
+        None,
+        "Extra arguments of the model's chat template, e.g. {enable_thinking: false} for Qwen3 (JSON on the "
+        "command line); passed to every backend.",
+    )
 
     # --- backend -----------------------------------------------------------------------------
     backend: Literal["hf", "vllm", "openai"] = _f(
@@ -129,6 +138,11 @@ class TrainConfig:
     )
     ref_update_interval: int = _f(0, "reference: lagged: refresh the snapshot every this many iterations.")
     update_epochs: int = _f(1, "Optimizer passes over each iteration's debates.")
+    dual_clip: float = _f(
+        3.0,
+        "c of dual clipping (Ye et al. 2020): for A < 0 the objective is max(min(rho A, clip(rho) A), c A), "
+        "bounding stale samples' gradients; > 1, or 0 to turn it off.",
+    )
     behavior_logprobs: Literal["rollout", "recompute"] = _f(
         "recompute",
         "Denominator of the ratio: log-probs recorded by the rollout engine, or recomputed by the trainer "
@@ -159,6 +173,12 @@ class TrainConfig:
         [],
         "Ablations 'intra', 'inter', 'sys' (paper's w/o rows): alpha_i, beta_i or gamma_i set to 0 for all agents.",
     )
+    reward_functions: list[str] = _f(
+        [],
+        "Your own reward terms: 'package.module:function' callables (trajectory, agent) -> float, each "
+        "weighted by reward_weights and added to every r_i (see docs/training.md).",
+    )
+    reward_weights: list[float] = _f([], "One weight per reward_functions entry (default: 1 each).")
 
     # --- replay ------------------------------------------------------------------------------
     replay: bool = _f(False, "Uncertainty-driven replay of past debates (paper appendix A.3).")
@@ -176,7 +196,12 @@ class TrainConfig:
     adam_beta1: float = _f(0.9, "AdamW beta1.")
     adam_beta2: float = _f(0.999, "AdamW beta2.")
     adam_epsilon: float = _f(1e-8, "AdamW epsilon.")
-    warmup_steps: int = _f(500, "Optimizer steps of linear learning-rate warm-up.")
+    warmup_ratio: float = _f(
+        0.1,
+        "Linear learning-rate warm-up as a fraction of the run's optimizer steps (paper: 500 steps of a "
+        "long GPU run; a warm-up as long as the run would never reach the peak rate).",
+    )
+    warmup_steps: int = _f(0, "Warm-up as a number of optimizer steps; > 0 overrides warmup_ratio.")
     lr_scheduler_type: Literal["cosine", "linear", "constant"] = _f(
         "cosine", "Decay after warm-up (transformers' get_scheduler name; constant keeps the warm-up)."
     )
@@ -268,12 +293,36 @@ class TrainConfig:
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):
                 raise ConfigError(f"{name} must be a finite number >= 0, got {value}")
-        for name in ("warmup_fraction", "replay_fraction", "lora_dropout"):
+        for name in ("warmup_fraction", "replay_fraction", "lora_dropout", "warmup_ratio"):
             if not 0 <= getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)}")
-        for name in ("lam", "top_p"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ConfigError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if not 0 <= self.lam <= 1:
+            raise ConfigError(f"lam must be in [0, 1], got {self.lam}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not (self.dual_clip == 0 or (self.dual_clip > 1 and math.isfinite(self.dual_clip))):
+            raise ConfigError(f"dual_clip must be 0 (off) or a finite number > 1, got {self.dual_clip}")
+        if self.max_iterations is not None:
+            self.warmup_for(self.max_iterations * self.update_epochs)  # a warm-up as long as the run
+        minimum = self.max_tokens * (self.rounds * self.n_agents + 1)
+        if self.backend == "vllm" and minimum > self.vllm_max_model_len:
+            raise ConfigError(
+                f"vllm_max_model_len={self.vllm_max_model_len} cannot hold a debate of n_agents={self.n_agents}, "
+                f"rounds={self.rounds}, max_tokens={self.max_tokens}: the last round's prompt carries the "
+                f"agent's {self.rounds} earlier answers and {self.rounds} x {self.n_agents - 1} peer answers "
+                f"({minimum} tokens at max_tokens each, before the question); raise vllm_max_model_len or "
+                f"lower max_tokens"
+            )
+        if len(self.reward_weights) not in (0, len(self.reward_functions)):
+            raise ConfigError(
+                f"reward_weights needs one weight per reward_functions entry ({len(self.reward_functions)}), "
+                f"got {len(self.reward_weights)}"
+            )
+        if any(not math.isfinite(w) for w in self.reward_weights):
+            raise ConfigError(f"reward_weights must be finite numbers, got {self.reward_weights}")
+        for spec in self.reward_functions:
+            if spec.count(":") != 1 or not all(spec.split(":")):
+                raise ConfigError(f"reward_functions entry {spec!r} must look like 'package.module:function'")
         if not 0 < self.clip_eps < 1:
             raise ConfigError(f"clip_eps must be in (0, 1), got {self.clip_eps}")
         if not (self.learning_rate > 0 and math.isfinite(self.learning_rate)):
@@ -371,6 +420,17 @@ class TrainConfig:
                 raise ConfigError("attack_eval_attacker must be 'base', 'builtin' or a model name")
 
     # ------------------------------------------------------------------------------------------
+    def warmup_for(self, total_steps: int) -> int:
+        """Warm-up optimizer steps of a run of ``total_steps``: ``warmup_steps`` if > 0, else
+        floor(warmup_ratio x total_steps). A warm-up that would last the whole run is a ConfigError."""
+        steps = self.warmup_steps or math.floor(self.warmup_ratio * total_steps)
+        if steps and steps >= total_steps:
+            raise ConfigError(
+                f"warmup_steps={steps} is not shorter than the run's {total_steps} optimizer steps: the "
+                f"learning rate would never leave warm-up; lower warmup_steps or use warmup_ratio"
+            )
+        return steps
+
     @property
     def coefficients_explicit(self) -> bool:
         """All five per-agent coefficients are given, so no warm-up calibration is needed."""

@@ -49,6 +49,7 @@ from udpo.env.tasks import get_task
 from udpo.env.tasks.base import Question
 from udpo.env.trajectory import Trajectory, TrajectoryWriter
 from udpo.evaluate import summarize, write_json
+from udpo.reward_functions import load_reward_functions
 from udpo.team import save_team
 from udpo.tracking import Timer, Tracker, accelerate_trackers, progress_bar
 
@@ -193,6 +194,7 @@ class Trainer:
             *eval_callbacks,
         ]
         self._check_run_dir()
+        self.reward_functions = load_reward_functions(config.reward_functions, config.reward_weights)
 
         self._load_questions()
         set_seed(config.seed)  # identical adapter initialization on every process
@@ -234,6 +236,7 @@ class Trainer:
         self.total_iterations = config.max_iterations or math.ceil(
             config.num_train_epochs * len(self.train_set) / config.questions_per_iteration
         )
+        self.warmup_steps = config.warmup_for(self.total_iterations * config.update_epochs)
         if config.questions_per_iteration * config.debates_per_question < self.world:
             raise ValueError(
                 f"questions_per_iteration x debates_per_question = "
@@ -286,7 +289,7 @@ class Trainer:
         self.scheduler = get_scheduler(
             name,
             self.optimizer,
-            num_warmup_steps=config.warmup_steps,
+            num_warmup_steps=self.warmup_steps,
             num_training_steps=self.total_iterations * config.update_epochs,
         )
         if self.deepspeed:
@@ -309,13 +312,21 @@ class Trainer:
 
         return UDPO(
             coefficients,
-            UDPOConfig(clip_eps=cfg.clip_eps, ratio_level=cfg.ratio_level, baseline=cfg.baseline),
+            UDPOConfig(
+                clip_eps=cfg.clip_eps,
+                ratio_level=cfg.ratio_level,
+                baseline=cfg.baseline,
+                dual_clip=cfg.dual_clip,
+            ),
         )
 
     def _make_backend(self) -> Backend:
         cfg = self.config
         if cfg.backend == "hf":
-            return self.policy.rollout_backend(max_batch=max(cfg.debate_batch_size * cfg.n_agents, 1))
+            return self.policy.rollout_backend(
+                max_batch=max(cfg.debate_batch_size * cfg.n_agents, 1),
+                chat_template_kwargs=cfg.chat_template_kwargs,
+            )
         from udpo.env.backends import make_backend
         from udpo.env.models import resolve_model
 
@@ -329,9 +340,12 @@ class Trainer:
                 kv_cache_gib=cfg.vllm_kv_cache_gib,
                 max_model_len=cfg.vllm_max_model_len,
                 seed=cfg.seed + self.rank,
+                chat_template_kwargs=cfg.chat_template_kwargs,
             )
         else:  # an OpenAI-compatible vLLM server that loads adapters at run time from this file system
-            backend = make_backend("openai", base_url=cfg.base_url)
+            backend = make_backend(
+                "openai", base_url=cfg.base_url, chat_template_kwargs=cfg.chat_template_kwargs
+            )
         return backend
 
     def _prepare_deepspeed(self) -> None:
@@ -471,7 +485,9 @@ class Trainer:
     # ------------------------------------------------------------------------------------------
     def rollout_batch(self, trajectories: list[Trajectory], weights: Sequence[float] | None = None):
         """Rewards and per-agent turns of a list of debates as the algorithm's RolloutBatch."""
-        rewards, terms = compute_rewards(trajectories, self.coefficients, self.config.reward_scope)
+        rewards, terms = compute_rewards(
+            trajectories, self.coefficients, self.config.reward_scope, self.reward_functions
+        )
         return RolloutBatch.from_trajectories(
             trajectories,
             rewards=rewards,

@@ -2,8 +2,9 @@
 
 A backend takes a batch of chat requests (each with its agent's adapter and sampling parameters)
 and returns, per request, the text, the prompt and completion token ids and the per-token
-log-probabilities of the sampled completion tokens under the model that generated them (the
-*behavior* log-probs the trainer's importance ratio needs).
+log-probabilities of the sampled completion tokens under the distribution they were sampled from,
+log-softmax(logits / temperature) (the *behavior* log-probs the trainer's importance ratio needs;
+greedy requests report temperature-1 log-probs).
 """
 
 from __future__ import annotations
@@ -80,10 +81,11 @@ class Backend(abc.ABC):
         messages_or_prompt_ids: list[dict[str, str]] | list[int],
         completion_ids: list[int],
         adapter: str | None = None,
+        temperature: float = 1.0,
     ) -> list[float]:
         """Log-prob of each token of a given completion after the prompt (chat messages, or prompt
-        token ids used as they are) under ``adapter`` (None: base), raw as in ``generate``. Lets a
-        trainer check that an adapter update reached the engine."""
+        token ids used as they are) under ``adapter`` (None: base), from log-softmax(logits /
+        temperature) as in ``generate``. Lets a trainer check that an adapter update reached the engine."""
         raise BackendError(f"the {self.name} backend cannot score a given completion")
 
     def load_adapter(self, name: str, path: str) -> None:

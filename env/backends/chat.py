@@ -10,13 +10,28 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
-def chat_prompt_ids(tokenizer, messages: list[dict[str, str]]) -> list[int]:
-    """Token ids of ``messages`` under the tokenizer's chat template, generation prompt appended."""
-    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+def sampling_temperature(temperature: float) -> float:
+    """The temperature whose distribution log-probs are reported for: the sampling temperature, or 1 for
+    greedy decoding (temperature 0), where the sampling distribution is a point mass."""
+    return temperature if temperature > 0 else 1.0
+
+
+def chat_prompt_ids(
+    tokenizer, messages: list[dict[str, str]], template_kwargs: dict | None = None
+) -> list[int]:
+    """Token ids of ``messages`` under the tokenizer's chat template, generation prompt appended.
+    ``template_kwargs``: extra template variables, e.g. ``{"enable_thinking": False}`` for Qwen3."""
+    ids = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, **(template_kwargs or {})
+    )
     return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
 
 
-def prompt_ids_of(tokenizer, messages_or_prompt_ids: Sequence[dict[str, str]] | Sequence[int]) -> list[int]:
+def prompt_ids_of(
+    tokenizer,
+    messages_or_prompt_ids: Sequence[dict[str, str]] | Sequence[int],
+    template_kwargs: dict | None = None,
+) -> list[int]:
     """Token ids of a prompt given either as chat messages or already as token ids."""
     items = list(messages_or_prompt_ids)
     if not items:
@@ -24,5 +39,5 @@ def prompt_ids_of(tokenizer, messages_or_prompt_ids: Sequence[dict[str, str]] | 
     if all(isinstance(t, int) for t in items):
         return items
     if all(isinstance(m, dict) for m in items):
-        return chat_prompt_ids(tokenizer, items)
+        return chat_prompt_ids(tokenizer, items, template_kwargs)
     raise TypeError("pass the prompt as a list of chat messages (dicts) or a list of token ids (ints)")

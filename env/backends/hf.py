@@ -1,8 +1,9 @@
 """Transformers ``generate`` backend: batched, one LoRA adapter per row (PEFT mixed batches).
 
 The CPU default. It can wrap a live ``PeftModel`` (the trainer's), so on-policy rollouts need no
-adapter sync at all. Log-probs are the model's own (temperature 1, untruncated) log-probabilities
-of the sampled tokens, the quantity the trainer's importance ratio compares against.
+adapter sync at all. Log-probs are those of the sampled tokens under log-softmax(logits / temperature)
+over the whole vocabulary (top-p truncation not applied; temperature 1 for greedy requests), the
+quantity the trainer's importance ratio compares against.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from .base import Backend, BackendError, ChatRequest, Completion, SamplingParams
-from .chat import chat_prompt_ids, prompt_ids_of
+from .chat import chat_prompt_ids, prompt_ids_of, sampling_temperature
 
 
 def pick_dtype(name: str, device: str) -> torch.dtype:
@@ -36,6 +37,7 @@ class HFBackend(Backend):
     model: alias, folder or Hub id (ignored when ``model_obj`` is given).
     model_obj / tokenizer: an already loaded (Peft)model and tokenizer to generate with.
     max_batch: rows per ``generate`` call (longer batches are split). device: "cpu", "cuda", ...
+    chat_template_kwargs: extra chat-template variables (e.g. ``{"enable_thinking": False}``).
     """
 
     name = "hf"
@@ -48,6 +50,7 @@ class HFBackend(Backend):
         device: str | None = None,
         dtype: str = "auto",
         max_batch: int = 64,
+        chat_template_kwargs: dict | None = None,
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -70,6 +73,7 @@ class HFBackend(Backend):
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.max_batch = max_batch
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
 
     # adapters -------------------------------------------------------------------------------
     @property
@@ -90,7 +94,7 @@ class HFBackend(Backend):
     # generation -----------------------------------------------------------------------------
     def encode(self, messages: list[dict[str, str]]) -> list[int]:
         """Prompt token ids of a chat, with the generation prompt appended."""
-        return chat_prompt_ids(self.tokenizer, messages)
+        return chat_prompt_ids(self.tokenizer, messages, self.chat_template_kwargs)
 
     def generate(self, requests: list[ChatRequest]) -> list[Completion]:
         out: list[Completion | None] = [None] * len(requests)
@@ -138,7 +142,8 @@ class HFBackend(Backend):
         seqs = gen.sequences[:, width:].tolist()
         logps = None
         if sp.logprobs:
-            logits = torch.stack(gen.logits, dim=1).float()  # raw logits, B x L x V
+            # raw logits, B x L x V, scaled to the distribution the tokens were drawn from
+            logits = torch.stack(gen.logits, dim=1).float() / sampling_temperature(sp.temperature)
             chosen = gen.sequences[:, width:].unsqueeze(-1)
             logps = (torch.log_softmax(logits, dim=-1).gather(-1, chosen).squeeze(-1)).tolist()
         stops = {self.tokenizer.eos_token_id, pad, *self._extra_stops()}
@@ -180,14 +185,17 @@ class HFBackend(Backend):
         messages_or_prompt_ids: list[dict[str, str]] | list[int],
         completion_ids: list[int],
         adapter: str | None = None,
+        temperature: float = 1.0,
     ) -> list[float]:
         """Log-prob of each token of a given completion after the prompt, under ``adapter`` (None: base).
 
         The prompt is chat messages (the chat template is applied) or token ids used as they are. One
-        teacher-forced forward pass; raw (temperature 1) log-probs, the same quantity ``generate``
-        returns, so a trainer can check that its policy and an engine agree.
+        teacher-forced forward pass; log-softmax(logits / temperature), the quantity ``generate``
+        returns at that temperature, so a trainer can check that its policy and an engine agree.
         """
-        prompt = prompt_ids_of(self.tokenizer, messages_or_prompt_ids)
+        if not temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {temperature}")
+        prompt = prompt_ids_of(self.tokenizer, messages_or_prompt_ids, self.chat_template_kwargs)
         completion = list(completion_ids)
         if not completion:
             return []
@@ -196,7 +204,7 @@ class HFBackend(Backend):
         was_training = self.model.training
         self.model.eval()
         try:
-            logits = self.model(input_ids=ids, **kwargs).logits[0, len(prompt) - 1 : -1].float()
+            logits = self.model(input_ids=ids, **kwargs).logits[0, len(prompt) - 1 : -1].float() / temperature
         except (RuntimeError, ValueError) as e:
             raise BackendError(f"hf forward pass failed: {e}") from e
         finally:

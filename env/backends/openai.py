@@ -13,8 +13,11 @@ new version of an adapter to a new folder: vLLM keys its prefix cache by adapter
 What comes back depends on the server:
 
 * vLLM (detected through its ``/version`` endpoint, or ``vllm_extras=True``): text, prompt token
-  ids and completion token ids (the ``return_token_ids`` extension) and the raw log-prob of each
-  sampled token (vLLM's default ``--logprobs-mode raw_logprobs``: before temperature and top-p).
+  ids and completion token ids (the ``return_token_ids`` extension) and the log-prob of each sampled
+  token as the server's ``--logprobs-mode`` defines it. Training with ``behavior_logprobs: rollout``
+  needs the sampling distribution's log-probs, ``--logprobs-mode processed_logprobs`` (what
+  :class:`~udpo.env.backends.vllm_server.VLLMServer` starts); vLLM's default ``raw_logprobs`` are
+  before temperature. The trainer's default (``behavior_logprobs: recompute``) does not use them.
 * Other servers: text and, where the server supports ``logprobs``, the per-token log-probs as the
   server defines them; ``prompt_ids`` and ``completion_ids`` are empty lists, so such rollouts can
   be scored but not trained on.
@@ -46,6 +49,8 @@ class OpenAIBackend(Backend):
     max_retries: further attempts after a retryable failure. backoff: first wait in seconds,
         doubled per attempt (with jitter, at most ``max_backoff``; a ``Retry-After`` header wins).
     vllm_extras: ask for vLLM's token ids (None: detect a vLLM server on first use).
+    chat_template_kwargs: extra chat-template variables sent with every request (vLLM's and SGLang's
+        ``chat_template_kwargs`` extension, e.g. ``{"enable_thinking": False}``).
     """
 
     name = "openai"
@@ -61,6 +66,7 @@ class OpenAIBackend(Backend):
         backoff: float = 1.0,
         max_backoff: float = 30.0,
         vllm_extras: bool | None = None,
+        chat_template_kwargs: dict | None = None,
     ):
         if max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
@@ -75,6 +81,7 @@ class OpenAIBackend(Backend):
         self.backoff = backoff
         self.max_backoff = max_backoff
         self._vllm = vllm_extras
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(
@@ -169,6 +176,8 @@ class OpenAIBackend(Backend):
             payload["logprobs"] = True
         if self.is_vllm:
             payload["return_token_ids"] = True
+        if self.chat_template_kwargs:
+            payload["chat_template_kwargs"] = self.chat_template_kwargs
         return payload
 
     def _complete(self, payload: dict) -> Completion:

@@ -5,10 +5,12 @@ scheduled together in one ``generate`` call. Prompts are rendered with the model
 by the Hugging Face tokenizer and handed to the engine as token ids, so ``prompt_ids`` are exactly
 what the model saw (and match the ``hf`` backend's).
 
-Log-probs are the engine's ``raw_logprobs`` (its default ``logprobs_mode``): the log-softmax of
-the model's logits before temperature, top-p or any logits processor, i.e. the log-probability
-of each sampled token under the model itself -- the behavior log-prob the trainer's importance
-ratio compares against. The constructor refuses a ``logprobs_mode`` that would change that.
+Log-probs are the engine's ``processed_logprobs``: the log-softmax of the logits after temperature
+(and top-p / top-k, when set), i.e. the log-probability of each sampled token under the distribution it
+was drawn from -- the behavior log-prob the trainer's importance ratio compares against. With
+``top_p = 1`` this is exactly log-softmax(logits / temperature), what the trainer computes; a greedy
+request reports temperature-1 log-probs. vLLM's default ``raw_logprobs`` (before temperature) would put
+a temperature-1 denominator under a temperature-T numerator, so the constructor refuses other modes.
 
 Adapter sync: ``load_adapter(name, path)`` registers ``path`` under a fresh integer LoRA id (and a
 fresh engine-side name, so prefix-cache entries of an earlier version are never reused) and drops
@@ -27,6 +29,9 @@ from pathlib import Path
 
 from .base import Backend, BackendError, ChatRequest, Completion, SamplingParams
 from .chat import chat_prompt_ids, prompt_ids_of
+
+#: vLLM's log-prob mode for sampled tokens: after temperature, as the trainer's ratio needs
+LOGPROBS_MODE = "processed_logprobs"
 
 GiB = 1 << 30
 #: on CPU, without an explicit size, the KV cache takes this fraction of host RAM (at least 1 GiB)
@@ -95,6 +100,7 @@ class VLLMBackend(Backend):
     dtype: "auto" (the checkpoint's), "bf16", "fp16" or "fp32". max_model_len: prompt + completion
         tokens per request. seed: the engine's RNG seed. enforce_eager: skip CUDA graphs (None: vLLM's
         default). tensor_parallel_size: GPUs per engine. engine_kwargs: any other ``vllm.LLM`` option.
+    chat_template_kwargs: extra chat-template variables (e.g. ``{"enable_thinking": False}``).
     """
 
     name = "vllm"
@@ -115,6 +121,7 @@ class VLLMBackend(Backend):
         enforce_eager: bool | None = None,
         tensor_parallel_size: int = 1,
         engine_kwargs: dict | None = None,
+        chat_template_kwargs: dict | None = None,
     ):
         try:
             import vllm
@@ -132,10 +139,10 @@ class VLLMBackend(Backend):
             **memory_options(self.on_cpu, gpu_memory_utilization, kv_cache_gib),
             **(engine_kwargs or {}),
         }
-        if kwargs.get("logprobs_mode", "raw_logprobs") != "raw_logprobs":
+        if kwargs.setdefault("logprobs_mode", LOGPROBS_MODE) != LOGPROBS_MODE:
             raise ValueError(
-                f"logprobs_mode={kwargs['logprobs_mode']!r}: the trainer needs raw model log-probs "
-                "(vLLM's default 'raw_logprobs')"
+                f"logprobs_mode={kwargs['logprobs_mode']!r}: the trainer needs the log-probs of the sampling "
+                f"distribution ({LOGPROBS_MODE!r}, after temperature)"
             )
         if enable_lora:
             kwargs.update(enable_lora=True, max_loras=max_loras, max_lora_rank=max_lora_rank)
@@ -150,6 +157,7 @@ class VLLMBackend(Backend):
         self.enable_lora = enable_lora
         self.max_lora_rank = max_lora_rank
         self.max_model_len = max_model_len
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         try:
             self.llm = vllm.LLM(
                 model=self.path,
@@ -223,7 +231,10 @@ class VLLMBackend(Backend):
                     "use one backend per base model"
                 )
         loras = [self._lora(r.adapter) if r.adapter is not None else None for r in requests]
-        prompts = [{"prompt_token_ids": chat_prompt_ids(self.tokenizer, r.messages)} for r in requests]
+        prompts = [
+            {"prompt_token_ids": chat_prompt_ids(self.tokenizer, r.messages, self.chat_template_kwargs)}
+            for r in requests
+        ]
         params = [self._sampling(r.sampling, k) for k, r in enumerate(requests)]
         outputs = self._run(prompts, params, loras)
         return [self._completion(o) for o in outputs]
@@ -233,17 +244,23 @@ class VLLMBackend(Backend):
         messages_or_prompt_ids: list[dict[str, str]] | list[int],
         completion_ids: list[int],
         adapter: str | None = None,
+        temperature: float = 1.0,
     ) -> list[float]:
         """Log-prob of each token of a given completion after the prompt, under ``adapter`` (None: base).
 
-        Computed as vLLM prompt log-probs of prompt + completion (raw log-probs, as in ``generate``).
+        Computed as vLLM prompt log-probs of prompt + completion, which vLLM gives at temperature 1 only
+        (other temperatures would need the whole vocabulary's log-probs per position: use the hf backend).
         Used to check that an adapter update reached the engine. Each call scores one sequence: vLLM
         mis-maps LoRA indices when prompt log-probs of several requests share a step
         (vllm-project/vllm#16668), and the CPU build then fails outright.
         """
         import vllm
 
-        prompt = prompt_ids_of(self.tokenizer, messages_or_prompt_ids)
+        if temperature != 1.0:
+            raise BackendError(
+                f"the vllm backend scores given completions at temperature 1 only (asked for {temperature})"
+            )
+        prompt = prompt_ids_of(self.tokenizer, messages_or_prompt_ids, self.chat_template_kwargs)
         completion = list(completion_ids)
         if not completion:
             return []

@@ -97,12 +97,13 @@ class VLLMServer:
     def command(self) -> list[str]:
         from vllm.platforms import current_platform
 
-        from .vllm import cpu_safe_options, memory_options
+        from .vllm import LOGPROBS_MODE, cpu_safe_options, memory_options
 
         on_cpu = current_platform.is_cpu()
         options = {
             **cpu_safe_options(on_cpu),
             **memory_options(on_cpu, self.gpu_memory_utilization, self.kv_cache_gib),
+            "logprobs_mode": LOGPROBS_MODE,
         }  # the engine options VLLMBackend uses, as command-line flags
         cmd = [
             sys.executable, "-m", "vllm.entrypoints.openai.api_server",

@@ -10,7 +10,9 @@ Shared math, named once here:
 
 - ``rho = exp(logp_theta - logp_behavior)``: importance ratio of the current policy to the one that
   sampled the tokens (log-ratios are clamped to +-``LOG_RATIO_CLAMP`` so exp never overflows).
-- ``min(rho A, clip(rho, 1 - eps, 1 + eps) A)``: the PPO clipped surrogate.
+- ``min(rho A, clip(rho, 1 - eps, 1 + eps) A)``: the PPO clipped surrogate; with dual clipping (Ye et al.
+  2020) ``max(that, c A)`` where ``A < 0``, so a stale sample with a huge ``rho`` cannot multiply a
+  negative advantage's gradient without bound.
 - ``exp(r) - r - 1`` with ``r = logp_ref - logp_theta``: a non-negative, unbiased per-token estimator
   of KL(pi_theta || pi_ref) on tokens sampled from pi_theta (Schulman's "k3").
 """
@@ -187,9 +189,13 @@ def ratio(logp: Tensor, logp_behavior: Tensor) -> Tensor:
     return torch.exp((logp - logp_behavior).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
 
 
-def clipped_surrogate(rho: Tensor, advantage: Tensor, eps: float) -> Tensor:
-    """min(rho A, clip(rho, 1 - eps, 1 + eps) A), elementwise."""
-    return torch.minimum(rho * advantage, rho.clamp(1 - eps, 1 + eps) * advantage)
+def clipped_surrogate(rho: Tensor, advantage: Tensor, eps: float, dual_clip: float = 0.0) -> Tensor:
+    """min(rho A, clip(rho, 1 - eps, 1 + eps) A), elementwise; with ``dual_clip`` c > 1, where A < 0 the
+    result is max(that, c A) (its gradient vanishes once rho > c)."""
+    surrogate = torch.minimum(rho * advantage, rho.clamp(1 - eps, 1 + eps) * advantage)
+    if dual_clip:
+        surrogate = torch.where(advantage < 0, torch.maximum(surrogate, dual_clip * advantage), surrogate)
+    return surrogate
 
 
 def kl_estimate(logp: Tensor, logp_ref: Tensor) -> Tensor:
@@ -201,6 +207,11 @@ def kl_estimate(logp: Tensor, logp_ref: Tensor) -> Tensor:
 def debate_mean(values: Sequence[Tensor]) -> Tensor:
     """[M] mean of each debate's per-token values (0 for a debate without tokens)."""
     return torch.stack([v.mean() if v.numel() else v.new_zeros(()) for v in values])
+
+
+def debate_sum(values: Sequence[Tensor]) -> Tensor:
+    """[M] sum of each debate's per-token values (0 for a debate without tokens)."""
+    return torch.stack([v.sum() for v in values])
 
 
 class Algorithm(abc.ABC):

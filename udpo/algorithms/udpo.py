@@ -10,9 +10,13 @@ Names as in the paper, for agent i and debate trajectory tau:
 - ``rho_i = exp(logp_i^theta - logp_i^behavior)`` (eq. 5): the trajectory-level ratio over all of agent
   i's generated tokens in the debate. The paper writes the reference policy in the denominator; SPEC
   uses the policy that sampled the debate, which keeps the ratio an importance weight.
-- ``l_clip = min(rho A, clip(rho, 1-eps, 1+eps) A)`` (eq. 7); ``l_anchor``: KL(pi_theta || pi_ref)
-  (eq. 8) estimated per token by ``exp(r) - r - 1``, ``r = logp_ref - logp_theta``, averaged over
-  agent i's tokens; ``eta_i``: the agent's anchoring weight.
+- ``l_clip = min(rho A, clip(rho, 1-eps, 1+eps) A)`` (eq. 7), dual-clipped for ``A < 0``:
+  ``max(l_clip, c A)`` (SPEC section 5; stale replayed samples). ``l_anchor``: KL(pi_theta || pi_ref)
+  (eq. 8) from the per-token estimator ``exp(r) - r - 1``, ``r = logp_ref - logp_theta``, on the
+  ratio's scale: summed over agent i's tokens of the debate (the KL of trajectory distributions)
+  beside a trajectory ratio, averaged over them beside per-token ratios. ``eta_i``: the agent's
+  anchoring weight.
+- Every log-prob is of the sampling distribution: log-softmax of logits / temperature.
 - Objective (eq. 6): ``mean_tau[w(tau) l_clip] - eta_i mean_tau[l_anchor]``, with replay importance
   weights ``w`` (1 for fresh debates). The loss is its negative.
 """
@@ -29,9 +33,10 @@ from torch import Tensor
 
 from udpo.config import ABLATIONS
 from udpo.env.trajectory import Trajectory
+from udpo.reward_functions import RewardFunction
 from udpo.rewards import Calibration, agent_rewards, debate_metrics
 
-from .base import Algorithm, RolloutBatch, clipped_surrogate, debate_mean, kl_estimate, ratio
+from .base import Algorithm, RolloutBatch, clipped_surrogate, debate_mean, debate_sum, kl_estimate, ratio
 
 
 @dataclass(frozen=True)
@@ -107,13 +112,17 @@ class Coefficients:
 
 
 def compute_rewards(
-    trajectories: Sequence[Trajectory], coefficients: Coefficients, scope: str = "trajectory"
+    trajectories: Sequence[Trajectory],
+    coefficients: Coefficients,
+    scope: str = "trajectory",
+    functions: Sequence[RewardFunction] = (),
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Eq. 4 for every agent of every debate: ``r_i = alpha_i r_intra + beta_i r_inter + gamma_i r_sys
-    + lambda_i r_task``.
+    + lambda_i r_task``, plus ``w_k f_k(tau, i)`` for each user reward function (udpo.reward_functions).
 
     Returns rewards [M, N] and the terms ``r_intra, r_inter, r_sys`` ([M], or [M, N] with
-    ``scope="agent"``) and ``r_task`` ([M]: the trajectory's ``correct``, judged by its task).
+    ``scope="agent"``), ``r_task`` ([M]: the trajectory's ``correct``, judged by its task) and each
+    function's unweighted values ([M, N], under its ``module:function`` name).
     """
     if not trajectories:
         raise ValueError("compute_rewards needs at least one trajectory")
@@ -130,6 +139,9 @@ def compute_rewards(
     prefix = "agent_" if scope == "agent" else ""
     terms = {name: getattr(metrics, prefix + name) for name in ("r_intra", "r_inter", "r_sys")}
     terms["r_task"] = metrics.r_task
+    for f in functions:
+        terms[f.name] = f.scores(trajectories, n)
+        r = r + f.weight * terms[f.name]
 
     def as_tensor(x):
         return torch.as_tensor(np.asarray(x, dtype=np.float32))
@@ -142,15 +154,19 @@ class UDPOConfig:
     """clip_eps: epsilon of the clipped surrogate (eq. 7). ratio_level: "trajectory" (eq. 5, one ratio per
     agent and debate) or "token" (PPO-style per-token ratios, surrogate averaged over the agent's
     tokens). baseline: "batch" (mean of r_i over the batch, eq. 9) or "group" (mean of r_i over the
-    debates of the same question; needs several debates per question, a lone debate gets A = 0)."""
+    debates of the same question; needs several debates per question, a lone debate gets A = 0).
+    dual_clip: c of dual clipping for A < 0 (Ye et al. 2020; 0 turns it off)."""
 
     clip_eps: float = 0.2
     ratio_level: str = "trajectory"
     baseline: str = "batch"
+    dual_clip: float = 3.0
 
     def __post_init__(self) -> None:
         if not 0 < self.clip_eps < 1:
             raise ValueError(f"clip_eps must lie in (0, 1), got {self.clip_eps}")
+        if not (self.dual_clip == 0 or self.dual_clip > 1):
+            raise ValueError(f"dual_clip must be 0 (off) or > 1, got {self.dual_clip}")
         if self.ratio_level not in ("trajectory", "token"):
             raise ValueError(f"ratio_level must be 'trajectory' or 'token', got {self.ratio_level!r}")
         if self.baseline not in ("batch", "group"):
@@ -182,25 +198,31 @@ class UDPO(Algorithm):
         ref_logp: list[Tensor] | None,
         advantages: Tensor,
     ) -> tuple[Tensor, dict[str, float]]:
-        eps, eta = self.config.clip_eps, self.coefficients.eta[agent]
+        eps, c, eta = self.config.clip_eps, self.config.dual_clip, self.coefficients.eta[agent]
         behavior = _checked_inputs(batch, agent, logp, ref_logp, need_reference=eta > 0)
         # eq. 9: A_i(tau) = r_i(tau) - b, [M]
         A = advantages.to(logp[0].device)
-        if self.config.ratio_level == "trajectory":
+        trajectory = self.config.ratio_level == "trajectory"
+        if trajectory:
             # eq. 5: rho_i = exp(log pi_theta(tau) - log pi_behavior(tau)), all of agent i's tokens, [M]
-            rho = ratio(_sums(logp), _sums(behavior))
-            # eq. 7: l_clip = min(rho A, clip(rho, 1 - eps, 1 + eps) A), [M]
-            l_clip = clipped_surrogate(rho, A, eps)
+            rho = ratio(debate_sum(logp), debate_sum(behavior))
+            # eq. 7, dual-clipped where A < 0: [M]
+            l_clip = clipped_surrogate(rho, A, eps, c)
         else:
             # per-token ratios; eq. 7 per token, averaged over agent i's tokens of each debate, [M]
             rho = [ratio(lp, b) for lp, b in zip(logp, behavior, strict=True)]
-            l_clip = debate_mean([clipped_surrogate(r, a, eps) for r, a in zip(rho, A, strict=True)])
-        # eq. 8: l_anchor = KL(pi_theta || pi_ref), per-token exp(r) - r - 1 averaged over the tokens, [M]
-        l_anchor = debate_mean(list(map(kl_estimate, logp, ref_logp))) if eta > 0 else torch.zeros_like(A)
+            l_clip = debate_mean([clipped_surrogate(r, a, eps, c) for r, a in zip(rho, A, strict=True)])
+        # eq. 8: l_anchor = KL(pi_theta || pi_ref) from per-token exp(r) - r - 1, on the ratio's scale:
+        # summed over the debate's tokens (trajectory ratio) or averaged (per-token ratios), [M]
+        if eta > 0:
+            kl = list(map(kl_estimate, logp, ref_logp))
+            l_anchor = debate_sum(kl) if trajectory else debate_mean(kl)
+        else:
+            l_anchor = torch.zeros_like(A)
         # eq. 6: replay-weighted clipped surrogate minus eta_i times the anchor
         objective = (batch.weights.to(A.device) * l_clip).mean() - eta * l_anchor.mean()
         loss = -objective
-        return loss, _metrics(rho, A, l_clip, l_anchor, loss, eps)
+        return loss, _metrics(rho, A, l_clip, l_anchor, loss, eps, c)
 
 
 def group_mean(r: Tensor, group_ids: Sequence[str]) -> Tensor:
@@ -210,10 +232,6 @@ def group_mean(r: Tensor, group_ids: Sequence[str]) -> Tensor:
     sums = torch.zeros(len(keys), *r.shape[1:], dtype=r.dtype, device=r.device).index_add_(0, idx, r)
     counts = torch.bincount(idx, minlength=len(keys)).to(r.dtype).reshape(-1, *[1] * (r.dim() - 1))
     return (sums / counts)[idx]
-
-
-def _sums(values: Sequence[Tensor]) -> Tensor:
-    return torch.stack([v.sum() for v in values])
 
 
 def _checked_inputs(
@@ -237,9 +255,19 @@ def _checked_inputs(
 
 
 @torch.no_grad()
-def _metrics(rho, A: Tensor, l_clip: Tensor, l_anchor: Tensor, loss: Tensor, eps: float) -> dict[str, float]:
+def _metrics(
+    rho, A: Tensor, l_clip: Tensor, l_anchor: Tensor, loss: Tensor, eps: float, c: float
+) -> dict[str, float]:
+    """clip_frac: share of ratios outside the trust region [1 - eps, 1 + eps]; dual_clip_frac: share where
+    A < 0 and rho > c (the dual clip holds the objective at c A)."""
+    negative = (
+        torch.cat([a.expand_as(r) for r, a in zip(rho, A, strict=True)]) < 0
+        if isinstance(rho, list)
+        else A < 0
+    )
     rho = torch.cat(rho) if isinstance(rho, list) else rho
-    rho = rho if rho.numel() else torch.ones(1)
+    if not rho.numel():
+        rho, negative = torch.ones(1), torch.zeros(1, dtype=torch.bool)
     return {
         "loss": loss.item(),
         "surrogate": l_clip.mean().item(),
@@ -248,6 +276,7 @@ def _metrics(rho, A: Tensor, l_clip: Tensor, l_anchor: Tensor, loss: Tensor, eps
         "ratio_min": rho.min().item(),
         "ratio_max": rho.max().item(),
         "clip_frac": ((rho - 1).abs() > eps).float().mean().item(),
+        "dual_clip_frac": (negative & (rho > c)).float().mean().item() if c else 0.0,
         "advantage_mean": A.mean().item(),
         "advantage_abs_mean": A.abs().mean().item(),
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import random
 
 import numpy as np
@@ -32,6 +33,24 @@ def add_backend_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dtype", default="auto", help="auto | bf16 | fp16 | fp32 (default: auto)")
     g.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="openai: server URL")
     g.add_argument("--api-key", default=None, help="openai: API key (default: $OPENAI_API_KEY or none)")
+    g.add_argument(
+        "--chat-template-kwargs",
+        type=json_object,
+        default=None,
+        metavar="JSON",
+        help="extra chat-template variables, e.g. '{\"enable_thinking\": false}' for Qwen3",
+    )
+
+
+def json_object(text: str) -> dict:
+    """argparse type: a JSON object given on the command line."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not valid JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text!r}")
+    return value
 
 
 def add_debate_args(p: argparse.ArgumentParser) -> None:
@@ -64,12 +83,21 @@ def load_questions(args: argparse.Namespace) -> tuple[Task, list[Question]]:
 
 
 def backend_from_args(args: argparse.Namespace) -> Backend:
+    template = args.chat_template_kwargs
     if args.backend == "openai":
-        return make_backend("openai", base_url=args.base_url, model=args.model, api_key=args.api_key)
+        return make_backend(
+            "openai",
+            base_url=args.base_url,
+            model=args.model,
+            api_key=args.api_key,
+            chat_template_kwargs=template,
+        )
     model = args.model or DEFAULT_MODEL
     if args.backend == "hf":
-        return make_backend("hf", model=model, device=args.device, dtype=args.dtype)
-    return make_backend("vllm", model=model, seed=args.seed, dtype=args.dtype)
+        return make_backend(
+            "hf", model=model, device=args.device, dtype=args.dtype, chat_template_kwargs=template
+        )
+    return make_backend("vllm", model=model, seed=args.seed, dtype=args.dtype, chat_template_kwargs=template)
 
 
 def model_name(args: argparse.Namespace) -> str | None:
