@@ -55,7 +55,7 @@ def fixed_completion(vllm_backend) -> list[int]:
 
 def test_one_batch_serves_base_and_two_adapters(served, hf_with_adapters):
     adapters = [None, "a", "b"] * 2
-    sampling = SamplingParams(temperature=0.7, max_tokens=24, seed=3)
+    sampling = SamplingParams(temperature=1.0, max_tokens=24, seed=3)
     requests = [ChatRequest(QUESTION, sampling, adapter=name) for name in adapters]
     out = served.generate(requests)
     assert len(out) == len(requests)
@@ -67,8 +67,9 @@ def test_one_batch_serves_base_and_two_adapters(served, hf_with_adapters):
         assert c.finish_reason in ("stop", "length")
         assert c.finish_reason == "stop" or len(c.completion_ids) == 24
         assert c.text == served.tokenizer.decode(c.completion_ids, skip_special_tokens=True)
-    # the behavior log-probs are raw (temperature 1) and come from the row's own adapter: sampled at 0.7,
-    # they match the log-probs of the same tokens scored afterwards under that adapter. The first token
+    # the behavior log-probs come from the row's own adapter: sampled at temperature 1 (where the sampling
+    # distribution is the model's own), they match the log-probs of the same tokens scored afterwards
+    # under that adapter (vLLM scores prompts at temperature 1). The first token
     # (prefill in both) matches exactly; later tokens drift by bf16 noise once finished rows leave the
     # batch (up to ~0.02 mean measured on CPU), far below the gap to any other adapter (0.3 to 1.5)
     models = (None, "a", "b")
@@ -78,6 +79,26 @@ def test_one_batch_serves_base_and_two_adapters(served, hf_with_adapters):
         own = mean_abs_diff(c.logprobs, scored[name])
         assert own < 0.05, name
         assert all(5 * own < mean_abs_diff(c.logprobs, scored[m]) for m in models if m != name), name
+
+
+def test_sampled_logprobs_are_at_the_sampling_temperature(served, hf_with_adapters):
+    # sampled at 0.7, each token's log-prob is log-softmax(logits / 0.7) under the row's own adapter: it
+    # matches the fp32 hf scores at 0.7 within bf16 rounding, and temperature-1 scores are far off
+    adapters = [None, "a", "b"]
+    out = served.generate(
+        [
+            ChatRequest(POEM, SamplingParams(temperature=0.7, max_tokens=24, seed=9), adapter=n)
+            for n in adapters
+        ]
+    )
+    for c, name in zip(out, adapters, strict=True):
+        at_t = hf_with_adapters.completion_logprobs(c.prompt_ids, c.completion_ids, name, temperature=0.7)
+        at_1 = hf_with_adapters.completion_logprobs(c.prompt_ids, c.completion_ids, name)
+        own = mean_abs_diff(c.logprobs, at_t)
+        assert own < 0.1, name
+        assert 2 * own < mean_abs_diff(c.logprobs, at_1), name
+    with pytest.raises(BackendError, match="temperature 1 only"):
+        served.completion_logprobs(QUESTION, [1, 2], temperature=0.7)
 
 
 def test_base_rows_beside_a_full_set_of_adapters_stay_base(served, lora_adapters):
@@ -191,15 +212,21 @@ def test_openai_backend_on_vllm_server(remote, served, hf_with_adapters):
     assert remote.is_vllm and remote.model == "smollm2"
     assert set(remote.adapters) >= {"a", "b"}
     adapters = [None, "a", "b"]
-    sampling = SamplingParams(temperature=0.7, max_tokens=20, seed=5)
-    out = remote.generate([ChatRequest(QUESTION, sampling, adapter=name) for name in adapters])
-    for c, name in zip(out, adapters, strict=True):
-        assert c.prompt_ids == hf_with_adapters.encode(QUESTION)  # the server renders the same template
-        assert 0 < len(c.completion_ids) == len(c.logprobs) <= 20
-        assert c.finish_reason in ("stop", "length")
-        # raw log-probs of the adapter's own model: they match the offline engine's scores
-        scored = served.completion_logprobs(c.prompt_ids, c.completion_ids, adapter=name)
-        assert mean_abs_diff(c.logprobs, scored) < 0.05, name
+    for temperature in (1.0, 0.7):
+        sampling = SamplingParams(temperature=temperature, max_tokens=20, seed=5)
+        out = remote.generate([ChatRequest(QUESTION, sampling, adapter=name) for name in adapters])
+        for c, name in zip(out, adapters, strict=True):
+            assert c.prompt_ids == hf_with_adapters.encode(QUESTION)  # the server renders the same template
+            assert 0 < len(c.completion_ids) == len(c.logprobs) <= 20
+            assert c.finish_reason in ("stop", "length")
+            if temperature == 1.0:  # the adapter's own model: they match the offline engine's scores
+                scored = served.completion_logprobs(c.prompt_ids, c.completion_ids, adapter=name)
+                assert mean_abs_diff(c.logprobs, scored) < 0.05, name
+            else:  # the server reports the sampling distribution's log-probs (processed_logprobs)
+                scored = hf_with_adapters.completion_logprobs(
+                    c.prompt_ids, c.completion_ids, name, temperature
+                )
+                assert mean_abs_diff(c.logprobs, scored) < 0.1, name
 
 
 def test_openai_backend_replaces_an_adapter_at_run_time(remote, served, lora_adapters, tmp_path):
