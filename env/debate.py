@@ -227,3 +227,33 @@ class DebateEnv:
 
 def _unanimous(final: list) -> bool:
     return final[0] is not None and all(a == final[0] for a in final)
+
+
+def worst_case_prompt_tokens(
+    task: Task,
+    question: Question,
+    config: DebateConfig,
+    encode: Callable[[list[dict[str, str]]], list[int]],
+) -> int:
+    """An upper bound on the tokens of any request of a debate of ``question``, completion included.
+
+    The last round's conversation is the longest: the opening, then per earlier round the agent's own
+    answer and a message carrying every peer's answer. It is rendered with empty answers (``encode``: the
+    backend's chat rendering) and each answer then counted at ``max_tokens``, plus the completion and a
+    few tokens per answer for merges at the seams.
+    """
+    n, T = config.n_agents, config.rounds
+    env = DebateEnv(task, backend=None, config=config)  # type: ignore[arg-type]
+    longest, seen = 0, set()
+    for agent in config.agents or []:
+        if (agent.profile, agent.sampling) in seen:
+            continue
+        seen.add((agent.profile, agent.sampling))
+        conv = env._opening(question, agent)
+        for _ in range(T):
+            conv.append({"role": "assistant", "content": ""})
+            peers = [(j, "") for j in range(n - 1)]
+            conv.append({"role": "user", "content": peer_message(task, question, peers)})
+        budget = (agent.sampling or config.sampling).max_tokens
+        longest = max(longest, len(encode(conv)) + (T * n + 1) * budget + 4 * T * n)
+    return longest

@@ -129,6 +129,31 @@ def test_missing_model_is_named(tmp_path):
         Trainer(tiny_config("/no/such/model", tmp_path / "run"))
 
 
+@pytest.mark.parametrize(
+    ("overrides", "limit"),
+    [
+        (
+            {"backend": "vllm", "vllm_max_model_len": 1024, "max_tokens": 140, "n_agents": 3, "rounds": 2},
+            1024,
+        ),
+        ({"max_tokens": 2048, "n_agents": 3, "rounds": 3}, 8192),  # SmolLM2's max_position_embeddings
+    ],
+)
+def test_a_debate_that_can_outgrow_the_context_is_refused_before_the_model_loads(
+    model_path, tmp_path, monkeypatch, overrides, limit
+):
+    # 140 x (2 x 3 + 1) = 980 tokens of answers pass the config's own check, but with the question and each
+    # round's instructions the last round can exceed 1024 tokens: a mid-run failure, refused up front
+    from udpo.config import ConfigError
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr("udpo.policy.MultiAgentPolicy.__init__", no_model)
+    with pytest.raises(ConfigError, match=rf"can reach \d+ tokens .*more than .*={limit}; lower max_tokens"):
+        Trainer(tiny_config(model_path, tmp_path / "run", **overrides))
+
+
 def test_ablations_zero_their_terms_after_the_overrides(model_path, tmp_path):
     # alpha and beta calibrated on warm-up debates, then zeroed; gamma, lambda_, eta explicit
     explicit = {**EXPLICIT, "warmup_fraction": 0.1, "alpha": None, "beta": None}

@@ -32,6 +32,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +43,7 @@ from udpo import checkpoint as ckpt
 from udpo import distributed as dist
 from udpo.algorithms.base import RolloutBatch, fill_behavior_logprobs
 from udpo.algorithms.udpo import compute_rewards
-from udpo.config import COEFFICIENTS, TrainConfig
+from udpo.config import COEFFICIENTS, ConfigError, TrainConfig
 from udpo.env.backends.base import Backend, SamplingParams
 from udpo.env.debate import AgentSpec, DebateConfig, DebateEnv
 from udpo.env.tasks import get_task
@@ -237,12 +238,48 @@ class Trainer:
             config.num_train_epochs * len(self.train_set) / config.questions_per_iteration
         )
         self.warmup_steps = config.warmup_for(self.total_iterations * config.update_epochs)
+        self._check_context([*self.train_set, *self.warmup_set, *self.eval_set])
         if config.questions_per_iteration * config.debates_per_question < self.world:
             raise ValueError(
                 f"questions_per_iteration x debates_per_question = "
                 f"{config.questions_per_iteration * config.debates_per_question} debates cannot be shared by "
                 f"{self.world} processes; raise questions_per_iteration"
             )
+
+    def _check_context(self, questions: Sequence[Question]) -> None:
+        """Refuse, before any model loads, a debate whose last round could outgrow the engine's context
+        (the prompt carries every earlier answer of the agent and its peers at up to max_tokens each)."""
+        from transformers import AutoConfig, AutoTokenizer
+
+        from udpo.env.backends.chat import chat_prompt_ids
+        from udpo.env.debate import worst_case_prompt_tokens
+        from udpo.env.models import resolve_model
+
+        cfg = self.config
+        if cfg.backend == "openai" or not questions:
+            return  # a remote server's context is its own business
+        longest = sorted(questions, key=lambda q: len(self.task.prompt(q)), reverse=True)[:5]
+        config = self.debate_config([AgentSpec(profile=p) for p in self.agent_profiles()])
+        for base in dict.fromkeys(cfg.agent_models or [cfg.model]):
+            path = resolve_model(base)
+            tokenizer = AutoTokenizer.from_pretrained(path)
+            if cfg.backend == "vllm":
+                limit, name = cfg.vllm_max_model_len, "vllm_max_model_len"
+            else:
+                limit = getattr(AutoConfig.from_pretrained(path), "max_position_embeddings", None)
+                name = f"{base}'s max_position_embeddings"
+            if not limit:
+                continue
+            encode = partial(chat_prompt_ids, tokenizer, template_kwargs=cfg.chat_template_kwargs)
+            for q in longest:
+                need = worst_case_prompt_tokens(self.task, q, config, encode)
+                if need > limit:
+                    raise ConfigError(
+                        f"a debate of question {q.id} can reach {need} tokens (n_agents={cfg.n_agents}, "
+                        f"rounds={cfg.rounds}, max_tokens={cfg.max_tokens}: the last round carries every earlier "
+                        f"answer), more than {name}={limit}; lower max_tokens or rounds"
+                        + (", or raise vllm_max_model_len" if cfg.backend == "vllm" else "")
+                    )
 
     def _build_policy(self) -> None:
         """The team (one base, one adapter per agent), identical on every process."""
@@ -365,24 +402,28 @@ class Trainer:
     def agent_specs(self) -> list[AgentSpec]:
         """The debate's agents: profile, adapter (served name) and base model of each."""
         cfg, names = self.config, self.policy.adapter_names
-        profiles = cfg.profiles or [None]
         return [
             AgentSpec(
-                profile=profiles[i % len(profiles)] if len(profiles) > 1 else profiles[0],
-                adapter=names[i],
-                model=cfg.agent_models[i] if cfg.agent_models else None,
+                profile=profile, adapter=names[i], model=cfg.agent_models[i] if cfg.agent_models else None
             )
-            for i in range(cfg.n_agents)
+            for i, profile in enumerate(self.agent_profiles())
         ]
 
-    def debate_config(self) -> DebateConfig:
+    def agent_profiles(self) -> list[str | None]:
+        """Each agent's system prompt (None: the task's default): ``profiles`` repeated over the N agents."""
+        profiles = self.config.profiles or [None]
+        return [profiles[i % len(profiles)] for i in range(self.config.n_agents)]
+
+    def debate_config(self, agents: list[AgentSpec] | None = None) -> DebateConfig:
+        """The run's debate settings, for its own agents or for the given N (before the policy exists)."""
         cfg = self.config
         sampling = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens)
+        agents = agents if agents is not None else self.agent_specs()
         return DebateConfig(
             n_agents=cfg.n_agents,
             rounds=cfg.rounds,
             sampling=sampling,
-            agents=self.agent_specs(),
+            agents=agents,
             batch_size=cfg.debate_batch_size,
         )
 
