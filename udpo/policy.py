@@ -41,6 +41,7 @@ REFERENCE_SUFFIX = "__ref"  # lagged reference snapshot of adapter NAME is the a
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
 TOKEN_BUDGET = 4096  # default positions (rows x longest row) of one log-prob forward pass
+MAX_PADDING = 0.1  # a row joins a log-prob forward pass only if the pass stays at most this much padding
 
 
 @dataclass
@@ -528,8 +529,8 @@ def plan_passes(
     agent's round t and round t+1 in a debate: its chat history only grows), both are scored in one row,
     the longer sequence; a causal model gives every position the same log-probs either way. Where the chat
     template re-tokenizes the history differently, the prefix test fails and the inputs get rows of their own.
-    Padding: rows are sorted by length and cut into passes of at most ``batch_size`` rows and
-    ``token_budget`` positions (rows x longest row; a longer row runs alone).
+    Padding: rows are sorted by length and cut into passes of at most ``batch_size`` rows,
+    ``token_budget`` positions (rows x longest row; a longer row runs alone) and ``MAX_PADDING`` padding.
     Returns the rows and the passes (lists of row indices, each sorted by length).
     """
     sequences: list[PackedSequence] = []
@@ -546,11 +547,20 @@ def plan_passes(
         else:
             sequences.append(PackedSequence(prompt + completion, [(k, len(prompt), len(completion))]))
     passes: list[list[int]] = []
+    real = 0  # real tokens in the current pass
     for j in sorted(range(len(sequences)), key=lambda j: len(sequences[j].ids)):
-        rows = passes[-1] if passes else []
-        if not rows or len(rows) >= batch_size or (len(rows) + 1) * len(sequences[j].ids) > token_budget:
+        rows, width = passes[-1] if passes else [], len(sequences[j].ids)  # the new row is the widest
+        positions = (len(rows) + 1) * width
+        if (
+            not rows
+            or len(rows) >= batch_size
+            or positions > token_budget
+            or real + width < (1 - MAX_PADDING) * positions
+        ):
             passes.append(rows := [])
+            real = 0
         rows.append(j)
+        real += width
     return sequences, passes
 
 
