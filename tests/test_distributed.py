@@ -1,5 +1,6 @@
 """Two processes under torchrun (gloo on CPU): each debates a shard of the questions, gradients are
-summed across processes, and both end with identical adapters that differ from the initial ones."""
+summed across processes, and both end with identical adapters that differ from the initial ones and
+identical replay buffers."""
 
 from __future__ import annotations
 
@@ -41,6 +42,9 @@ trainer.train()
 report = {
     "rank": trainer.rank, "world": trainer.world, "type": trainer.accelerator.distributed_type.value,
     "before": before, "after": digest(), "requests": sum(requests),
+    "replay": hashlib.sha256(json.dumps(
+        [[[turn.logprobs for turn in row] for row in t.turns] for t in trainer.replay.items]
+    ).encode()).hexdigest(),
 }
 (out / f"rank{trainer.rank}.json").write_text(json.dumps(report))
 trainer.close()
@@ -51,7 +55,12 @@ trainer.close()
 def test_two_processes_shard_debates_and_sync_gradients(model_path, tmp_path):
     run, iterations = tmp_path / "run", 2
     recipe = write_recipe(
-        tmp_path / "recipe.yaml", model_path, output_dir=str(run), max_iterations=iterations, **EXPLICIT
+        tmp_path / "recipe.yaml",
+        model_path,
+        output_dir=str(run),
+        max_iterations=iterations,
+        replay=True,
+        **EXPLICIT,
     )
     worker = tmp_path / "worker.py"
     worker.write_text(WORKER)
@@ -66,6 +75,9 @@ def test_two_processes_shard_debates_and_sync_gradients(model_path, tmp_path):
     assert reports[0]["before"] == reports[1]["before"]  # same initial adapters
     assert reports[0]["after"] == reports[1]["after"]  # gradients synced: identical updates
     assert reports[0]["after"] != reports[0]["before"]  # and the adapters did move
+    # each process recomputed the behavior log-probs of its own debates and shared them: every replay
+    # buffer holds the same numbers
+    assert reports[0]["replay"] == reports[1]["replay"]
     # each process debated half of the questions: 2 per iteration and 2 per evaluation (before and
     # after), N=2 agents x (T+1)=2 rounds each
     total = (iterations * 2 + 2 * 2) * 2 * 2

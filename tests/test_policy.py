@@ -15,7 +15,7 @@ from udpo.algorithms.udpo import UDPO, Coefficients, compute_rewards
 from udpo.env.backends.base import ChatRequest, SamplingParams
 from udpo.env.debate import DebateConfig, DebateEnv
 from udpo.env.tasks import get_task
-from udpo.policy import LoraSettings, MultiAgentPolicy, TeamBackend
+from udpo.policy import LoraSettings, MultiAgentPolicy, TeamBackend, plan_passes
 from udpo.team import TeamManifest, save_team
 
 PROMPTS = [[1, 9690, 198, 2683, 314], [1, 4093, 28, 253], [1, 18, 19, 20, 21, 22, 23, 24, 25]]
@@ -38,11 +38,11 @@ def tiny_policy(path, n_agents=3, **kw) -> MultiAgentPolicy:
     return policy
 
 
-def manual_logprobs(model, prompt, completion) -> torch.Tensor:
-    """log p(completion | prompt) from one unpadded forward pass and a full log-softmax."""
+def manual_logprobs(model, prompt, completion, temperature: float = 1.0) -> torch.Tensor:
+    """log p(completion | prompt) from one unpadded forward pass and a full log-softmax of logits / T."""
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([prompt + completion])).logits[0].float()
-    logp = logits.log_softmax(-1)[len(prompt) - 1 : -1]
+    logp = (logits / temperature).log_softmax(-1)[len(prompt) - 1 : -1]
     return logp.gather(-1, torch.tensor(completion)[:, None]).squeeze(-1)
 
 
@@ -65,6 +65,85 @@ def test_logprobs_batched_equal_unbatched_and_manual(tiny_path):
     # other agents' adapters give other log-probs; an empty completion gives an empty tensor
     assert not torch.allclose(policy.token_logprobs(0, PROMPTS, COMPLETIONS)[2], batched[2])
     assert policy.token_logprobs(0, [[1, 2]], [[]])[0].numel() == 0
+
+
+def debate_rounds(seed: int, rounds: int = 3) -> tuple[list[list[int]], list[list[int]]]:
+    """One agent's rounds of a made-up debate: each round's prompt is the previous round's prompt and
+    completion plus new tokens (peer answers), as a chat history that only grows."""
+    g = torch.Generator().manual_seed(seed)
+    ids = lambda n: torch.randint(20, 3000, (n,), generator=g).tolist()  # noqa: E731
+    prompts, completions = [ids(5)], [ids(3)]
+    for _ in range(rounds - 1):
+        prompts.append(prompts[-1] + completions[-1] + ids(4))
+        completions.append(ids(2 + len(prompts) % 3))
+    return prompts, completions
+
+
+def test_shared_prefix_rounds_are_scored_in_one_row_with_unchanged_values(tiny_path):
+    policy = tiny_policy(tiny_path)
+    first, second = debate_rounds(0), debate_rounds(1)
+    broken = debate_rounds(2)
+    broken[0][2] = (
+        broken[0][2][:-7] + [7] + broken[0][2][-6:]
+    )  # round 1's completion re-tokenized differently
+    prompts = first[0] + second[0] + broken[0] + [PROMPTS[0]]
+    completions = first[1] + second[1] + broken[1] + [[]]
+    rows, passes = plan_passes(prompts, completions, batch_size=8, token_budget=10_000)
+    # a debate's rounds share the row of its last round, except where the prefix breaks
+    assert [[k for k, _, _ in r.spans] for r in rows] == [[0, 1, 2], [3, 4, 5], [6, 7], [8]]
+    assert rows[0].ids == prompts[2] + completions[2]
+    policy.forward_stats.reset()
+    scored = policy.token_logprobs(1, prompts, completions, batch_size=8, token_budget=10_000)
+    assert policy.forward_stats.passes == len(passes)
+    assert (
+        policy.forward_stats.tokens == sum(len(r.ids) for r in rows) == 22 + 22 + 16 + 22
+    )  # not 46 + 46 + 46
+    model = policy.model_of(1)
+    policy._set_active(1)
+    for k in range(9):
+        assert torch.allclose(
+            scored[k].detach(), manual_logprobs(model, prompts[k], completions[k]), atol=1e-5
+        ), k
+    assert scored[9].numel() == 0
+    # the reference of several agents at once: adapters off, the same values as one agent at a time
+    refs = policy.reference_logprobs([0] * 9 + [2] * 9, prompts[:9] * 2, completions[:9] * 2, token_budget=64)
+    with model.disable_adapter():
+        for k in range(18):
+            assert torch.allclose(
+                refs[k], manual_logprobs(model, prompts[k % 9], completions[k % 9]), atol=1e-5
+            )
+    with pytest.raises(ValueError, match="empty prompt"):
+        policy.token_logprobs(0, [[]], [[5]])
+
+
+def test_token_budget_bounds_each_pass_and_sorting_keeps_padding_small():
+    lengths = [30, 7, 12, 31, 8, 29, 11, 50]
+    prompts = [[1] * (n - 2) for n in lengths]
+    completions = [[2, 3]] * len(lengths)
+    rows, passes = plan_passes(prompts, completions, batch_size=3, token_budget=64)
+    assert sorted(k for p in passes for k in p) == list(range(len(lengths)))
+    widths = [[len(rows[j].ids) for j in p] for p in passes]
+    # sorted; at most 3 rows, 64 positions (rows x longest) and 10% padding per pass
+    assert widths == [[7, 8], [11, 12], [29, 30], [31], [50]]
+    assert all(len(w) == 1 or (len(w) * max(w) <= 64 and sum(w) >= 0.9 * len(w) * max(w)) for w in widths)
+    assert plan_passes([[1] * 9] * 3, [[2]] * 3, batch_size=3, token_budget=64)[1] == [[0, 1, 2]]
+    assert plan_passes([[1] * 200], [[2]], batch_size=8, token_budget=64)[1] == [[0]]  # too long: alone
+
+
+def test_temperature_divides_the_logits(tiny_path):
+    policy = tiny_policy(tiny_path)
+    plain = policy.token_logprobs(0, PROMPTS, COMPLETIONS)
+    hot = policy.token_logprobs(0, PROMPTS, COMPLETIONS, temperature=0.5)
+    greedy = policy.token_logprobs(0, PROMPTS, COMPLETIONS, temperature=0)
+    model = policy._set_active(0)
+    for k in range(len(PROMPTS)):
+        assert torch.allclose(
+            hot[k].detach(), manual_logprobs(model, PROMPTS[k], COMPLETIONS[k], 0.5), atol=1e-5
+        )
+        assert torch.equal(greedy[k].detach(), plain[k].detach())  # greedy has no distribution: scored at 1
+        assert not torch.allclose(hot[k].detach(), plain[k].detach())
+    with pytest.raises(ValueError, match="temperature"):
+        policy.token_logprobs(0, PROMPTS, COMPLETIONS, temperature=-1)
 
 
 def test_gradients_reach_only_the_agents_adapter(tiny_path):
@@ -236,14 +315,17 @@ def test_fill_behavior_logprobs(tiny_path):
                 turn.prompt_ids, turn.logprobs = PROMPTS[0], []
     rewards, terms = compute_rewards(trajectories, Coefficients.uniform(2))
     batch = RolloutBatch.from_trajectories(trajectories, rewards, terms)
-    assert fill_behavior_logprobs(batch, policy) == 8  # 2 debates x 2 agents x 2 rounds
+    assert fill_behavior_logprobs(batch, policy, temperature=0.7) == 8  # 2 debates x 2 agents x 2 rounds
     prompts, completions = batch.agent_sequences(1)
-    flat = policy.token_logprobs(1, prompts, completions)
+    flat = policy.token_logprobs(1, prompts, completions, temperature=0.7)
     behavior = batch.behavior_logprobs(1)
     assert all(
         torch.allclose(a.detach(), b, atol=1e-6)
         for a, b in zip(batch.per_debate(1, flat), behavior, strict=True)
     )
+    # written into the stored trajectories too (what a replay buffer keeps)
+    stored = [torch.tensor([x for turn in t.turns[1] for x in turn.logprobs]) for t in trajectories]
+    assert all(torch.equal(a, b) for a, b in zip(stored, behavior, strict=True))
 
 
 # real model: the ratio starts at 1, and the full UDPO loss trains one adapter ------------------------------
@@ -281,6 +363,42 @@ def test_logprobs_match_backend_behavior_logprobs(real_policy, real_debates):
                 assert turn.adapter == f"agent_{agent}" and lp.requires_grad and len(behavior) > 0
                 assert (lp.detach() - behavior).abs().max().item() < 2e-4
                 assert abs(torch.exp(lp.detach().sum() - behavior.sum()).item() - 1) < 2e-3
+
+
+@pytest.mark.slow
+def test_real_logprobs_are_log_softmax_of_logits_over_temperature(real_policy, real_debates):
+    """Current and reference log-probs of real debate turns (rounds packed into one row where the chat
+    history is a token-exact prefix) equal log_softmax(logits / T) of a plain forward pass, by hand."""
+    packed = 0
+    for agent, row in enumerate(real_debates[0].turns):
+        prompts, completions = [t.prompt_ids for t in row], [t.completion_ids for t in row]
+        packed += len(plan_passes(prompts, completions, 8, 4096)[0]) == 1  # both rounds in one row
+        model = real_policy._set_active(agent)
+        with torch.no_grad():
+            logits = [
+                model(input_ids=torch.tensor([p + c])).logits[0, len(p) - 1 : -1]
+                for p, c in zip(prompts, completions, strict=True)
+            ]
+            with model.disable_adapter():
+                base = [
+                    model(input_ids=torch.tensor([p + c])).logits[0, len(p) - 1 : -1]
+                    for p, c in zip(prompts, completions, strict=True)
+                ]
+        for temperature in (0.7, 1.0):
+            with torch.no_grad():
+                current = real_policy.token_logprobs(agent, prompts, completions, temperature=temperature)
+            reference = real_policy.token_logprobs(
+                agent, prompts, completions, reference=True, temperature=temperature
+            )
+            for k, c in enumerate(completions):
+                by_hand = (logits[k] / temperature).log_softmax(-1).gather(-1, torch.tensor(c)[:, None])[:, 0]
+                by_hand_ref = (
+                    (base[k] / temperature).log_softmax(-1).gather(-1, torch.tensor(c)[:, None])[:, 0]
+                )
+                assert (current[k] - by_hand).abs().max().item() < 1e-4
+                assert (reference[k] - by_hand_ref).abs().max().item() < 1e-4
+                assert (by_hand - by_hand_ref).abs().max().item() > 1e-3  # the adapter changes the numbers
+    assert packed > 0, "no agent's rounds shared a row: the packed path went untested"
 
 
 @pytest.mark.slow

@@ -124,6 +124,60 @@ def test_updates_increase_the_objective_on_a_fixed_batch(trained):
     assert objectives[-1] > objectives[0]
 
 
+@pytest.mark.slow
+def test_replayed_debates_keep_the_recomputed_behavior_logprobs(model_path, tmp_path):
+    """behavior_logprobs: recompute with replay on: the update writes the recomputed behavior log-probs (at
+    the sampling temperature) into the stored trajectories, so the buffer holds the numbers the fresh update
+    used and a replayed debate gets the same ratio denominator it had when fresh."""
+    config = tiny_config(
+        model_path, tmp_path / "run", replay=True, replay_fraction=0.5, eval_questions=0, **EXPLICIT
+    )
+    trainer = Trainer(config)
+    trainer.run_dir.mkdir()
+    temperatures = []
+    for name in ("token_logprobs", "reference_logprobs"):
+        method = getattr(trainer.policy, name)
+
+        def recording(*args, method=method, **kwargs):
+            temperatures.append(kwargs.get("temperature"))
+            return method(*args, **kwargs)
+
+        setattr(trainer.policy, name, recording)
+    used: dict[int, list] = {
+        1: [],
+        2: [],
+    }  # iteration -> (trajectory, agent, behavior log-probs the loss saw)
+    try:
+        trainer._use_calibration(trainer.calibrate())
+        loss = trainer.algorithm.loss
+
+        def recording_loss(batch, agent, *args):
+            behavior = batch.behavior_logprobs(agent)
+            used[trainer.iteration + 1] += [
+                (t, agent, b) for t, b in zip(batch.trajectories, behavior, strict=True)
+            ]
+            return loss(batch, agent, *args)
+
+        trainer.algorithm.loss = recording_loss
+        trainer.run_iteration(1)
+        trainer.iteration = 1
+        fresh = {(id(t), agent): b for t, agent, b in used[1]}
+        assert len(fresh) == 2 * 2 and len(trainer.replay) == 2
+        for t in trainer.replay.items:
+            for agent in range(2):
+                stored = torch.tensor([x for turn in t.turns[agent] for x in turn.logprobs])
+                assert torch.equal(stored, fresh[id(t), agent])
+        metrics = trainer.run_iteration(2)
+    finally:
+        trainer.close()
+    assert metrics["replayed"] == 2
+    replayed = [(t, agent, b) for t, agent, b in used[2] if (id(t), agent) in fresh]
+    assert len(replayed) == 2 * 2  # two debates of iteration 1 drawn again, each agent's loss saw them
+    for t, agent, behavior in replayed:
+        assert torch.equal(behavior, fresh[id(t), agent])  # the same denominator as when fresh
+    assert temperatures and set(temperatures) == {config.temperature} == {0.7}
+
+
 def test_missing_model_is_named(tmp_path):
     with pytest.raises(ModelNotFoundError, match="/no/such/model"):
         Trainer(tiny_config("/no/such/model", tmp_path / "run"))

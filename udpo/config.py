@@ -209,11 +209,16 @@ class TrainConfig:
     gradient_accumulation_steps: int = _f(
         1, "Split each process's update batch into this many micro-batches (same update, less memory)."
     )
-    logprob_batch_size: int = _f(8, "Sequences per forward pass when scoring log-probs.")
+    logprob_batch_size: int = _f(8, "Rows (sequences) per forward pass at most when scoring log-probs.")
     bf16: bool | None = _f(None, "bf16 autocast (default: on when a CUDA device supports it).")
     num_train_epochs: float = _f(10.0, "Passes over the training questions.")
     max_iterations: int | None = _f(None, "Stop after this many iterations (overrides num_train_epochs).")
     questions_per_iteration: int = _f(32, "Questions debated per iteration, over all processes.")
+    logprob_token_budget: int = _f(
+        4096,
+        "Positions per forward pass at most when scoring log-probs (rows x longest row; rows are sorted by "
+        "length, so padding stays small; a longer row runs alone). Lower it to save memory.",
+    )
 
     # --- evaluation --------------------------------------------------------------------------
     eval_steps: int = _f(50, "Evaluate every this many iterations (0: only before and after training).")
@@ -266,6 +271,7 @@ class TrainConfig:
             "update_epochs",
             "gradient_accumulation_steps",
             "logprob_batch_size",
+            "logprob_token_budget",
             "questions_per_iteration",
             "save_steps",
             "replay_capacity",

@@ -5,9 +5,11 @@ Agent i is the base model with adapter ``adapter_names[i]`` switched on ("agent_
 is loaded once and carries the adapters of the agents on it.
 
 The trainer asks for per-token log-probs of completions the agents produced, from the token ids stored
-in the trajectory (never re-tokenized text): ``log pi_theta(y_k | x, y_<k)`` at temperature 1 under the
-agent's adapter, or under the reference policy ``pi_ref`` (the base model with adapters disabled, or a
-lagged snapshot of the agent's adapter refreshed by :meth:`MultiAgentPolicy.refresh_reference`).
+in the trajectory (never re-tokenized text): ``log pi_theta(y_k | x, y_<k)`` of logits / sampling
+temperature under the agent's adapter, or under the reference policy ``pi_ref`` (the base model with
+adapters disabled, or a lagged snapshot of the agent's adapter refreshed by
+:meth:`MultiAgentPolicy.refresh_reference`). An agent's consecutive rounds share one forward pass when the
+earlier round's prompt + completion is a prefix of the later prompt (:func:`plan_passes`).
 
 PEFT facts this module relies on: only the active adapter takes part in a forward pass, so a loss
 computed for agent i sends gradients to agent i's adapter alone; ``set_adapter`` switches
@@ -18,7 +20,9 @@ optimizer owns after each switch.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,6 +40,8 @@ if TYPE_CHECKING:
 REFERENCE_SUFFIX = "__ref"  # lagged reference snapshot of adapter NAME is the adapter NAME__ref
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 ADAPTER_CONFIG = "adapter_config.json"
+TOKEN_BUDGET = 4096  # default positions (rows x longest row) of one log-prob forward pass
+MAX_PADDING = 0.1  # a row joins a log-prob forward pass only if the pass stays at most this much padding
 
 
 @dataclass
@@ -64,6 +70,30 @@ class LoraSettings:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass
+class ForwardStats:
+    """Log-prob forward passes so far: passes, positions computed (rows x longest row) and real tokens."""
+
+    passes: int = 0
+    positions: int = 0
+    tokens: int = 0
+
+    def add(self, positions: int, tokens: int) -> None:
+        self.passes, self.positions, self.tokens = (
+            self.passes + 1,
+            self.positions + positions,
+            self.tokens + tokens,
+        )
+
+    def reset(self) -> None:
+        self.passes = self.positions = self.tokens = 0
+
+    @property
+    def padding(self) -> float:
+        """Share of the computed positions that were padding."""
+        return 1 - self.tokens / self.positions if self.positions else 0.0
 
 
 class MultiAgentPolicy:
@@ -108,6 +138,7 @@ class MultiAgentPolicy:
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.dtype = pick_dtype(dtype, self.device)
         self.adapter_names = ["shared" if shared_adapter else f"agent_{i}" for i in range(n_agents)]
+        self.forward_stats = ForwardStats()  # of every log-prob pass; reset it to measure a span
 
         self.models: dict[str, PeftModel] = {}
         self.tokenizers = {}
@@ -200,39 +231,111 @@ class MultiAgentPolicy:
         completion_ids: Sequence[Sequence[int]],
         reference: bool = False,
         batch_size: int = 8,
+        temperature: float = 1.0,
+        token_budget: int = TOKEN_BUDGET,
     ) -> list[Tensor]:
-        """Per-token log-probs (temperature 1) of each completion given its prompt, as float32 tensors.
+        """Per-token log-probs of each completion given its prompt, as float32 tensors in input order.
 
+        ``log_softmax(logits / temperature)`` of the completion tokens: the distribution the tokens were
+        sampled from. Temperature 0 (greedy decoding, which has no sampling distribution) scores at 1.
         Under agent ``agent``'s adapter, or its reference policy with ``reference=True`` (never
-        differentiable). Otherwise differentiable w.r.t. ``parameters_of(agent)`` when grad is enabled.
-        Sequences are sorted by length and run ``batch_size`` at a time; results come back in input order.
+        differentiable; see :meth:`reference_logprobs`). Otherwise differentiable w.r.t.
+        ``parameters_of(agent)`` when grad is enabled. How the forward passes are laid out (shared
+        prefixes, ``batch_size`` and ``token_budget``) is :func:`plan_passes`'; it changes no value.
         """
-        if len(prompt_ids) != len(completion_ids):
-            raise ValueError(f"{len(prompt_ids)} prompts for {len(completion_ids)} completions")
         if not 0 <= agent < self.n_agents:
             raise ValueError(f"agent {agent} out of range for a team of {self.n_agents}")
-        lagged = reference and self.reference == "lagged"
-        model = self._set_active(agent, reference=lagged)
-        grad = torch.is_grad_enabled() and not reference
-        model.train(grad)  # LoRA dropout and gradient checkpointing act in training mode only
-        out: list[Tensor | None] = [None] * len(prompt_ids)
-        order = sorted(range(len(prompt_ids)), key=lambda k: len(prompt_ids[k]) + len(completion_ids[k]))
+        if reference:
+            return self.reference_logprobs(
+                [agent] * len(prompt_ids), prompt_ids, completion_ids, batch_size, temperature, token_budget
+            )
+        model = self._set_active(agent)
+        return self._score(
+            model,
+            agent,
+            prompt_ids,
+            completion_ids,
+            torch.is_grad_enabled(),
+            batch_size,
+            temperature,
+            token_budget,
+        )
+
+    @torch.no_grad()
+    def reference_logprobs(
+        self,
+        agents: Sequence[int],
+        prompt_ids: Sequence[Sequence[int]],
+        completion_ids: Sequence[Sequence[int]],
+        batch_size: int = 8,
+        temperature: float = 1.0,
+        token_budget: int = TOKEN_BUDGET,
+    ) -> list[Tensor]:
+        """Reference log-probs (as :meth:`token_logprobs` with ``reference=True``) of several agents' sequences
+        at once: sequence k is agent ``agents[k]``'s. With ``reference="base"`` the reference of every agent on
+        one base model is that model with adapters disabled, so their sequences share forward passes."""
+        if len(agents) != len(prompt_ids):
+            raise ValueError(f"{len(agents)} agents for {len(prompt_ids)} sequences")
+        bad = [a for a in agents if not 0 <= a < self.n_agents]
+        if bad:
+            raise ValueError(f"agent {bad[0]} out of range for a team of {self.n_agents}")
+        lagged = self.reference == "lagged"
+        groups: dict[str, list[int]] = {}  # one group per reference model: a base, or a lagged snapshot
+        for k, a in enumerate(agents):
+            groups.setdefault(self.adapter_names[a] if lagged else self.agent_models[a], []).append(k)
+        out: list[Tensor] = [torch.zeros(0, device=self.device)] * len(agents)
+        for idx in groups.values():
+            agent = agents[idx[0]]
+            model = self._set_active(agent, reference=lagged)
+            with nullcontext() if lagged else model.disable_adapter():
+                logps = self._score(
+                    model,
+                    agent,
+                    [prompt_ids[k] for k in idx],
+                    [completion_ids[k] for k in idx],
+                    False,
+                    batch_size,
+                    temperature,
+                    token_budget,
+                )
+            for k, lp in zip(idx, logps, strict=True):
+                out[k] = lp
+        return out
+
+    def _score(
+        self,
+        model: PeftModel,
+        agent: int,
+        prompt_ids: Sequence[Sequence[int]],
+        completion_ids: Sequence[Sequence[int]],
+        grad: bool,
+        batch_size: int,
+        temperature: float,
+        token_budget: int,
+    ) -> list[Tensor]:
+        """Log-probs of the completions under ``model`` as it is set up (adapter active or disabled)."""
+        if len(prompt_ids) != len(completion_ids):
+            raise ValueError(f"{len(prompt_ids)} prompts for {len(completion_ids)} completions")
+        if temperature < 0 or not math.isfinite(temperature):
+            raise ValueError(f"temperature must be a finite number >= 0, got {temperature}")
+        if batch_size < 1 or token_budget < 1:
+            raise ValueError(f"batch_size and token_budget must be >= 1, got {batch_size} and {token_budget}")
+        sequences, passes = plan_passes(prompt_ids, completion_ids, batch_size, token_budget)
         pad = self.tokenizer_of(agent).pad_token_id
-        with torch.set_grad_enabled(grad):
-            for s in range(0, len(order), batch_size):
-                chunk = [k for k in order[s : s + batch_size] if len(completion_ids[k]) > 0]
-                if chunk:
-                    rows = [(list(prompt_ids[k]), list(completion_ids[k])) for k in chunk]
-                    if reference and not lagged:
-                        with model.disable_adapter():
-                            logps = _forward_logprobs(model, rows, pad, self.device)
-                    else:
-                        logps = _forward_logprobs(model, rows, pad, self.device)
-                    for k, lp in zip(chunk, logps, strict=True):
+        out = [torch.zeros(0, device=self.device)] * len(prompt_ids)
+        model.train(grad)  # LoRA dropout and gradient checkpointing act in training mode only
+        try:
+            with torch.set_grad_enabled(grad):
+                for rows in passes:
+                    chunk = [sequences[j] for j in rows]
+                    logps = _forward_logprobs(model, chunk, pad, self.device, temperature or 1.0)
+                    for (k, _, _), lp in zip([s for seq in chunk for s in seq.spans], logps, strict=True):
                         out[k] = lp
-        model.eval()
-        empty = torch.zeros(0, device=self.device)
-        return [lp if lp is not None else empty for lp in out]
+                    width = len(chunk[-1].ids)
+                    self.forward_stats.add(len(chunk) * width, sum(len(seq.ids) for seq in chunk))
+        finally:
+            model.eval()
+        return out
 
     # saving and loading adapters --------------------------------------------------------------------
     def save_adapters(self, directory: str | Path, reference: bool = False) -> dict[str, str]:
@@ -404,26 +507,87 @@ def _without_dropout(path: str):
     return config
 
 
-def _forward_logprobs(model, rows: list[tuple[list[int], list[int]]], pad: int, device: str) -> list[Tensor]:
-    """log p(completion token | prompt, earlier completion tokens) for each (prompt, completion) row.
+@dataclass
+class PackedSequence:
+    """Token ids of one forward-pass row and the completions scored in it.
 
-    Rows are left-padded so every completion ends at the last position; only the last
-    ``max completion length + 1`` positions get logits (``logits_to_keep``), which bounds the
-    B x L x V logits tensor by the completions rather than the (long, multi-round) prompts.
-    Position ids count real tokens only, as in generation.
+    spans: (input index, position of the completion's first token in ``ids``, completion length)."""
+
+    ids: list[int]
+    spans: list[tuple[int, int, int]]
+
+
+def plan_passes(
+    prompt_ids: Sequence[Sequence[int]],
+    completion_ids: Sequence[Sequence[int]],
+    batch_size: int,
+    token_budget: int,
+) -> tuple[list[PackedSequence], list[list[int]]]:
+    """Lay (prompt, completion) pairs out as forward-pass rows, and the rows out as passes.
+
+    Shared prefixes: when input k's prompt + completion is a token-exact prefix of input k+1's prompt (an
+    agent's round t and round t+1 in a debate: its chat history only grows), both are scored in one row,
+    the longer sequence; a causal model gives every position the same log-probs either way. Where the chat
+    template re-tokenizes the history differently, the prefix test fails and the inputs get rows of their own.
+    Padding: rows are sorted by length and cut into passes of at most ``batch_size`` rows,
+    ``token_budget`` positions (rows x longest row; a longer row runs alone) and ``MAX_PADDING`` padding.
+    Returns the rows and the passes (lists of row indices, each sorted by length).
     """
-    width = max(len(p) + len(c) for p, c in rows)
-    keep = max(len(c) for _, c in rows) + 1
-    ids = torch.tensor([[pad] * (width - len(p) - len(c)) + p + c for p, c in rows], device=device)
-    mask = torch.tensor(
-        [[0] * (width - len(p) - len(c)) + [1] * (len(p) + len(c)) for p, c in rows], device=device
+    sequences: list[PackedSequence] = []
+    for k, (prompt, completion) in enumerate(zip(prompt_ids, completion_ids, strict=True)):
+        if not completion:
+            continue
+        if not prompt:
+            raise ValueError(f"sequence {k} has an empty prompt: its first completion token cannot be scored")
+        prompt, completion = list(prompt), list(completion)
+        last = sequences[-1] if sequences else None
+        if last is not None and len(prompt) >= len(last.ids) and prompt[: len(last.ids)] == last.ids:
+            last.ids = prompt + completion
+            last.spans.append((k, len(prompt), len(completion)))
+        else:
+            sequences.append(PackedSequence(prompt + completion, [(k, len(prompt), len(completion))]))
+    passes: list[list[int]] = []
+    real = 0  # real tokens in the current pass
+    for j in sorted(range(len(sequences)), key=lambda j: len(sequences[j].ids)):
+        rows, width = passes[-1] if passes else [], len(sequences[j].ids)  # the new row is the widest
+        positions = (len(rows) + 1) * width
+        if (
+            not rows
+            or len(rows) >= batch_size
+            or positions > token_budget
+            or real + width < (1 - MAX_PADDING) * positions
+        ):
+            passes.append(rows := [])
+            real = 0
+        rows.append(j)
+        real += width
+    return sequences, passes
+
+
+def _forward_logprobs(
+    model, rows: list[PackedSequence], pad: int, device: str, temperature: float = 1.0
+) -> list[Tensor]:
+    """log_softmax(logits / temperature) of every span's completion tokens, spans in row order.
+
+    Rows are right-padded (pads come after every real token, so the causal mask alone keeps them out
+    of the real positions, and position ids are plain 0..L-1 as in generation). Only the positions whose
+    logits predict a completion token reach the output layer (``logits_to_keep`` as indices), which bounds
+    the rows x positions x vocabulary logits tensor by the completions, not the long multi-round prompts.
+    """
+    width = max(len(r.ids) for r in rows)
+    ids = torch.tensor([r.ids + [pad] * (width - len(r.ids)) for r in rows], device=device)
+    # the logit at position q predicts the token at q + 1
+    wanted = [[q for _, start, n in r.spans for q in range(start - 1, start + n - 1)] for r in rows]
+    keep = sorted({q for w in wanted for q in w})
+    column = {q: c for c, q in enumerate(keep)}
+    logits = model(input_ids=ids, logits_to_keep=torch.tensor(keep, device=device), use_cache=False).logits
+    row_index = torch.tensor([b for b, w in enumerate(wanted) for _ in w], device=device)
+    col_index = torch.tensor([column[q] for w in wanted for q in w], device=device)
+    picked = logits[row_index, col_index].float()
+    if temperature != 1.0:
+        picked = picked / temperature
+    targets = torch.tensor(
+        [r.ids[q + 1] for r, w in zip(rows, wanted, strict=True) for q in w], device=device
     )
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    logits = model(
-        input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep, use_cache=False
-    ).logits
-    # logits[b, k] predicts the token at position width - keep + k + 1: completion c starts at k = keep - 1 - len(c)
-    picked = torch.cat([logits[b, keep - 1 - len(c) : keep - 1] for b, (_, c) in enumerate(rows)]).float()
-    targets = torch.tensor([t for _, c in rows for t in c], device=device)
     logp = picked.gather(-1, targets[:, None]).squeeze(-1) - torch.logsumexp(picked, dim=-1)
-    return list(logp.split([len(c) for _, c in rows]))
+    return list(logp.split([n for r in rows for _, _, n in r.spans]))

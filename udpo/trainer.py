@@ -76,7 +76,7 @@ def explain_oom(config: TrainConfig) -> Iterator[None]:
             f"out of GPU memory ({str(e).splitlines()[0] if str(e) else 'no details'}). To fit: lower "
             f"questions_per_iteration (now {config.questions_per_iteration}) or max_tokens (now "
             f"{config.max_tokens}); raise gradient_accumulation_steps (now {config.gradient_accumulation_steps}) "
-            f"or lower logprob_batch_size (now {config.logprob_batch_size}); set gradient_checkpointing: true "
+            f"or lower logprob_token_budget (now {config.logprob_token_budget}); set gradient_checkpointing: true "
             f"(now {str(config.gradient_checkpointing).lower()}); with backend: vllm set a lower "
             f"vllm_gpu_memory_utilization (now {config.vllm_gpu_memory_utilization or 'unset: 0.9'})"
         ) from e
@@ -550,7 +550,7 @@ class Trainer:
             trajectories, weights, n_replayed = self._with_replay(fresh, k)
             batch = self.rollout_batch(trajectories, weights)
             if cfg.behavior_logprobs == "rollout":
-                fill_behavior_logprobs(batch, self.policy, cfg.logprob_batch_size)  # engines that return none
+                fill_behavior_logprobs(batch, self.policy, **self.scoring())  # engines that return none
             advantages = self.algorithm.advantages(batch)
         with timer("update"), explain_oom(cfg):
             update_stats = self.update(batch, advantages, fresh_count=len(fresh), iteration=k)
@@ -604,37 +604,49 @@ class Trainer:
             )
         return [chunk.tolist() for chunk in np.array_split(np.asarray(local), ga)]
 
+    def scoring(self) -> dict[str, Any]:
+        """How the policy scores log-probs in training: the sampling temperature and the pass sizes."""
+        cfg = self.config
+        return {
+            "temperature": cfg.temperature,
+            "batch_size": cfg.logprob_batch_size,
+            "token_budget": cfg.logprob_token_budget,
+        }
+
     def update(self, batch, advantages: torch.Tensor, fresh_count: int, iteration: int) -> dict[str, float]:
-        """``update_epochs`` optimizer steps on the batch; returns per-agent loss statistics."""
+        """``update_epochs`` optimizer steps on the batch; returns per-agent loss statistics.
+
+        The reference log-probs of this process's debates come first, from no-grad passes (with
+        ``reference: base`` all agents share them: one model, adapters off). Then per epoch, agent and
+        micro-batch: the agent's log-probs with gradients, its loss, backward. In epoch 0 the adapters have
+        not moved, so with ``behavior_logprobs: recompute`` those log-probs are also the fresh debates'
+        behavior log-probs: they are written into the stored trajectories (what replay keeps) and shared
+        with the other processes.
+        """
         cfg, total = self.config, len(batch.trajectories)
         local = dist.shard(total, self.rank, self.world)
         chunks = self.micro_batches(local)
-        reference: dict[tuple[int, int], list[torch.Tensor]] = {}
+        self.policy.forward_stats.reset()
+        with self.accelerator.autocast():
+            reference = self._reference_logprobs(batch, local)
+        recompute = cfg.behavior_logprobs == "recompute" and fresh_count > 0
         stats: dict[str, list[float]] = {}
         for epoch in range(cfg.update_epochs):
             for agent in range(cfg.n_agents):
-                for c, chunk in enumerate(chunks):
+                for chunk in chunks:
                     sub = batch.select(chunk)
                     prompts, completions = sub.agent_sequences(agent)
                     with self.accelerator.autocast():
-                        flat = self.policy.token_logprobs(
-                            agent, prompts, completions, batch_size=cfg.logprob_batch_size
-                        )
-                    if (agent, c) not in reference and self.algorithm.needs_reference(agent):
-                        with torch.no_grad(), self.accelerator.autocast():
-                            ref_flat = self.policy.token_logprobs(
-                                agent, prompts, completions, reference=True, batch_size=cfg.logprob_batch_size
-                            )
-                        reference[agent, c] = sub.per_debate(agent, ref_flat)
-                    if epoch == 0 and cfg.behavior_logprobs == "recompute":
-                        # the adapters have not moved yet in epoch 0: these are the behavior log-probs
-                        fresh = [m for m, g in enumerate(chunk) if g < fresh_count]
-                        _set_behavior(sub, agent, fresh, flat)
+                        flat = self.policy.token_logprobs(agent, prompts, completions, **self.scoring())
+                    if epoch == 0 and recompute:
+                        _set_behavior(sub, agent, [m for m, g in enumerate(chunk) if g < fresh_count], flat)
                     loss, info = self.algorithm.loss(
                         sub,
                         agent,
                         sub.per_debate(agent, flat),
-                        reference.get((agent, c)),
+                        [reference[agent, g] for g in chunk]
+                        if self.algorithm.needs_reference(agent)
+                        else None,
                         advantages[chunk, agent],
                     )
                     if not torch.isfinite(loss):
@@ -643,13 +655,36 @@ class Trainer:
                     for key, value in info.items():
                         stats.setdefault(f"agent_{agent}/{key}", []).append(float(value))
                     stats.setdefault(f"agent_{agent}/loss", []).append(float(loss.detach()))
+            if epoch == 0 and recompute and self.world > 1:
+                _share_behavior(batch, [g for g in local if g < fresh_count])
             stats.update(self._optimizer_step(iteration))
         means = {key: float(np.mean(v)) for key, v in stats.items()}
+        means["update/padding"] = self.policy.forward_stats.padding
         means = dist.mean_over_processes(means)
         for key in {k.split("/", 1)[1] for k in means if k.startswith("agent_")}:
             values = [means[f"agent_{i}/{key}"] for i in range(cfg.n_agents) if f"agent_{i}/{key}" in means]
             means[f"update/{key}"] = float(np.mean(values))
         return means
+
+    @torch.no_grad()
+    def _reference_logprobs(self, batch, debates: list[int]) -> dict[tuple[int, int], torch.Tensor]:
+        """(agent, batch position) -> the agent's reference log-probs in that debate, for ``debates`` and every
+        agent whose loss needs them, from one :meth:`~udpo.policy.MultiAgentPolicy.reference_logprobs` call."""
+        agents = [i for i in range(self.config.n_agents) if self.algorithm.needs_reference(i)]
+        sub = batch.select(debates)
+        sequences = [sub.agent_sequences(i) for i in agents]
+        flat = self.policy.reference_logprobs(
+            [i for i, (prompts, _) in zip(agents, sequences, strict=True) for _ in prompts],
+            [p for prompts, _ in sequences for p in prompts],
+            [c for _, completions in sequences for c in completions],
+            **self.scoring(),
+        )
+        out, k = {}, 0
+        for i, (prompts, _) in zip(agents, sequences, strict=True):
+            for g, lp in zip(debates, sub.per_debate(i, flat[k : k + len(prompts)]), strict=True):
+                out[i, g] = lp
+            k += len(prompts)
+        return out
 
     def _backward(self, loss: torch.Tensor) -> None:
         if self.deepspeed:
@@ -883,13 +918,24 @@ class Trainer:
 
 # -----------------------------------------------------------------------------------------------
 def _set_behavior(batch, agent: int, debates: list[int], flat: list[torch.Tensor]) -> None:
-    """Overwrite the recorded behavior log-probs of ``debates`` (positions in ``batch``) with ``flat``
-    (per-round tensors ordered as ``batch.agent_sequences(agent)``)."""
+    """Make ``flat`` (per-round tensors ordered as ``batch.agent_sequences(agent)``) the behavior log-probs
+    of ``debates`` (positions in ``batch``), in the batch and in the stored trajectories."""
     starts = np.cumsum([0, *(len(row[agent].completion_ids) for row in batch.turns)])
     for m in debates:
-        batch.turns[m][agent].behavior_logprobs = [
-            lp.detach().float().cpu().tolist() for lp in flat[starts[m] : starts[m + 1]]
-        ]
+        for r, lp in enumerate(flat[starts[m] : starts[m + 1]]):
+            batch.set_behavior_logprobs(m, agent, r, lp.detach().float().cpu().tolist())
+
+
+def _share_behavior(batch, local: list[int]) -> None:
+    """Give every process the behavior log-probs each recomputed for its own ``local`` debates, so every
+    process's stored trajectories (and replay buffer) hold the same numbers."""
+    mine = {m: [row.behavior_logprobs for row in batch.turns[m]] for m in local}
+    for theirs in dist.gather_objects(mine):
+        for m, agents in theirs.items():
+            if m not in mine:
+                for agent, rounds in enumerate(agents):
+                    for r, values in enumerate(rounds):
+                        batch.set_behavior_logprobs(m, agent, r, values)
 
 
 def train(config: TrainConfig, eval_callbacks: Sequence[EvalCallback] = ()) -> dict[str, Any]:

@@ -144,6 +144,20 @@ class RolloutBatch:
             raise ValueError(f"got {len(flat)} per-round tensors; agent {agent} has {k} turns in this batch")
         return out
 
+    def set_behavior_logprobs(self, m: int, agent: int, rnd: int, values: Sequence[float]) -> None:
+        """Replace the behavior log-probs of ``agent``'s round ``rnd`` in debate ``m``, in this batch and in
+        the stored trajectory itself: a replay buffer holding the trajectory then gives a replayed debate
+        the same ratio denominator it had when fresh."""
+        values = [float(v) for v in values]
+        turns = self.turns[m][agent]
+        if len(values) != len(turns.completion_ids[rnd]):
+            raise ValueError(
+                f"{len(values)} log-probs for the {len(turns.completion_ids[rnd])} tokens of debate {m}, "
+                f"agent {agent}, round {rnd}"
+            )
+        turns.behavior_logprobs[rnd] = values
+        self.trajectories[m].turns[agent][rnd].logprobs = list(values)
+
     def behavior_logprobs(self, agent: int, device: torch.device | str | None = None) -> list[Tensor]:
         """Behavior log-probs of ``agent``'s tokens, one tensor per debate (all its rounds concatenated)."""
         out = []
@@ -160,26 +174,29 @@ class RolloutBatch:
 
 
 @torch.no_grad()
-def fill_behavior_logprobs(batch: RolloutBatch, policy, batch_size: int = 8) -> int:
-    """Recompute, with the current policy, the behavior log-probs a backend did not record (e.g. an
-    OpenAI-compatible server). Call before the first update on the batch. Returns the turns filled."""
+def fill_behavior_logprobs(batch: RolloutBatch, policy, *, temperature: float = 1.0, **scoring) -> int:
+    """Recompute, with the current policy at the sampling ``temperature``, the behavior log-probs a backend
+    did not record (e.g. an OpenAI-compatible server), in the batch and in its stored trajectories. Call
+    before the first update on the batch; ``scoring`` goes to ``policy.token_logprobs`` (``batch_size``,
+    ``token_budget``). Returns the turns filled."""
     filled = 0
     for i in range(batch.n_agents):
-        missing = []  # (agent turns, round index) without recorded log-probs
-        for row in batch.turns:
+        missing = []  # (debate, round) without recorded log-probs
+        for m, row in enumerate(batch.turns):
             for r, (lp, c) in enumerate(zip(row[i].behavior_logprobs, row[i].completion_ids, strict=True)):
                 if len(lp) != len(c):
-                    missing.append((row[i], r))
+                    missing.append((m, r))
         if not missing:
             continue
         logps = policy.token_logprobs(
             i,
-            [t.prompt_ids[r] for t, r in missing],
-            [t.completion_ids[r] for t, r in missing],
-            batch_size=batch_size,
+            [batch.turns[m][i].prompt_ids[r] for m, r in missing],
+            [batch.turns[m][i].completion_ids[r] for m, r in missing],
+            temperature=temperature,
+            **scoring,
         )
-        for (turns, r), lp in zip(missing, logps, strict=True):
-            turns.behavior_logprobs[r] = lp.tolist()
+        for (m, r), lp in zip(missing, logps, strict=True):
+            batch.set_behavior_logprobs(m, i, r, lp.tolist())
         filled += len(missing)
     return filled
 
