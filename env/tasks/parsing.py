@@ -7,6 +7,11 @@ Every parser returns a normalized string or ``None`` (SPEC sections 1 and 6):
   agree to 6 decimals therefore give the same string, so string equality is numeric comparison
   with a 1e-6 tolerance, and answers hash and serialize consistently.
 - option letters are single upper-case letters "A".."Z".
+
+Model output can be any length (a server behind the openai backend can send megabytes), so the time
+of a parse is bounded: a reply is read from its last ``MAX_REPLY_CHARS`` characters (where a final
+answer stands; the cut moves forward to a space so no word or number is split), every pattern scans
+in linear time, and only the numbers that decide the answer are converted.
 """
 
 from __future__ import annotations
@@ -22,6 +27,10 @@ LETTERS = string.ascii_uppercase
 _SCALE = 10**6  # 6 decimal places
 _MAX_DIGITS = 100  # longer numbers are not answers (see canonical_number)
 _MAX_VALUE = 10**_MAX_DIGITS
+#: a reply is parsed from its last this many characters (about 4k tokens; see the module docstring)
+MAX_REPLY_CHARS = 16_384
+#: a text longer than this is not one number (normalize_number)
+_MAX_NUMBER_CHARS = 1_000
 
 # One number as people and models write it: thousands commas (1,234,567), decimals (12.50, .5).
 _NUM = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+"
@@ -41,6 +50,8 @@ _NUMBER_RE = re.compile(
 # LaTeX that wraps or spaces numbers: \text{...} and friends keep their content; thin spaces go.
 _LATEX_WRAPPER_RE = re.compile(r"\\(?:text|textbf|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
 _LATEX_SPACE_RE = re.compile(r"\\[,!;: ]")
+_SPACE_RE = re.compile(r"\s")
+_BRACE_RE = re.compile(r"[{}]")
 # Characters a human writes around a number that carry no value (normalize_number only).
 _NUMBER_NOISE_RE = re.compile(r"[\s,$%]|\\\$|\\%")
 
@@ -69,6 +80,8 @@ def normalize_number(text: str) -> str | None:
     reads the Unicode minus and fractions ``a/b`` or ``\\frac{a}{b}``. Used for gold answers
     ("1,234" -> "1234") and for whole-answer checks; ``extract_numbers`` finds numbers in prose.
     """
+    if len(text) > _MAX_NUMBER_CHARS:
+        return None
     cleaned = _NUMBER_NOISE_RE.sub("", _clean_latex(text)).replace("\u2212", "-").rstrip(".")
     frac = re.fullmatch(r"([-+]?)\\[dt]?frac\{([^{}]+)\}\{([^{}]+)\}", cleaned)
     if frac:
@@ -87,14 +100,15 @@ def extract_numbers(text: str) -> list[str]:
     prefixes, fractions ``a/b`` and ``\\frac{a}{b}`` (read as their value; ``x/0`` is skipped).
     A percent sign is ignored ("50%" gives 50). Digits glued after letters ("x2") do not count.
     """
-    out = []
-    for m in _NUMBER_RE.finditer(_clean_latex(text)):
-        num, den = (m["fn"], m["fd"]) if m["fn"] is not None else (m["n"], m["d"])
-        sign = "-" if m["sign"] in ("-", "\u2212") else ""
-        number = _canonical_ratio(sign + num.replace(",", ""), den and den.replace(",", ""))
-        if number is not None:
-            out.append(number)
-    return out
+    numbers = (_match_number(m) for m in _NUMBER_RE.finditer(_clean_latex(text)))
+    return [n for n in numbers if n is not None]
+
+
+def _match_number(m: re.Match) -> str | None:
+    """The canonical number of one ``_NUMBER_RE`` match (None for ``x/0``)."""
+    num, den = (m["fn"], m["fd"]) if m["fn"] is not None else (m["n"], m["d"])
+    sign = "-" if m["sign"] in ("-", "\u2212") else ""
+    return _canonical_ratio(sign + num.replace(",", ""), den and den.replace(",", ""))
 
 
 def _canonical_ratio(num: str, den: str | None) -> str | None:
@@ -131,9 +145,23 @@ def _exact(value: int | float | Fraction | Decimal | str) -> Fraction | None:
 
 
 def last_number(text: str) -> str | None:
-    """The last number in ``text`` (see ``extract_numbers``), or None."""
-    numbers = extract_numbers(text)
-    return numbers[-1] if numbers else None
+    """The last number in ``text`` (see ``extract_numbers``), or None; only that one is converted."""
+    for m in reversed(list(_NUMBER_RE.finditer(_clean_latex(text)))):
+        number = _match_number(m)
+        if number is not None:
+            return number
+    return None
+
+
+def reply_tail(text: str) -> str:
+    """The part of a reply the parsers read: all of it, or its last ``MAX_REPLY_CHARS`` characters
+    starting after a whitespace character (so the cut splits no number or word) when there is one
+    near the cut."""
+    if len(text) <= MAX_REPLY_CHARS:
+        return text
+    cut = len(text) - MAX_REPLY_CHARS
+    space = _SPACE_RE.search(text, cut, cut + 256)
+    return text[space.end() if space else cut :]
 
 
 def boxed_contents(text: str) -> list[str]:
@@ -145,9 +173,12 @@ def boxed_contents(text: str) -> list[str]:
     over the braces, so degenerate outputs ("\\boxed{\\boxed{\\boxed{...") stay linear.
     """
     box_braces = {m.end() - 1 for m in re.finditer(r"\\boxed\s*\{", text)}  # where each box opens
+    if not box_braces:
+        return []
     found: list[str] = []
     stack: list[list] = []  # [position of "{", whether a box closed inside it]
-    for m in re.finditer(r"[{}]", text):
+    # a brace's partner lies after it, so braces before the first box cannot change the result
+    for m in _BRACE_RE.finditer(text, min(box_braces)):
         if m.group() == "{":
             stack.append([m.start(), False])
         elif stack:
@@ -167,7 +198,10 @@ def parse_number_answer(text: str) -> str | None:
        (``\\boxed{x = 5}`` -> 5, ``\\boxed{18 \\text{ dollars}}`` -> 18). Empty or non-numeric boxes
        (a model echoing "\\boxed{}") are skipped; unclosed boxes do not count.
     2. Otherwise the last number anywhere in the text. No number at all gives None.
+
+    Only the reply's tail is read (``reply_tail``).
     """
+    text = reply_tail(text)
     for content in reversed(boxed_contents(text)):
         number = last_number(content)
         if number is not None:
@@ -197,8 +231,10 @@ def parse_choice(text: str, letters: Sequence[str] | str) -> str | None:
        or an upper-case letter with a closing parenthesis opening a line ("C) mall").
 
     Bare letters in prose ("I think", "A good point") never count, and letters outside
-    ``letters`` are ignored, so "(F)" on a five-option question is not an answer.
+    ``letters`` are ignored, so "(F)" on a five-option question is not an answer. Only the reply's
+    tail is read (``reply_tail``).
     """
+    text = reply_tail(text)
     offered = set(letters)
     tiers = (
         [
