@@ -29,7 +29,7 @@ def checkpoint(tiny_path, tmp_path_factory):
     perturb_adapters(policy)
     folder = tmp_path_factory.mktemp("run") / "checkpoints" / "iter_000010"
     save_team(policy, folder, task="arithmetic", profiles=["calm", "sceptic"], iteration=10)
-    (folder / "optimizer.pt").write_bytes(b"trainer state, not exported")
+    (folder / "optimizer.json").write_text("{}")  # trainer state, not exported
     return folder, policy
 
 
@@ -55,7 +55,7 @@ def test_export_writes_peft_adapters_and_manifest(checkpoint, tiny_path, tmp_pat
         "adapter_config.json",
         "adapter_model.safetensors",
     ]
-    assert not (out / "optimizer.pt").exists()
+    assert not (out / "optimizer.json").exists()
     for agent in range(2):
         base = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32)
         loaded = PeftModel.from_pretrained(base, str(out / "adapters" / f"agent_{agent}"))
