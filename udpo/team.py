@@ -87,8 +87,10 @@ class TeamManifest:
             raise FileNotFoundError(f"no {TEAM_FILE} in {path.parent}: not a team or checkpoint folder")
         try:
             d = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: invalid JSON ({e})") from None
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+            raise ValueError(f"{path}: invalid JSON ({str(e)[:200]})") from None
+        if not isinstance(d, dict):
+            raise ValueError(f"{path}: expected a JSON object, got {type(d).__name__}")
         for key in ("base_model", "agents"):
             if key not in d:
                 raise ValueError(f"{path}: missing key {key!r}")
@@ -101,16 +103,45 @@ class TeamManifest:
             unknown = sorted(set(a) - set(AgentEntry.__dataclass_fields__))
             if unknown:
                 raise ValueError(f"{path}: agents[{k}] has unknown key(s) {unknown}")
+            for key in ("name", "adapter"):
+                if not isinstance(a[key], str) or not a[key].strip():
+                    raise ValueError(
+                        f"{path}: agents[{k}].{key} must be a non-empty string, got {a[key]!r:.60}"
+                    )
+            _check_types(
+                path,
+                a,
+                {"profile": (str, type(None)), "base_model": (str, type(None)), "merged": (str, type(None))},
+                f"agents[{k}].",
+            )
+            if Path(a["adapter"]).name in ("", ".", ".."):
+                raise ValueError(
+                    f"{path}: agents[{k}].adapter {a['adapter']!r} does not name an adapter folder"
+                )
             agents.append(AgentEntry(**a))
+        _check_types(
+            path,
+            d,
+            {
+                "base_model": str,
+                "n_agents": int,
+                "shared_adapter": bool,
+                "task": (str, type(None)),
+                "lora": (dict, type(None)),
+                "iteration": int,
+            },
+        )
+        if not d["base_model"].strip():
+            raise ValueError(f"{path}: 'base_model' is empty")
         if d.get("n_agents", len(agents)) != len(agents):
             raise ValueError(f"{path}: n_agents is {d['n_agents']} but {len(agents)} agents are listed")
         return cls(
             base_model=d["base_model"],
             agents=agents,
-            shared_adapter=bool(d.get("shared_adapter", False)),
+            shared_adapter=d.get("shared_adapter", False),
             task=d.get("task"),
             lora=dict(d.get("lora") or {}),
-            iteration=int(d.get("iteration", 0)),
+            iteration=d.get("iteration", 0),
             root=path.parent,
         )
 
@@ -172,6 +203,17 @@ class TeamManifest:
                 raise FileNotFoundError(f"adapter {name!r}: no adapter_config.json in {folder}")
             backend.load_adapter(name, folder)
         return list(paths)
+
+
+def _check_types(path: Path, d: dict, types: dict[str, type | tuple[type, ...]], prefix: str = "") -> None:
+    """Raise ValueError naming ``path`` and the key when a present key of ``d`` has the wrong type."""
+    for key, kind in types.items():
+        value = d.get(key)
+        wrong = key in d and (not isinstance(value, kind) or isinstance(value, bool) and kind is int)
+        if wrong:
+            raise ValueError(
+                f"{path}: {prefix}{key} has the wrong type ({type(value).__name__} {value!r:.60})"
+            )
 
 
 def save_team(
