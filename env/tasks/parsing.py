@@ -99,8 +99,9 @@ def extract_numbers(text: str) -> list[str]:
     digits (not a hyphen after a word or number: "10-12" gives 10 and 12), ``$`` and ``\\$``
     prefixes, fractions ``a/b`` and ``\\frac{a}{b}`` (read as their value; ``x/0`` is skipped).
     A percent sign is ignored ("50%" gives 50). Digits glued after letters ("x2") do not count.
+    Only the reply's tail is read (``reply_tail``).
     """
-    numbers = (_match_number(m) for m in _NUMBER_RE.finditer(_clean_latex(text)))
+    numbers = (_match_number(m) for m in _NUMBER_RE.finditer(_clean_latex(reply_tail(text))))
     return [n for n in numbers if n is not None]
 
 
@@ -113,6 +114,8 @@ def _match_number(m: re.Match) -> str | None:
 
 def _canonical_ratio(num: str, den: str | None) -> str | None:
     """canonical_number of num / den (of num when den is None); None if either is no number or den is 0."""
+    if den is None and num.lstrip("-").isdecimal():  # a plain integer (most answers): no Fraction needed
+        return str(int(num)) if len(num.lstrip("-").lstrip("0")) <= _MAX_DIGITS else None
     top = _exact(num)
     bottom = Fraction(1) if den is None else _exact(den)
     return canonical_number(top / bottom) if top is not None and bottom else None
