@@ -626,8 +626,13 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
             f"{path}:{e.args[0].line + 1}: YAML aliases (*name) are not allowed in a recipe; write the "
             f"value out"
         ) from None
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        what = " ".join(str(x) for x in (e.context, e.problem) if x)
+        raise ConfigError(f"{where}: not valid YAML ({what})") from None
     except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as e:
-        raise ConfigError(f"{path}: not valid YAML: {str(e)[:300]}") from None
+        raise ConfigError(f"{path}: not valid YAML ({' '.join(str(e).split())[:300]})") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
