@@ -125,8 +125,10 @@ _AUXILIARY = re.compile(r"\b(is|are|was|were|can|will|should|does|do|did|has|hav
 
 
 def builtin_corruption(sentence: str, rng: random.Random) -> str:
-    """A rewrite of ``sentence`` that states something false, always different from it."""
-    numbers = list(_NUMBER.finditer(sentence))
+    """A rewrite of ``sentence`` that states something false, always different from it (a number, an
+    option or a verb in its last ``MAX_MESSAGE_CHARS`` characters is changed)."""
+    start = max(0, len(sentence) - MAX_MESSAGE_CHARS)
+    numbers = list(_NUMBER.finditer(sentence, start))
     if numbers:
         m = numbers[-1]
         raw = m.group().replace(",", "")
@@ -137,12 +139,12 @@ def builtin_corruption(sentence: str, rng: random.Random) -> str:
         else:
             new = str(int(raw) + delta)
         return sentence[: m.start()] + new + sentence[m.end() :]
-    options = list(_OPTION.finditer(sentence))
+    options = list(_OPTION.finditer(sentence, start))
     if options:
         m = options[-1]
         others = [c for c in "ABCDE" if c != m.group(1)]
         return sentence[: m.start(1)] + rng.choice(others) + sentence[m.end(1) :]
-    aux = _AUXILIARY.search(sentence)
+    aux = _AUXILIARY.search(sentence, start)
     if aux:
         return sentence[: aux.end()] + " not" + sentence[aux.end() :]
     keep_case = sentence[1:2].isupper() or sentence[1:2] in ("", " ")  # "I ...", "NASA ..."
@@ -166,8 +168,9 @@ _REQUEST = (
 
 
 def clean_rewrite(text: str) -> str:
-    """An attacker's sentence as a body: one line, no wrapping quotes, no end punctuation."""
-    text = " ".join(text.split())
+    """An attacker's sentence as a body: one line, no wrapping quotes, no end punctuation (read from the
+    first ``MAX_REPLY_CHARS`` characters)."""
+    text = " ".join(text[:MAX_REPLY_CHARS].split())
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'`":
         text = text[1:-1].strip()
     return text.rstrip(".!? ").strip()

@@ -27,9 +27,9 @@ LETTERS = string.ascii_uppercase
 _SCALE = 10**6  # 6 decimal places
 _MAX_DIGITS = 100  # longer numbers are not answers (see canonical_number)
 _MAX_VALUE = 10**_MAX_DIGITS
-#: a reply is parsed from its last this many characters (about 4k tokens; see the module docstring)
-MAX_REPLY_CHARS = 16_384
-#: a text longer than this is not one number (normalize_number)
+#: a reply is parsed from its last this many characters (about 2k tokens; see the module docstring)
+MAX_REPLY_CHARS = 8_192
+#: a text longer than this is not one number (normalize_number, canonical_number)
 _MAX_NUMBER_CHARS = 1_000
 
 # One number as people and models write it: thousands commas (1,234,567), decimals (12.50, .5).
@@ -51,6 +51,7 @@ _NUMBER_RE = re.compile(
 _LATEX_WRAPPER_RE = re.compile(r"\\(?:text|textbf|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
 _LATEX_SPACE_RE = re.compile(r"\\[,!;: ]")
 _SPACE_RE = re.compile(r"\s")
+_DIGITS_RE = re.compile(r"[\d.,]*")
 _BRACE_RE = re.compile(r"[{}]")
 # Characters a human writes around a number that carry no value (normalize_number only).
 _NUMBER_NOISE_RE = re.compile(r"[\s,$%]|\\\$|\\%")
@@ -66,7 +67,11 @@ def canonical_number(value: int | float | Fraction | Decimal | str) -> str | Non
     frac = _exact(value)
     if frac is None:
         return None
-    scaled = round(frac * _SCALE)
+    return _scaled_string(round(frac * _SCALE))
+
+
+def _scaled_string(scaled: int) -> str:
+    """The canonical string of ``scaled / 10**6``."""
     digits = str(abs(scaled)).rjust(7, "0")
     whole, decimals = digits[:-6], digits[-6:].rstrip("0")
     sign = "-" if scaled < 0 else ""
@@ -114,8 +119,21 @@ def _match_number(m: re.Match) -> str | None:
 
 def _canonical_ratio(num: str, den: str | None) -> str | None:
     """canonical_number of num / den (of num when den is None); None if either is no number or den is 0."""
-    if den is None and num.lstrip("-").isdecimal():  # a plain integer (most answers): no Fraction needed
-        return str(int(num)) if len(num.lstrip("-").lstrip("0")) <= _MAX_DIGITS else None
+    if num.lstrip("-").isdecimal() and (den is None or den.isdecimal()):  # integers (most answers): exact
+        if (
+            len(num.lstrip("-").lstrip("0")) > _MAX_DIGITS
+            or den is not None
+            and len(den.lstrip("0")) > _MAX_DIGITS
+        ):
+            return None
+        if den is None:
+            return str(int(num))
+        top, bottom = int(num), int(den)
+        if bottom == 0 or abs(top) >= _MAX_VALUE * bottom:
+            return None
+        whole, rest = divmod(abs(top) * _SCALE, bottom)  # round half to even, as round() on a Fraction
+        whole += 2 * rest > bottom or (2 * rest == bottom and whole % 2 == 1)
+        return _scaled_string(whole if top >= 0 else -whole)
     top = _exact(num)
     bottom = Fraction(1) if den is None else _exact(den)
     return canonical_number(top / bottom) if top is not None and bottom else None
@@ -123,12 +141,14 @@ def _canonical_ratio(num: str, den: str | None) -> str | None:
 
 def _exact(value: int | float | Fraction | Decimal | str) -> Fraction | None:
     """``value`` as an exact Fraction; None if not a finite number of at most _MAX_DIGITS integer
-    digits (and, for decimal strings, 2 * _MAX_DIGITS significant digits).
+    digits (and, for decimal strings, 2 * _MAX_DIGITS significant digits and _MAX_NUMBER_CHARS characters).
 
     Strings go through Decimal, which reads "1e999999999" without building the integer, so the
     size check comes before any expensive conversion.
     """
     if isinstance(value, str):
+        if len(value) > _MAX_NUMBER_CHARS:
+            return None
         try:
             value = Decimal(value.strip())
         except InvalidOperation:
@@ -148,8 +168,9 @@ def _exact(value: int | float | Fraction | Decimal | str) -> Fraction | None:
 
 
 def last_number(text: str) -> str | None:
-    """The last number in ``text`` (see ``extract_numbers``), or None; only that one is converted."""
-    for m in reversed(list(_NUMBER_RE.finditer(_clean_latex(text)))):
+    """The last number in ``text`` (see ``extract_numbers``), or None; only that one is converted, and
+    only the reply's tail is read (``reply_tail``)."""
+    for m in reversed(list(_NUMBER_RE.finditer(_clean_latex(reply_tail(text))))):
         number = _match_number(m)
         if number is not None:
             return number
@@ -157,14 +178,14 @@ def last_number(text: str) -> str | None:
 
 
 def reply_tail(text: str) -> str:
-    """The part of a reply the parsers read: all of it, or its last ``MAX_REPLY_CHARS`` characters
-    starting after a whitespace character (so the cut splits no number or word) when there is one
-    near the cut."""
+    """The part of a reply the parsers read: all of it, or its last ``MAX_REPLY_CHARS`` characters. The
+    cut moves forward to just after a whitespace character near it (so no word or number is split),
+    else past the digits it falls in (so a number it splits is not read as a shorter one)."""
     if len(text) <= MAX_REPLY_CHARS:
         return text
     cut = len(text) - MAX_REPLY_CHARS
     space = _SPACE_RE.search(text, cut, cut + 256)
-    return text[space.end() if space else cut :]
+    return text[space.end() if space else _DIGITS_RE.match(text, cut).end() :]
 
 
 def boxed_contents(text: str) -> list[str]:
@@ -173,8 +194,10 @@ def boxed_contents(text: str) -> list[str]:
     ``\\boxed{\\frac{1}{2}}`` gives ``\\frac{1}{2}``. A box whose closing brace never comes (a
     truncated output such as ``\\boxed{12``) is not a box and is left out, and a box holding
     another box counts through the inner one (``\\boxed{x = \\boxed{5}}`` gives ``5``). One pass
-    over the braces, so degenerate outputs ("\\boxed{\\boxed{\\boxed{...") stay linear.
+    over the braces, so degenerate outputs ("\\boxed{\\boxed{\\boxed{...") stay linear; only the
+    reply's tail is read (``reply_tail``).
     """
+    text = reply_tail(text)
     box_braces = {m.end() - 1 for m in re.finditer(r"\\boxed\s*\{", text)}  # where each box opens
     if not box_braces:
         return []
