@@ -101,15 +101,15 @@ def check_out(out: Path, source: Path, overwrite: bool) -> None:
         raise ValueError(
             f"--out {out} is the working directory or a folder above it; export into a new folder"
         )
-    if target == src or target in src.parents or src in target.parents:
-        raise ValueError(
-            f"--out {out} holds or lies inside the checkpoint {source}; export into a new folder"
-        )
     for folder in (target, *target.parents):
         marks = [m for m in RUN_MARKS if (folder / m).exists()]
         if marks:
             where = "holds" if folder == target else f"lies inside {folder}, which holds"
             raise ValueError(f"--out {out} {where} a run ({', '.join(marks)}); export into a new folder")
+    if target == src or target in src.parents or src in target.parents:
+        raise ValueError(
+            f"--out {out} holds or lies inside the checkpoint {source}; export into a new folder"
+        )
     if not target.exists():
         return
     if not target.is_dir():
