@@ -102,6 +102,7 @@ def fabricated_checkpoint(root: Path) -> Path:
         save_file(
             {"w": torch.zeros(2)}, str(folder / "adapters" / f"agent_{i}" / "adapter_model.safetensors")
         )
+        (folder / "adapters" / f"agent_{i}" / "adapter_config.json").write_text("{}")
         agents.append(AgentEntry(name=f"agent_{i}", adapter=f"adapters/agent_{i}"))
     TeamManifest(base_model="some/model", agents=agents).save(folder)
     marks = {"metrics.jsonl": {"lines": 0, "bytes": 0}}
@@ -224,7 +225,7 @@ def test_what_the_resuming_run_needs_must_be_there(tmp_path, monkeypatch):
     (folder / "replay.json").unlink()
     with pytest.raises(ckpt.CheckpointError, match="no replay buffer .* resume with replay: false"):
         verify(folder, replay=True)
-    with pytest.raises(ckpt.CheckpointError, match="reference/agent_0/adapter_model.safetensors is missing"):
+    with pytest.raises(ckpt.CheckpointError, match="reference/agent_0/adapter_config.json is missing"):
         verify(folder, reference=True)
     with pytest.raises(ckpt.CheckpointError, match="no deepspeed/ state"):
         verify(folder, deepspeed=True)

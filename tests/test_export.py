@@ -214,3 +214,22 @@ def test_a_malformed_team_file_is_one_line(checkpoint, tmp_path, capsys):
     assert main(["export", str(bad), "--out", str(tmp_path / "out")]) == 2
     assert "iteration has the wrong type" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_damaged_adapter_is_named_before_a_model_loads(checkpoint, tmp_path, monkeypatch, capsys):
+    from transformers import AutoModelForCausalLM
+
+    monkeypatch.setattr(
+        AutoModelForCausalLM, "from_pretrained", lambda *a, **k: pytest.fail("a model loaded")
+    )
+    folder, _ = checkpoint
+    bad = tmp_path / "bad"
+    shutil.copytree(folder, bad)
+    weights = bad / "adapters" / "agent_1" / "adapter_model.safetensors"
+    weights.write_bytes(b"\x00" * 100)
+    for args in (["export", str(bad), "--out", str(tmp_path / "out")], ["eval", "--task", "arithmetic",
+                 "--checkpoint", str(bad), "--limit", "1", "--out", str(tmp_path / "eval")]):  # fmt: skip
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert f"{weights}: not a safetensors file" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "out").exists()

@@ -267,7 +267,7 @@ def verify(ckpt: Path, *, replay: bool, reference: bool, deepspeed: bool) -> Non
 
     replay / reference / deepspeed: whether the resuming run needs the replay buffer, the lagged
     reference adapters, DeepSpeed's state. Raises CheckpointError naming the file at fault."""
-    from udpo.team import TeamManifest
+    from udpo.team import TeamManifest, check_adapter_folder
 
     read_state(ckpt)
     for folder in (ckpt, ckpt / "adapters", *(ckpt / "adapters").glob("*"), *(ckpt / "reference").glob("*")):
@@ -291,7 +291,10 @@ def verify(ckpt: Path, *, replay: bool, reference: bool, deepspeed: bool) -> Non
     if reference:
         folders += [str(ckpt / "reference" / Path(f).name) for f in folders]
     for folder in folders:
-        check_safetensors(Path(folder) / "adapter_model.safetensors")
+        try:
+            check_adapter_folder(folder)
+        except ValueError as e:
+            raise CheckpointError(str(e)) from None
     if deepspeed:
         if not (ckpt / "deepspeed").is_dir():
             raise CheckpointError(f"{ckpt} has no deepspeed/ state: it was not written by a DeepSpeed run")
@@ -300,19 +303,6 @@ def verify(ckpt: Path, *, replay: bool, reference: bool, deepspeed: bool) -> Non
                 f"{ckpt / 'deepspeed'} is DeepSpeed's own state, which DeepSpeed loads with pickle (it can run "
                 f"code). Resume it only if you trust where it comes from: set {TRUST_DEEPSPEED_ENV}=1"
             )
-
-
-def check_safetensors(path: Path) -> None:
-    """Raise CheckpointError unless ``path`` is a readable safetensors file (its header is parsed)."""
-    from safetensors import safe_open
-
-    if not path.is_file():
-        raise CheckpointError(f"{path} is missing")
-    try:
-        with safe_open(str(path), framework="pt") as fh:
-            fh.keys()
-    except Exception as e:  # safetensors raises its own error types for damaged files
-        raise CheckpointError(f"{path}: not a safetensors file ({str(e)[:200]})") from None
 
 
 def _read_latest(root: Path) -> str | None:

@@ -18,9 +18,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from udpo.team import TEAM_FILE, TeamManifest
+from udpo.team import ADAPTER_FILES, TEAM_FILE, TeamManifest
 
-ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 #: what an export folder holds
 EXPORT_ENTRIES = (TEAM_FILE, "adapters", "merged")
 #: files and folders that mark a run directory (training or ``udpo debate`` / ``udpo eval``)
@@ -60,11 +59,9 @@ def export_team(
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
+        team.check_adapters(source)
         adapters = team.adapter_paths(source)
         for name, folder in adapters.items():
-            for f in ADAPTER_FILES:
-                if not Path(folder, f).exists():
-                    raise FileNotFoundError(f"adapter {name!r}: missing {f} in {folder}")
             (staging / "adapters" / name).mkdir(parents=True)
             for f in ADAPTER_FILES:
                 shutil.copy2(Path(folder, f), staging / "adapters" / name / f)

@@ -16,6 +16,8 @@ from udpo.env.backends.base import Backend
 from udpo.env.debate import AgentSpec
 
 TEAM_FILE = "team.json"
+#: the files of one PEFT adapter folder
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
 
 @dataclass
@@ -195,14 +197,40 @@ class TeamManifest:
             for a in self.agents
         ]
 
+    def check_adapters(self, root: str | os.PathLike | None = None) -> None:
+        """Raise ValueError naming the file unless every adapter folder holds a loadable PEFT adapter
+        (:func:`check_adapter_folder`); cheap, so callers run it before a model loads."""
+        for folder in self.adapter_paths(root).values():
+            check_adapter_folder(folder)
+
     def register(self, backend: Backend, root: str | os.PathLike | None = None) -> list[str]:
-        """Load every adapter into ``backend`` under its name; returns the names."""
+        """Load every adapter into ``backend`` under its name (checked first); returns the names."""
+        self.check_adapters(root)
         paths = self.adapter_paths(root)
         for name, folder in paths.items():
-            if not Path(folder, "adapter_config.json").exists():
-                raise FileNotFoundError(f"adapter {name!r}: no adapter_config.json in {folder}")
             backend.load_adapter(name, folder)
         return list(paths)
+
+
+def check_adapter_folder(folder: str | os.PathLike) -> None:
+    """Raise ValueError naming the file unless ``folder`` holds ``adapter_config.json`` (a JSON object)
+    and ``adapter_model.safetensors`` (whose header parses; safetensors never runs code)."""
+    from safetensors import safe_open
+
+    config, weights = (Path(folder, f) for f in ADAPTER_FILES)
+    for path in (config, weights):
+        if not path.is_file():
+            raise ValueError(f"{path} is missing")
+    try:
+        if not isinstance(json.loads(config.read_text(encoding="utf-8")), dict):
+            raise ValueError("not an object")
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise ValueError(f"{config}: not a JSON object ({str(e)[:100]})") from None
+    try:
+        with safe_open(str(weights), framework="pt") as fh:
+            fh.keys()
+    except Exception as e:  # safetensors raises its own error types for damaged files
+        raise ValueError(f"{weights}: not a safetensors file ({str(e)[:200]})") from None
 
 
 def _check_types(path: Path, d: dict, types: dict[str, type | tuple[type, ...]], prefix: str = "") -> None:

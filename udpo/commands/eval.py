@@ -204,5 +204,6 @@ def _load_team(args: argparse.Namespace):
 
     args.checkpoint = str(find_checkpoint(args.checkpoint))  # a team folder, or a run's latest checkpoint
     team = TeamManifest.load(args.checkpoint)
+    team.check_adapters(args.checkpoint)  # before a model loads
     args.model = team.base_model
     return team
