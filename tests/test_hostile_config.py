@@ -59,6 +59,9 @@ def cases(tmp: Path) -> list[tuple[str, str, list[str]]]:
     no_config.mkdir()
     empty = tmp / "empty.jsonl"
     empty.write_text("")
+    foreign = tmp / "someone_elses_folder"
+    foreign.mkdir()
+    (foreign / "metrics.jsonl").write_text('{"loss": 0.5}\n')
     return [
         ("top_p: 0\n", "top_p must be in (0, 1]", []),
         ("adam_beta1: 5\n", "adam_beta1 must be in [0, 1), got 5.0", []),
@@ -87,6 +90,7 @@ def cases(tmp: Path) -> list[tuple[str, str, list[str]]]:
         ("resume: latest\n", "resume: --resume latest: no checkpoint under", []),
         (f"output_dir: {a_file}\n", f"output_dir {a_file}: {a_file} is a file", []),
         (f"output_dir: {a_file}/run\n", f"{a_file} is a file, not a folder", []),
+        (f"output_dir: {foreign}\n", "holds a metrics.jsonl that is not a UDPO run's", []),
         ("model: /nonexistent/model\n", "model: unknown model '/nonexistent/model'", []),
         (f"model: {no_config}\n", f"model: model folder {no_config} has no config.json", []),
         ("n_agents: 2\nagent_models: [/no/a, /no/b]\n", "agent_models[0]: unknown model '/no/a'", []),
