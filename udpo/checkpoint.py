@@ -50,6 +50,11 @@ class CheckpointError(RuntimeError):
     """A checkpoint is missing, incomplete or does not match the run's files."""
 
 
+def brief(error: BaseException, limit: int = 200) -> str:
+    """``Type: message`` of an error on one line, at most ``limit`` characters of message."""
+    return f"{type(error).__name__}: {' '.join(str(error).split())[:limit]}"
+
+
 def checkpoint_name(iteration: int) -> str:
     return f"iter_{iteration:06d}"
 
@@ -174,7 +179,7 @@ def read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise CheckpointError(f"{path}: unreadable ({type(e).__name__}: {str(e)[:200]})") from None
+        raise CheckpointError(f"{path}: unreadable ({brief(e)})") from None
 
 
 # --- trainer state as JSON + safetensors -------------------------------------------------------
@@ -207,11 +212,11 @@ def load_state(stem: Path) -> Any:
         try:
             tensors = load_file(str(weights))
         except Exception as e:  # safetensors raises its own error types for damaged files
-            raise CheckpointError(f"{weights}: not a safetensors file ({str(e)[:200]})") from None
+            raise CheckpointError(f"{weights}: not a safetensors file ({brief(e)})") from None
     try:
         return _decode(tree, tensors)
     except (KeyError, TypeError, ValueError, RecursionError) as e:
-        raise CheckpointError(f"{path}: malformed state ({type(e).__name__}: {str(e)[:200]})") from None
+        raise CheckpointError(f"{path}: malformed state ({brief(e)})") from None
 
 
 def _encode(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
@@ -393,7 +398,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
         if "cuda" in state and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["cuda"])
     except (KeyError, TypeError, ValueError, RuntimeError, OverflowError) as e:
-        raise ValueError(f"not a random-generator state ({type(e).__name__}: {str(e)[:200]})") from None
+        raise ValueError(f"not a random-generator state ({brief(e)})") from None
 
 
 # --- fsync helpers ---------------------------------------------------------------------------

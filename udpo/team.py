@@ -90,7 +90,9 @@ class TeamManifest:
         try:
             d = json.loads(path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-            raise ValueError(f"{path}: invalid JSON ({str(e)[:200]})") from None
+            from udpo.checkpoint import brief
+
+            raise ValueError(f"{path}: invalid JSON ({brief(e)})") from None
         if not isinstance(d, dict):
             raise ValueError(f"{path}: expected a JSON object, got {type(d).__name__}")
         for key in ("base_model", "agents"):
@@ -217,6 +219,8 @@ def check_adapter_folder(folder: str | os.PathLike) -> None:
     and ``adapter_model.safetensors`` (whose header parses; safetensors never runs code)."""
     from safetensors import safe_open
 
+    from udpo.checkpoint import brief
+
     config, weights = (Path(folder, f) for f in ADAPTER_FILES)
     for path in (config, weights):
         if not path.is_file():
@@ -225,12 +229,12 @@ def check_adapter_folder(folder: str | os.PathLike) -> None:
         if not isinstance(json.loads(config.read_text(encoding="utf-8")), dict):
             raise ValueError("not an object")
     except (ValueError, UnicodeDecodeError, RecursionError) as e:
-        raise ValueError(f"{config}: not a JSON object ({str(e)[:100]})") from None
+        raise ValueError(f"{config}: not a JSON object ({brief(e)})") from None
     try:
         with safe_open(str(weights), framework="pt") as fh:
             fh.keys()
     except Exception as e:  # safetensors raises its own error types for damaged files
-        raise ValueError(f"{weights}: not a safetensors file ({str(e)[:200]})") from None
+        raise ValueError(f"{weights}: not a safetensors file ({brief(e)})") from None
 
 
 def _check_types(path: Path, d: dict, types: dict[str, type | tuple[type, ...]], prefix: str = "") -> None:

@@ -874,9 +874,7 @@ def _names_file(path: Path) -> Iterator[None]:
     except ckpt.CheckpointError:
         raise
     except Exception as e:  # a damaged or foreign file fails in many ways inside torch, PEFT, safetensors
-        raise ckpt.CheckpointError(
-            f"{path}: does not fit this run ({type(e).__name__}: {str(e)[:300]})"
-        ) from None
+        raise ckpt.CheckpointError(f"{path}: does not fit this run ({ckpt.brief(e, 300)})") from None
 
 
 def _set_behavior(batch, agent: int, debates: list[int], flat: list[torch.Tensor]) -> None:
