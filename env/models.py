@@ -28,25 +28,38 @@ def cache_dir() -> Path:
     return Path(os.environ.get("UDPO_CACHE", Path.home() / ".cache" / "udpo"))
 
 
-def resolve_model(name: str) -> str:
-    """A path or Hub id that ``from_pretrained`` and vLLM accept for ``name``.
-
-    Aliases are converted on first use; existing folders are returned as they are; anything else is
-    taken as a Hub id (loading it then needs a network or a populated HF cache).
-    """
+def check_model(name: str) -> None:
+    """Raise ModelNotFoundError unless ``name`` can name a model, without loading or converting anything:
+    an alias whose package is there (or already converted), a folder with a config.json, or an
+    ``org/name`` Hub id (whether the Hub has it is known only when loading)."""
     if name in ALIASES:
-        return str(_converted_alias(name))
+        if not _alias_ready(name):
+            gguf_path(name)
+        return
     path = Path(name).expanduser()
     if path.exists():
-        if not (path / "config.json").exists():
+        if not (path / "config.json").is_file():
             raise ModelNotFoundError(f"model folder {path} has no config.json")
-        return str(path)
-    if name.startswith((".", "/", "~")) or name.count("/") != 1:
+        return
+    if not name or name.startswith((".", "/", "~")) or name.count("/") != 1:
         known = ", ".join(ALIASES)
         raise ModelNotFoundError(
             f"unknown model {name!r}: not a folder, not an org/name Hub id, not an alias ({known})"
         )
-    return name
+
+
+def resolve_model(name: str) -> str:
+    """A path or Hub id that ``from_pretrained`` and vLLM accept for ``name`` (checked by
+    :func:`check_model`).
+
+    Aliases are converted on first use; existing folders are returned as they are; anything else is
+    taken as a Hub id (loading it then needs a network or a populated HF cache).
+    """
+    check_model(name)
+    if name in ALIASES:
+        return str(_converted_alias(name))
+    path = Path(name).expanduser()
+    return str(path) if path.exists() else name
 
 
 def gguf_path(alias: str) -> Path:
@@ -63,9 +76,15 @@ def gguf_path(alias: str) -> Path:
     return path
 
 
+def _alias_ready(alias: str) -> bool:
+    """Whether the alias was already converted into the cache."""
+    target = cache_dir() / "models" / alias
+    return (target / "config.json").exists() and any(target.glob("*.safetensors"))
+
+
 def _converted_alias(alias: str) -> Path:
     target = cache_dir() / "models" / alias
-    if (target / "config.json").exists() and any(target.glob("*.safetensors")):
+    if _alias_ready(alias):
         return target
     src = gguf_path(alias)
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -15,6 +15,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from .jsonl import iter_jsonl, repair_tail
+
 Answer = Any  # a normalized, JSON-serializable, hashable answer (str, float, int) or None
 
 
@@ -80,6 +82,7 @@ class Trajectory:
 
 
 REQUIRED_KEYS = ("question_id", "answers", "gold", "prediction", "correct")
+TURN_KEYS = ("agent", "round", "messages", "text", "answer")
 
 
 class TrajectoryFormatError(ValueError):
@@ -87,18 +90,37 @@ class TrajectoryFormatError(ValueError):
 
 
 def validate_record(d: Any) -> None:
-    """Raise ValueError describing what is wrong with one decoded JSONL record."""
+    """Raise ValueError describing what is wrong with one decoded JSONL record: every field that
+    :meth:`Trajectory.from_dict` and the readers use has its type checked here, so a record that
+    passes converts without error."""
     if not isinstance(d, dict):
         raise ValueError(f"expected a JSON object, got {type(d).__name__}")
     missing = [k for k in REQUIRED_KEYS if k not in d]
     if missing:
         raise ValueError(f"missing key(s) {', '.join(missing)}")
+    if not isinstance(d["question_id"], str | int) or isinstance(d["question_id"], bool):
+        raise ValueError(f"'question_id' must be a string, got {type(d['question_id']).__name__}")
     answers = d["answers"]
     if not isinstance(answers, list) or not answers or not all(isinstance(a, list) for a in answers):
         raise ValueError("'answers' must be a non-empty list of per-agent lists")
     lengths = {len(a) for a in answers}
     if len(lengths) != 1 or 0 in lengths:
         raise ValueError(f"'answers' is ragged: per-agent lengths {[len(a) for a in answers]}")
+    if not isinstance(d["correct"], bool):
+        raise ValueError(f"'correct' must be true or false, got {d['correct']!r}")
+    if not isinstance(d.get("meta", {}), dict):
+        raise ValueError(f"'meta' must be an object, got {type(d['meta']).__name__}")
+    turns = d.get("turns", [])
+    if not isinstance(turns, list) or not all(isinstance(row, list) for row in turns):
+        raise ValueError("'turns' must be a list of per-agent lists")
+    for i, row in enumerate(turns):
+        for t, turn in enumerate(row):
+            if not isinstance(turn, dict):
+                raise ValueError(f"turns[{i}][{t}] must be an object, got {type(turn).__name__}")
+            unknown = sorted(set(turn) - set(Turn.__dataclass_fields__))
+            absent = [k for k in TURN_KEYS if k not in turn]
+            if unknown or absent:
+                raise ValueError(f"turns[{i}][{t}]: unknown key(s) {unknown}, missing key(s) {absent}")
 
 
 class TrajectoryWriter:
@@ -106,13 +128,14 @@ class TrajectoryWriter:
 
     Each line is serialized completely before it is written, and a batch is written with a single
     ``write`` call, so an interrupted run leaves only whole lines behind. A file whose last line
-    lacks its newline (a crash of some other writer) is repaired by truncating that tail on open.
+    lacks its newline is repaired on open (:func:`udpo.env.jsonl.repair_tail`: a whole record gets its
+    newline, a line cut short is removed), exactly as the reader sees it.
     """
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        _truncate_partial_tail(self.path)
+        repair_tail(self.path)
         self._fh: TextIO | None = open(self.path, "a", encoding="utf-8")
 
     def write(self, trajectories: Iterable[Trajectory | dict[str, Any]]) -> None:
@@ -140,35 +163,22 @@ class TrajectoryWriter:
         self.close()
 
 
-def _truncate_partial_tail(path: Path) -> None:
-    if not path.exists() or path.stat().st_size == 0:
-        return
-    with open(path, "rb+") as fh:
-        data = fh.read()
-        if data.endswith(b"\n"):
-            return
-        cut = data.rfind(b"\n") + 1
-        fh.truncate(cut)
-
-
 def iter_numbered_records(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
     """Yield ``(line number, record)`` for each validated record of a trajectory JSONL file.
 
     Line numbers start at 1 and count blank lines (which are skipped); errors name the file and line.
+    Trajectory files are append-only: a last line cut short by a killed writer is dropped with a
+    warning (see :mod:`udpo.env.jsonl`).
     """
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"trajectory file not found: {path}")
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                d = json.loads(line)
-                validate_record(d)
-            except (json.JSONDecodeError, ValueError) as e:
-                raise TrajectoryFormatError(f"{path}:{lineno}: {e}") from None
-            yield lineno, d
+    for lineno, d in iter_jsonl(path, error=TrajectoryFormatError, append_only=True):
+        try:
+            validate_record(d)
+        except ValueError as e:
+            raise TrajectoryFormatError(f"{path}:{lineno}: {e}") from None
+        yield lineno, d
 
 
 def iter_records(path: str | os.PathLike) -> Iterator[dict[str, Any]]:

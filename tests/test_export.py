@@ -29,7 +29,7 @@ def checkpoint(tiny_path, tmp_path_factory):
     perturb_adapters(policy)
     folder = tmp_path_factory.mktemp("run") / "checkpoints" / "iter_000010"
     save_team(policy, folder, task="arithmetic", profiles=["calm", "sceptic"], iteration=10)
-    (folder / "optimizer.pt").write_bytes(b"trainer state, not exported")
+    (folder / "optimizer.json").write_text("{}")  # trainer state, not exported
     return folder, policy
 
 
@@ -55,7 +55,7 @@ def test_export_writes_peft_adapters_and_manifest(checkpoint, tiny_path, tmp_pat
         "adapter_config.json",
         "adapter_model.safetensors",
     ]
-    assert not (out / "optimizer.pt").exists()
+    assert not (out / "optimizer.json").exists()
     for agent in range(2):
         base = AutoModelForCausalLM.from_pretrained(tiny_path, dtype=torch.float32)
         loaded = PeftModel.from_pretrained(base, str(out / "adapters" / f"agent_{agent}"))
@@ -143,3 +143,93 @@ def test_vllm_serves_an_exported_adapter(model_path, vllm_backend, tmp_path):
     base = torch.tensor(vllm_backend.completion_logprobs(c.prompt_ids, c.completion_ids))
     assert (ours - torch.tensor(c.logprobs)).abs().mean() < 0.1
     assert (base - torch.tensor(c.logprobs)).abs().mean() > 0.01  # the adapter really is applied
+
+
+def listing(folder):
+    return sorted(
+        (str(p.relative_to(folder)), p.read_bytes() if p.is_file() else None) for p in folder.rglob("*")
+    )
+
+
+def test_export_never_deletes_what_it_did_not_write(checkpoint, tmp_path, monkeypatch, capsys):
+    folder, _ = checkpoint
+    run = tmp_path / "run"
+    shutil.copytree(folder, run / "checkpoints" / "iter_000010")
+    (run / "metrics.jsonl").write_text('{"iteration": 0, "kind": "eval"}\n')
+    work = tmp_path / "work"  # a working directory with the user's own files
+    (work / "notes").mkdir(parents=True)
+    (work / "notes" / "todo.txt").write_text("keep me")
+    (work / "paper.tex").write_text("keep me too")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "data.csv").write_text("a,b\n")
+    monkeypatch.chdir(work / "notes")
+    team = tmp_path / "team_folder"  # a team folder outside any run
+    shutil.copytree(folder, team)
+    before = {p: listing(p) for p in (run, work, mine, team)}
+    refused = [
+        (run, str(run), "holds a run (checkpoints, metrics.jsonl)"),
+        (run, str(run / "export"), f"lies inside {run}, which holds a run"),
+        (run, str(run / "checkpoints" / "iter_000010" / "adapters"), f"lies inside {run}, which holds a run"),
+        (run, ".", "is the working directory or a folder above it"),
+        (run, str(work), "is the working directory or a folder above it"),
+        (run, str(tmp_path), "is the working directory or a folder above it"),
+        (run, str(mine), "--overwrite replaces only an earlier export, and"),
+        (run, str(mine / "data.csv"), "is a file"),
+        (team, str(team), "holds or lies inside the checkpoint"),
+        (team, str(team / "adapters"), "holds or lies inside the checkpoint"),
+    ]
+    for source, out, needle in refused:
+        assert main(["export", str(source), "--out", out, "--overwrite"]) == 2, out
+        err = capsys.readouterr().err
+        assert needle in err and len(err.strip().splitlines()) == 1, (out, err)
+    assert {p: listing(p) for p in (run, work, mine, team)} == before
+    assert not [
+        p for p in tmp_path.rglob(".*") if p.name.startswith((".export", ".run", ".mine"))
+    ]  # no leftovers
+    # an earlier export is replaced whole, and nothing else is touched
+    assert main(["export", str(run), "--out", str(tmp_path / "team")]) == 0
+    (tmp_path / "team" / "adapters" / "agent_0" / "stale.txt").write_text("from the earlier export")
+    assert main(["export", str(run), "--out", str(tmp_path / "team"), "--overwrite"]) == 0
+    assert not (tmp_path / "team" / "adapters" / "agent_0" / "stale.txt").exists()
+    assert TeamManifest.load(tmp_path / "team").iteration == 10
+
+
+def test_a_malformed_team_file_is_one_line(checkpoint, tmp_path, capsys):
+    folder, _ = checkpoint
+    bad = tmp_path / "bad"
+    shutil.copytree(folder, bad)
+    team = json.loads((bad / "team.json").read_text())
+    for agent_key, value, needle in [
+        ("adapter", 5, "agents[0].adapter must be a non-empty string, got 5"),
+        ("adapter", "..", "agents[0].adapter '..' does not name an adapter folder"),
+        ("profile", ["a"], "agents[0].profile has the wrong type"),
+    ]:
+        broken = {**team, "agents": [{**team["agents"][0], agent_key: value}, *team["agents"][1:]]}
+        (bad / "team.json").write_text(json.dumps(broken))
+        assert main(["export", str(bad), "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err
+        assert f"{bad / 'team.json'}: {needle}" in err and len(err.strip().splitlines()) == 1, err
+    (bad / "team.json").write_text(json.dumps({**team, "iteration": "ten"}))
+    assert main(["export", str(bad), "--out", str(tmp_path / "out")]) == 2
+    assert "iteration has the wrong type" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_damaged_adapter_is_named_before_a_model_loads(checkpoint, tmp_path, monkeypatch, capsys):
+    from transformers import AutoModelForCausalLM
+
+    monkeypatch.setattr(
+        AutoModelForCausalLM, "from_pretrained", lambda *a, **k: pytest.fail("a model loaded")
+    )
+    folder, _ = checkpoint
+    bad = tmp_path / "bad"
+    shutil.copytree(folder, bad)
+    weights = bad / "adapters" / "agent_1" / "adapter_model.safetensors"
+    weights.write_bytes(b"\x00" * 100)
+    for args in (["export", str(bad), "--out", str(tmp_path / "out")], ["eval", "--task", "arithmetic",
+                 "--checkpoint", str(bad), "--limit", "1", "--out", str(tmp_path / "eval")]):  # fmt: skip
+        assert main(args) == 2
+        err = capsys.readouterr().err
+        assert f"{weights}: not a safetensors file" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "out").exists()

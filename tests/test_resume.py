@@ -3,17 +3,17 @@ SIGKILL mid-way that resumes with no lost or duplicated iteration."""
 
 from __future__ import annotations
 
-import os
+import shutil
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from train_helpers import EXPLICIT, read_jsonl, write_recipe
+from train_helpers import EXPLICIT, read_jsonl, start, tiny_config, write_recipe
 
 from udpo import checkpoint as ckpt
+from udpo.checkpoint import CheckpointError
+from udpo.config import ConfigError, parse_config
 from udpo.team import TeamManifest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -75,14 +75,6 @@ def test_rewind_cuts_append_only_files_back(tmp_path):
         ckpt.rewind_files(tmp_path, {"log.jsonl": {"lines": 2, "bytes": 3}})
 
 
-def start(recipe: Path, *extra: str) -> subprocess.Popen:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [sys.executable, str(REPO / "train_udpo.py"), "--config", str(recipe), *extra]
-    return subprocess.Popen(
-        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-
-
 @pytest.mark.slow
 def test_killed_run_resumes_without_lost_or_repeated_iterations(model_path, tmp_path):
     run, iterations, per_iteration = tmp_path / "run", 4, 2
@@ -133,3 +125,52 @@ def test_killed_run_resumes_without_lost_or_repeated_iterations(model_path, tmp_
         assert state["iteration"] == k and state["optimizer_steps"] == k
         assert state["files"]["trajectories/train.jsonl"]["lines"] == k * per_iteration
         assert TeamManifest.load(ckpts / f"iter_{k:06d}").iteration == k
+
+
+@pytest.mark.slow
+def test_a_start_killed_before_checkpoint_0_restarts_and_shared_checkpoints_run_no_code(model_path, tmp_path):
+    """SIGKILL after metrics.jsonl exists but before checkpoint 0 (during the first evaluation): nothing to
+    resume, so ``--resume latest`` is refused when the config is read and a plain restart works, replacing
+    what the killed attempt wrote. Then the finished run's checkpoint, with a crafted rng.pt in place of
+    its rng state, is refused by the trainer before a model loads, without running the payload."""
+    from test_checkpoint_safety import malicious_pickle
+
+    from udpo.trainer import Trainer
+
+    run = tmp_path / "run"
+    settings = {"output_dir": str(run), "max_iterations": 1, "eval_questions": 1, **EXPLICIT}
+    recipe = write_recipe(tmp_path / "recipe.yaml", model_path, **settings)
+    proc = start(recipe)
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None:
+        if (run / "metrics.jsonl").exists() and not (run / "checkpoints" / "latest").exists():
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, f"run ended before it could be killed:\n{proc.stdout.read()}"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert (run / "metrics.jsonl").exists() and not ckpt.list_checkpoints(run)
+
+    with pytest.raises(ConfigError, match="resume: --resume latest: no checkpoint under .* without --resume"):
+        parse_config(["--config", str(recipe), "--resume", "latest"])
+    restarted = start(recipe)
+    out, _ = restarted.communicate(timeout=600)
+    assert restarted.returncode == 0, out
+    records = read_jsonl(run / "metrics.jsonl")
+    assert [r["kind"] for r in records].count("calibration") == 1  # the killed attempt's line is gone
+    assert [r["iteration"] for r in records if r["kind"] == "eval"] == [0, 1]
+    assert [r["iteration"] for r in records if r["kind"] == "train"] == [1]
+    assert [p.name for p in ckpt.list_checkpoints(run)] == ["iter_000000", "iter_000001"]
+
+    # a shared copy of the finished run, its rng state replaced by a crafted pickle
+    shared = tmp_path / "shared"
+    shutil.copytree(run, shared)
+    marker = tmp_path / "payload_ran"
+    (shared / "checkpoints" / "iter_000001" / "rng.json").unlink()
+    (shared / "checkpoints" / "iter_000001" / "rng.pt").write_bytes(malicious_pickle(marker))
+    config = tiny_config(model_path, shared, max_iterations=1, eval_questions=1, **EXPLICIT, resume="latest")
+    with pytest.raises(
+        CheckpointError, match="rng.pt is a pickle file; loading it could run any code it holds"
+    ):
+        Trainer(config)
+    assert not marker.exists()

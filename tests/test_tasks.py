@@ -268,8 +268,13 @@ def test_malformed_truthfulqa_csv(tmp_path, row, message):
 )
 def test_non_utf8_files_are_named(tmp_path, name, suffix):
     path = tmp_path / f"data.{suffix}"
-    path.write_bytes(b"Question,Best Answer,Incorrect Answers\n\xff\xfe,b,c\n")
-    with pytest.raises(DataError, match=re.escape(f"{path}: not UTF-8 text")):
+    if suffix == "csv":
+        path.write_bytes(b"Question,Best Answer,Incorrect Answers\n\xff\xfe,b,c\n")
+        where = f"{path}"
+    else:  # JSON Lines are decoded line by line: the error names the line
+        path.write_bytes(b'{"question": "1+1?", "answer": "#### 2"}\n{"question": "\xff\xfe"}\n')
+        where = f"{path}:2"
+    with pytest.raises(DataError, match=re.escape(f"{where}: not UTF-8 text")):
         get_task(name).load(get_task(name).splits[0], path)
 
 

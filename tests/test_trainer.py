@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import load_file
 from train_helpers import EXPLICIT, read_jsonl, tiny_config
 
-from udpo.env.models import ModelNotFoundError
+from udpo.config import ConfigError
 from udpo.env.tasks.base import Question
 from udpo.team import TeamManifest
 from udpo.trainer import QuestionSchedule, Trainer, TrainingError, explain_oom, split_warmup
@@ -104,7 +104,13 @@ def test_adapters_change_and_checkpoints_hold_them(trained):
         last = load_file(f"{folder}/adapter_model.safetensors")
         assert first.keys() == last.keys()
         assert any(not torch.equal(first[k], last[k]) for k in first), name
-    for name in ("trainer_state.json", "optimizer.pt", "scheduler.pt", "rng.pt", "calibration.json"):
+    for name in (
+        "trainer_state.json",
+        "optimizer.json",
+        "optimizer.safetensors",
+        "scheduler.json",
+        "rng.json",
+    ):
         assert (ckpts / "iter_000002" / name).is_file(), name
 
 
@@ -179,7 +185,7 @@ def test_replayed_debates_keep_the_recomputed_behavior_logprobs(model_path, tmp_
 
 
 def test_missing_model_is_named(tmp_path):
-    with pytest.raises(ModelNotFoundError, match="/no/such/model"):
+    with pytest.raises(ConfigError, match="model: unknown model '/no/such/model'"):
         Trainer(tiny_config("/no/such/model", tmp_path / "run"))
 
 

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import yaml
+
+REPO = Path(__file__).resolve().parents[1]
 
 #: N=2 agents, T=1 round, 16 new tokens, 2 one-digit additions per iteration
 TINY = {
@@ -47,3 +52,12 @@ def write_recipe(path: Path, model_path: str, **overrides) -> Path:
 
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def start(recipe: Path, *extra: str) -> subprocess.Popen:
+    """``python train_udpo.py --config recipe ...`` in the background, stdout and stderr together."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    cmd = [sys.executable, str(REPO / "train_udpo.py"), "--config", str(recipe), *extra]
+    return subprocess.Popen(
+        cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )

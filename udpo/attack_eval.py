@@ -40,7 +40,7 @@ from udpo.env.attacks import (
 from udpo.env.backends.base import Backend
 from udpo.env.debate import AgentSpec, DebateConfig
 from udpo.env.tasks.base import Question, Task
-from udpo.evaluate import run_debates, write_json
+from udpo.evaluate import previous_debates, run_debates, write_json
 
 METRICS = ("accuracy", "u_intra", "u_inter", "u_sys")
 NATURAL = "natural"
@@ -158,6 +158,7 @@ def _run_row(
         return {**base, **_metrics(summary), "details": plan.report()}
     final, partial = out / name, out / f".{name}.partial"
     if resume and (final / "summary.json").exists():
+        previous_debates(final, resume, plan.debate_config, row_meta)  # a finished row of the same settings
         summary = json.loads((final / "summary.json").read_text(encoding="utf-8"))
         return {**base, **_metrics(summary), "details": summary.get("attack_details", {})}
     if not resume:

@@ -5,8 +5,15 @@ Layout (see trainer_interfaces.md)::
     RUN_DIR/checkpoints/iter_000010/
         team.json, adapters/agent_i/          # the team: loadable by export, eval, vLLM
         trainer_state.json                    # iteration, optimizer steps, append-only file marks
-        optimizer.pt, scheduler.pt, rng.pt, replay.pt, calibration.json
+        optimizer.{json,safetensors}, scheduler.json, rng.{json,safetensors}, replay.json, calibration.json
     RUN_DIR/checkpoints/latest                # name of the newest complete checkpoint
+
+Checkpoints are passed around, so loading one never runs code: every file is JSON or safetensors
+(:func:`save_state` / :func:`load_state`), nothing is unpickled, and :func:`verify` checks a whole
+checkpoint (files, their structure, the adapters' headers) before a model loads. A pickle file in a
+checkpoint (``rng.pt`` of older versions, or a planted one) is refused without being opened. The
+one exception is DeepSpeed's own state (``deepspeed/``), which DeepSpeed reads with pickle: it is
+loaded only when ``UDPO_TRUST_DEEPSPEED_CHECKPOINT=1`` says the checkpoint comes from a trusted source.
 
 A checkpoint is written into a hidden staging folder and renamed into place with ``os.replace``; the
 ``latest`` pointer is replaced last. A reader therefore sees either the previous checkpoint or the
@@ -32,10 +39,20 @@ CHECKPOINTS = "checkpoints"
 LATEST = "latest"
 STATE = "trainer_state.json"
 _NAME = re.compile(r"^iter_(\d{6,})$")
+#: suffixes of pickle files (torch.save, pickle): never loaded from a checkpoint
+PICKLE_SUFFIXES = (".pt", ".pth", ".pkl", ".pickle", ".bin")
+#: set to 1 to let DeepSpeed load its own (pickle) state from a checkpoint you trust
+TRUST_DEEPSPEED_ENV = "UDPO_TRUST_DEEPSPEED_CHECKPOINT"
+_TENSOR, _TUPLE, _DICT = "__tensor__", "__tuple__", "__dict__"
 
 
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, incomplete or does not match the run's files."""
+
+
+def brief(error: BaseException, limit: int = 200) -> str:
+    """``Type: message`` of an error on one line, at most ``limit`` characters of message."""
+    return f"{type(error).__name__}: {' '.join(str(error).split())[:limit]}"
 
 
 def checkpoint_name(iteration: int) -> str:
@@ -133,14 +150,164 @@ def resolve(run_dir: str | os.PathLike, resume: str) -> Path:
 
 
 def read_state(ckpt: Path) -> dict[str, Any]:
-    return read_json(ckpt / STATE)
+    """``trainer_state.json`` of a checkpoint, its keys and types checked."""
+    path = ckpt / STATE
+    state = read_json(path)
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: expected a JSON object")
+    counts = {"iteration": 0, "optimizer_steps": 0, "total_iterations": 0, "world_size": 1}
+    for key, low in counts.items():
+        value = state.get(key)
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise CheckpointError(f"{path}: {key!r} must be an integer >= {low}, got {value!r}")
+    files = state.get("files")
+    if not isinstance(files, dict) or not all(
+        isinstance(mark, dict)
+        and all(isinstance(mark.get(k), int) and mark[k] >= 0 for k in ("lines", "bytes"))
+        for mark in files.values()
+    ):
+        raise CheckpointError(
+            f"{path}: 'files' must map each file to its 'lines' and 'bytes', got {files!r:.100}"
+        )
+    for key in ("history", "config"):
+        if not isinstance(state.get(key, {}), dict):
+            raise CheckpointError(f"{path}: {key!r} must be an object")
+    return state
 
 
 def read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{path}: unreadable ({e})") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise CheckpointError(f"{path}: unreadable ({brief(e)})") from None
+
+
+# --- trainer state as JSON + safetensors -------------------------------------------------------
+def save_state(stem: Path, obj: Any) -> None:
+    """Write ``obj`` (nested dicts, lists, tuples, numbers, strings, None and tensors, e.g. an optimizer's
+    ``state_dict()``) as ``stem.json`` plus, when it holds tensors, ``stem.safetensors``."""
+    from safetensors.torch import save_file
+
+    tensors: dict[str, torch.Tensor] = {}
+    tree = _encode(obj, tensors)
+    if tensors:
+        save_file(tensors, str(stem.with_suffix(".safetensors")))
+    write_json(stem.with_suffix(".json"), tree)
+
+
+def load_state(stem: Path) -> Any:
+    """What :func:`save_state` wrote at ``stem``; a missing, malformed or pickled state is a CheckpointError."""
+    path = stem.with_suffix(".json")
+    if not path.is_file():
+        pickled = [p.name for p in (stem.with_suffix(s) for s in PICKLE_SUFFIXES) if p.exists()]
+        if pickled:
+            raise _pickle_error(stem.parent / pickled[0])
+        raise CheckpointError(f"{path} is missing: the checkpoint is incomplete")
+    tree = read_json(path)
+    tensors: dict[str, torch.Tensor] = {}
+    weights = stem.with_suffix(".safetensors")
+    if weights.exists():
+        from safetensors.torch import load_file
+
+        try:
+            tensors = load_file(str(weights))
+        except Exception as e:  # safetensors raises its own error types for damaged files
+            raise CheckpointError(f"{weights}: not a safetensors file ({brief(e)})") from None
+    try:
+        return _decode(tree, tensors)
+    except (KeyError, TypeError, ValueError, RecursionError) as e:
+        raise CheckpointError(f"{path}: malformed state ({brief(e)})") from None
+
+
+def _encode(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    if isinstance(obj, torch.Tensor):
+        key = str(len(tensors))
+        tensors[key] = obj.detach().cpu().contiguous().clone()
+        return {_TENSOR: key}
+    if isinstance(obj, tuple):
+        return {_TUPLE: [_encode(v, tensors) for v in obj]}
+    if isinstance(obj, list):
+        return [_encode(v, tensors) for v in obj]
+    if isinstance(obj, dict):
+        if all(isinstance(k, str) for k in obj) and not {_TENSOR, _TUPLE, _DICT} & set(obj):
+            return {k: _encode(v, tensors) for k, v in obj.items()}
+        return {_DICT: [[_encode(k, tensors), _encode(v, tensors)] for k, v in obj.items()]}
+    if obj is None or isinstance(obj, bool | int | float | str):
+        return obj
+    raise TypeError(f"cannot save a {type(obj).__name__} in a checkpoint state")
+
+
+def _decode(tree: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    if isinstance(tree, list):
+        return [_decode(v, tensors) for v in tree]
+    if isinstance(tree, dict):
+        if set(tree) == {_TENSOR}:
+            return tensors[tree[_TENSOR]]
+        if set(tree) == {_TUPLE}:
+            return tuple(_decode(v, tensors) for v in tree[_TUPLE])
+        if set(tree) == {_DICT}:
+            return {_hashable(_decode(k, tensors)): _decode(v, tensors) for k, v in tree[_DICT]}
+        return {k: _decode(v, tensors) for k, v in tree.items()}
+    return tree
+
+
+def _hashable(key: Any) -> Any:
+    if isinstance(key, list | dict | torch.Tensor):
+        raise TypeError(f"a {type(key).__name__} cannot be a dictionary key")
+    return key
+
+
+def _pickle_error(path: Path) -> CheckpointError:
+    return CheckpointError(
+        f"{path} is a pickle file; loading it could run any code it holds, so it is refused unopened. "
+        f"UDPO writes checkpoint state as JSON and safetensors only (checkpoints of older versions used "
+        f"pickle: resume one written by this version, or start a new run)"
+    )
+
+
+def verify(ckpt: Path, *, replay: bool, reference: bool, deepspeed: bool) -> None:
+    """Check a whole checkpoint before anything is loaded into a model: the trainer state, every state
+    file (decoded), the calibration, the team manifest and each adapter's safetensors header; no pickle
+    file (DeepSpeed's own state only with ``UDPO_TRUST_DEEPSPEED_CHECKPOINT=1``).
+
+    replay / reference / deepspeed: whether the resuming run needs the replay buffer, the lagged
+    reference adapters, DeepSpeed's state. Raises CheckpointError naming the file at fault."""
+    from udpo.team import TeamManifest, check_adapter_folder
+
+    read_state(ckpt)
+    for folder in (ckpt, ckpt / "adapters", *(ckpt / "adapters").glob("*"), *(ckpt / "reference").glob("*")):
+        for p in folder.glob("*") if folder.is_dir() else ():
+            if p.suffix in PICKLE_SUFFIXES:
+                raise _pickle_error(p)
+    stems = ["rng", *([] if deepspeed else ["optimizer", "scheduler"]), *(["replay"] if replay else [])]
+    for stem in stems:
+        if stem == "replay" and not (ckpt / "replay.json").exists():
+            raise CheckpointError(
+                f"{ckpt} has no replay buffer (written with replay: false); resume with replay: false"
+            )
+        load_state(ckpt / stem)
+    if not isinstance(read_json(ckpt / "calibration.json"), dict):
+        raise CheckpointError(f"{ckpt / 'calibration.json'}: expected a JSON object")
+    try:
+        team = TeamManifest.load(ckpt)
+    except (OSError, ValueError) as e:
+        raise CheckpointError(str(e)) from None
+    folders = list(team.adapter_paths(ckpt).values())
+    if reference:
+        folders += [str(ckpt / "reference" / Path(f).name) for f in folders]
+    for folder in folders:
+        try:
+            check_adapter_folder(folder)
+        except ValueError as e:
+            raise CheckpointError(str(e)) from None
+    if deepspeed:
+        if not (ckpt / "deepspeed").is_dir():
+            raise CheckpointError(f"{ckpt} has no deepspeed/ state: it was not written by a DeepSpeed run")
+        if os.environ.get(TRUST_DEEPSPEED_ENV) != "1":
+            raise CheckpointError(
+                f"{ckpt / 'deepspeed'} is DeepSpeed's own state, which DeepSpeed loads with pickle (it can run "
+                f"code). Resume it only if you trust where it comes from: set {TRUST_DEEPSPEED_ENV}=1"
+            )
 
 
 def _read_latest(root: Path) -> str | None:
@@ -207,19 +374,31 @@ def _count_lines(data: bytes) -> int:
 
 # --- random number generators ----------------------------------------------------------------
 def rng_state() -> dict[str, Any]:
-    """Python, NumPy and torch (CPU and CUDA) generator states of this process."""
-    state = {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
+    """Python, NumPy and torch (CPU and CUDA) generator states of this process (what :func:`save_state`
+    can write: NumPy's key as a list of integers)."""
+    numpy_state = np.random.get_state(legacy=False)
+    numpy_state["state"] = {**numpy_state["state"], "key": numpy_state["state"]["key"].tolist()}
+    state = {"python": random.getstate(), "numpy": numpy_state, "torch": torch.get_rng_state()}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+    """Restore :func:`rng_state`; a state of the wrong shape is a ValueError."""
+    try:
+        numpy_state = dict(state["numpy"])
+        numpy_state["state"] = {
+            **numpy_state["state"],
+            "key": np.asarray(numpy_state["state"]["key"], dtype=np.uint32),
+        }
+        random.setstate(state["python"])
+        np.random.set_state(numpy_state)
+        torch.set_rng_state(state["torch"])
+        if "cuda" in state and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda"])
+    except (KeyError, TypeError, ValueError, RuntimeError, OverflowError) as e:
+        raise ValueError(f"not a random-generator state ({brief(e)})") from None
 
 
 # --- fsync helpers ---------------------------------------------------------------------------

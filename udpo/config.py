@@ -14,6 +14,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import os
 import sys
 import types
 import typing
@@ -23,6 +24,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 ALGORITHMS = ("udpo", "mappo", "rmaac")
+#: the algorithms a run can use today; the others are refused when the config is read
+IMPLEMENTED_ALGORITHMS = ("udpo",)
 TRACKERS = ("none", "jsonl", "wandb", "tensorboard")
 #: per-agent reward coefficients (paper eq. 4 and 6) that may be given explicitly instead of calibrated
 COEFFICIENTS = ("alpha", "beta", "gamma", "lambda_", "eta")
@@ -275,6 +278,7 @@ class TrainConfig:
             "questions_per_iteration",
             "save_steps",
             "replay_capacity",
+            "vllm_max_model_len",
         )
         for name in positive:
             if getattr(self, name) < 1:
@@ -299,26 +303,24 @@ class TrainConfig:
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):
                 raise ConfigError(f"{name} must be a finite number >= 0, got {value}")
-        for name in ("warmup_fraction", "replay_fraction", "lora_dropout", "warmup_ratio"):
+        for name in (
+            "warmup_fraction",
+            "replay_fraction",
+            "lora_dropout",
+            "warmup_ratio",
+            "adam_beta1",
+            "adam_beta2",
+        ):
             if not 0 <= getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         if not 0 <= self.lam <= 1:
             raise ConfigError(f"lam must be in [0, 1], got {self.lam}")
         if not 0 < self.top_p <= 1:
-            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+            raise ConfigError(f"top_p must be in (0, 1] (1: no nucleus truncation), got {self.top_p}")
         if not (self.dual_clip == 0 or (self.dual_clip > 1 and math.isfinite(self.dual_clip))):
             raise ConfigError(f"dual_clip must be 0 (off) or a finite number > 1, got {self.dual_clip}")
         if self.max_iterations is not None:
             self.warmup_for(self.max_iterations * self.update_epochs)  # a warm-up as long as the run
-        minimum = self.max_tokens * (self.rounds * self.n_agents + 1)
-        if self.backend == "vllm" and minimum > self.vllm_max_model_len:
-            raise ConfigError(
-                f"vllm_max_model_len={self.vllm_max_model_len} cannot hold a debate of n_agents={self.n_agents}, "
-                f"rounds={self.rounds}, max_tokens={self.max_tokens}: the last round's prompt carries the "
-                f"agent's {self.rounds} earlier answers and {self.rounds} x {self.n_agents - 1} peer answers "
-                f"({minimum} tokens at max_tokens each, before the question); raise vllm_max_model_len or "
-                f"lower max_tokens"
-            )
         if len(self.reward_weights) not in (0, len(self.reward_functions)):
             raise ConfigError(
                 f"reward_weights needs one weight per reward_functions entry ({len(self.reward_functions)}), "
@@ -331,18 +333,48 @@ class TrainConfig:
                 raise ConfigError(f"reward_functions entry {spec!r} must look like 'package.module:function'")
         if not 0 < self.clip_eps < 1:
             raise ConfigError(f"clip_eps must be in (0, 1), got {self.clip_eps}")
-        if not (self.learning_rate > 0 and math.isfinite(self.learning_rate)):
-            raise ConfigError(f"learning_rate must be > 0, got {self.learning_rate}")
+        for name in ("learning_rate", "adam_epsilon"):
+            value = getattr(self, name)
+            if not (value > 0 and math.isfinite(value)):
+                raise ConfigError(f"{name} must be a finite number > 0, got {value}")
         if self.max_iterations is not None and self.max_iterations < 1:
             raise ConfigError(f"max_iterations must be >= 1, got {self.max_iterations}")
-        if self.max_iterations is None and not self.num_train_epochs > 0:
+        if self.max_iterations is None and not (
+            self.num_train_epochs > 0 and math.isfinite(self.num_train_epochs)
+        ):
             raise ConfigError(
-                f"num_train_epochs must be > 0 (or set max_iterations), got {self.num_train_epochs}"
+                f"num_train_epochs must be a finite number > 0 (or set max_iterations), got "
+                f"{self.num_train_epochs}"
             )
-        if self.max_train_questions is not None and self.max_train_questions < 1:
-            raise ConfigError(f"max_train_questions must be >= 1, got {self.max_train_questions}")
-        if self.save_total_limit is not None and self.save_total_limit < 1:
-            raise ConfigError(f"save_total_limit must be >= 1, got {self.save_total_limit}")
+        optional_positive = ("max_train_questions", "save_total_limit", "vllm_max_loras")
+        for name in optional_positive:
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ConfigError(f"{name} must be >= 1, got {value}")
+        debates = self.questions_per_iteration * self.debates_per_question
+        if self.gradient_accumulation_steps > debates:
+            raise ConfigError(
+                f"gradient_accumulation_steps={self.gradient_accumulation_steps} splits an update of "
+                f"{debates} debates (questions_per_iteration x debates_per_question) into more micro-batches "
+                f"than it has debates; lower it or raise questions_per_iteration"
+            )
+        if not 0 <= self.seed < 2**31:
+            raise ConfigError(f"seed must be in [0, 2**31), got {self.seed}")
+        for name in ("alpha_base", "beta_base", "gamma_base"):
+            value = getattr(self, name)
+            if value is not None and not (value >= 0 and math.isfinite(value)):
+                raise ConfigError(f"{name} must be a finite number >= 0, got {value}")
+        for name in ("model", "output_dir", "task", "train_split", "eval_split"):
+            if not getattr(self, name).strip():
+                raise ConfigError(f"{name} may not be empty")
+        for name in ("agent_models", "lora_target_modules"):
+            value = getattr(self, name)
+            if value is not None and (not value or not all(v.strip() for v in value)):
+                raise ConfigError(f"{name} needs at least one entry and no empty entries, got {value}")
+        if self.resume is not None and not self.resume.strip():
+            raise ConfigError("resume may not be empty: a checkpoint folder, or 'latest' in output_dir")
+        self._validate_engine()
+        self._validate_task()
 
         for name in ("profiles", *COEFFICIENTS):
             value = getattr(self, name)
@@ -425,6 +457,95 @@ class TrainConfig:
             if not self.attack_eval_attacker:
                 raise ConfigError("attack_eval_attacker must be 'base', 'builtin' or a model name")
 
+    def _validate_engine(self) -> None:
+        """Algorithm, dtype and vLLM settings."""
+        from udpo.env.backends.hf import DTYPES
+
+        if self.algorithm not in IMPLEMENTED_ALGORITHMS:
+            raise ConfigError(
+                f"algorithm: {self.algorithm} is not implemented yet; use algorithm: "
+                f"{' or '.join(IMPLEMENTED_ALGORITHMS)}"
+            )
+        if self.dtype != "auto" and self.dtype not in DTYPES:
+            raise ConfigError(f"dtype must be auto, {', '.join(DTYPES)}; got {self.dtype!r}")
+        util = self.vllm_gpu_memory_utilization
+        if util is not None and not 0 < util <= 1:
+            raise ConfigError(f"vllm_gpu_memory_utilization must be in (0, 1], got {util}")
+        kv = self.vllm_kv_cache_gib
+        if kv is not None and not (kv > 0 and math.isfinite(kv)):
+            raise ConfigError(f"vllm_kv_cache_gib must be a finite number > 0, got {kv}")
+        minimum = self.max_tokens * (self.rounds * self.n_agents + 1)
+        if self.backend == "vllm" and minimum > self.vllm_max_model_len:
+            raise ConfigError(
+                f"vllm_max_model_len={self.vllm_max_model_len} cannot hold a debate of n_agents={self.n_agents}, "
+                f"rounds={self.rounds}, max_tokens={self.max_tokens}: the last round's prompt carries the "
+                f"agent's {self.rounds} earlier answers and {self.rounds} x {self.n_agents - 1} peer answers "
+                f"({minimum} tokens at max_tokens each, before the question); raise vllm_max_model_len or "
+                f"lower max_tokens"
+            )
+
+    def _validate_task(self) -> None:
+        """The task exists, takes ``task_options`` and has the two splits."""
+        import inspect
+
+        from udpo.env.tasks import TASK_NAMES, get_task
+
+        if self.task not in TASK_NAMES:
+            raise ConfigError(f"task must be one of {', '.join(TASK_NAMES)}, got {self.task!r}")
+        options = self.task_options or {}
+        params = inspect.signature(type(get_task(self.task)).__init__).parameters
+        named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        takes = [n for n, p in params.items() if n != "self" and p.kind in named]
+        unknown = [k for k in options if k not in takes]
+        if unknown:
+            raise ConfigError(
+                f"task_options: task {self.task} takes {', '.join(takes) if takes else 'no options'}, "
+                f"not {', '.join(map(str, unknown))}"
+            )
+        try:
+            task = get_task(self.task, **options)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"task_options {options!r:.200}: {e}") from None
+        for name in ("train_split", "eval_split"):
+            if getattr(self, name) not in task.splits:
+                raise ConfigError(
+                    f"{name}: task {self.task} has no split {getattr(self, name)!r}; "
+                    f"choose from {', '.join(task.splits)}"
+                )
+
+    def check_paths(self) -> None:
+        """Check the settings that name things on disk, before anything loads: ``output_dir`` can be a
+        run folder, ``resume`` names a checkpoint (``latest``: output_dir holds one), and every model name
+        can name a model (:func:`udpo.env.models.check_model`). Raises ConfigError naming the setting.
+
+        Called by :func:`parse_config` and by the trainer before it loads a model (the disk can change
+        between the two)."""
+        from udpo import checkpoint as ckpt
+        from udpo.env.models import ModelNotFoundError, check_model
+
+        out = Path(self.output_dir).expanduser()
+        for folder in (out, *out.parents):
+            if folder.exists():
+                if not folder.is_dir():
+                    raise ConfigError(f"output_dir {self.output_dir}: {folder} is a file, not a folder")
+                break
+        if self.resume is not None:
+            try:
+                ckpt.resolve(out, self.resume)
+            except ckpt.CheckpointError as e:
+                raise ConfigError(f"resume: {e}") from None
+        models = {
+            "model": self.model,
+            **{f"agent_models[{i}]": m for i, m in enumerate(self.agent_models or [])},
+        }
+        if self.attack_eval != "none" and self.attack_eval_attacker not in ("base", "builtin"):
+            models["attack_eval_attacker"] = self.attack_eval_attacker
+        for name, model in models.items():
+            try:
+                check_model(model)
+            except ModelNotFoundError as e:
+                raise ConfigError(f"{name}: {e}") from None
+
     # ------------------------------------------------------------------------------------------
     def warmup_for(self, total_steps: int) -> int:
         """Warm-up optimizer steps of a run of ``total_steps``: ``warmup_steps`` if > 0, else
@@ -490,7 +611,7 @@ def _coerce(name: str, value: Any, tp: Any) -> Any:
         if isinstance(value, str):
             try:
                 value = json.loads(value)
-            except json.JSONDecodeError as e:
+            except (json.JSONDecodeError, RecursionError) as e:
                 raise ConfigError(f"{name} must be a mapping (JSON on the command line): {e}") from None
         if not isinstance(value, dict):
             raise ConfigError(f"{name} must be a mapping, got {type(value).__name__} {value!r}")
@@ -506,9 +627,9 @@ def _coerce(name: str, value: Any, tp: Any) -> Any:
             raise ConfigError(f"{name} must be a number, got {value!r}")
         try:
             number = float(value) if inner is float else int(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise ConfigError(
-                f"{name} must be {'a number' if inner is float else 'an integer'}, got {value!r}"
+                f"{name} must be {'a number' if inner is float else 'an integer'}, got {value!r:.80}"
             ) from None
         if inner is int and isinstance(value, float) and value != number:
             raise ConfigError(f"{name} must be an integer, got {value!r}")
@@ -538,17 +659,47 @@ def _unknown_key_error(keys: Sequence[str], where: str) -> ConfigError:
     )
 
 
+class _NoAliases(Exception):
+    """A YAML alias (``*name``) in a recipe; carries where it is."""
+
+
+def _recipe_loader():
+    """PyYAML's safe loader without aliases: ``*name`` can expand a few lines into billions of values
+    (a "billion laughs" recipe would hang the parser), and a recipe never needs them."""
+    import yaml
+
+    class RecipeLoader(yaml.SafeLoader):
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                raise _NoAliases(self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+
+    return RecipeLoader
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
-    """The mapping of a recipe file, with unknown keys reported by name (``env:`` sets variables)."""
+    """The mapping of a recipe file, with unknown keys reported by name (``env:`` sets variables).
+
+    An empty file means all defaults. YAML aliases are refused (see ``_recipe_loader``)."""
     import yaml
 
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+        data = yaml.load(path.read_text(encoding="utf-8-sig"), Loader=_recipe_loader())
+    except _NoAliases as e:
+        raise ConfigError(
+            f"{path}:{e.args[0].line + 1}: YAML aliases (*name) are not allowed in a recipe; write the "
+            f"value out"
+        ) from None
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        what = " ".join(str(x) for x in (e.context, e.problem) if x)
+        raise ConfigError(f"{where}: not valid YAML ({what})") from None
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as e:
+        raise ConfigError(f"{path}: not valid YAML ({' '.join(str(e).split())[:300]})") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -561,38 +712,47 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     for key, value in data.items():
         if key != "env":
             _coerce(f"{path}: {key}", value, hints[key])
+    env = data.get("env", {})
+    if not isinstance(env, dict) or not all(
+        isinstance(k, str) and isinstance(v, str | int | float | bool) for k, v in env.items()
+    ):
+        raise ConfigError(f"{path}: env must be a mapping of variable names to values, got {env!r:.80}")
     return data
 
 
 def parse_config(argv: Sequence[str] | None = None, prog: str | None = None) -> TrainConfig:
     """``--config FILE`` plus ``--field value`` overrides (the command line wins) -> TrainConfig.
 
-    ``--help`` prints every field with its help text and exits.
+    The recipe is read once, by :func:`load_yaml`; its ``env:`` variables are set, its values become the
+    parser's defaults. The result is validated (``TrainConfig.validate``) and its paths checked
+    (``TrainConfig.check_paths``) before anything loads. ``--help`` prints every field and exits.
     """
     from trl import TrlParser
 
     args = list(sys.argv[1:] if argv is None else argv)
+    recipe: dict[str, Any] = {}
     if "--config" in args:
         at = args.index("--config")
         if at + 1 >= len(args):
             raise ConfigError("--config needs a YAML file path")
-        load_yaml(args[at + 1])  # named errors for unknown keys and bad YAML before TRL sees it
+        recipe = load_yaml(args[at + 1])
+        del args[at : at + 2]
     flags = [a.split("=", 1)[0][2:].replace("-", "_") for a in args if a.startswith("--")]
-    known = (
-        {f.name for f in fields(TrainConfig)}
-        | {"config", "help"}
-        | {f"no_{f.name}" for f in fields(TrainConfig)}
-    )
+    known = {f.name for f in fields(TrainConfig)} | {"help"} | {f"no_{f.name}" for f in fields(TrainConfig)}
     unknown = [f for f in flags if f not in known]
     if unknown:
         raise _unknown_key_error(unknown, "command line")
+    for key, value in recipe.pop("env", {}).items():
+        os.environ[key] = str(value)
     parser = TrlParser(dataclass_types=[TrainConfig], prog=prog)
+    parser.set_defaults_with_config(**recipe)
     try:
-        (config,) = parser.parse_args_and_config(args)
+        (config,) = parser.parse_args_into_dataclasses(args)
     except ConfigError:
         raise
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    config.check_paths()
     return config
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from udpo.env.backends.base import Backend
 from udpo.env.debate import DebateConfig, DebateEnv, MessageTransform
 from udpo.env.tasks.base import Question, Task
-from udpo.env.trajectory import Trajectory, TrajectoryWriter, read_trajectories
+from udpo.env.trajectory import Trajectory, TrajectoryWriter, iter_numbered_records
 from udpo.rewards import uncertainty
 
 
@@ -42,16 +42,45 @@ def write_json(path: str | os.PathLike, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def check_out_dir(out_dir: str | os.PathLike, resume: bool) -> bool:
-    """True when ``out_dir`` already holds debates to resume; refuses to mix runs without ``resume``."""
+#: run settings a resumed run may change: they say how debates are computed, not what is debated
+MAY_CHANGE_ON_RESUME = ("backend",)
+
+
+def previous_debates(
+    out_dir: str | os.PathLike, resume: bool, debate_config: DebateConfig, meta: dict[str, Any] | None = None
+) -> list[Trajectory]:
+    """The debates ``out_dir/trajectories.jsonl`` already holds ([] when none).
+
+    Without ``resume`` a file with debates is refused (runs are never mixed). With it, every debate
+    must have been run with this run's settings: ``n_agents`` and ``rounds`` (the answer matrix's
+    shape) and every ``meta`` entry the record also has (task, split, model, seed, ...; not those in
+    ``MAY_CHANGE_ON_RESUME``). A last line cut short by a killed run is dropped (its question is
+    debated again). Call it before loading a model: a mismatch costs nothing.
+    """
     path = Path(out_dir) / "trajectories.jsonl"
     if not path.exists() or path.stat().st_size == 0:
-        return False
+        return []
     if not resume:
         raise FileExistsError(
             f"{path} already holds debates; pass --resume to continue it or choose another --out"
         )
-    return True
+    want = {
+        **{k: v for k, v in (meta or {}).items() if k not in MAY_CHANGE_ON_RESUME},
+        "n_agents": debate_config.n_agents,
+        "rounds": debate_config.rounds,
+    }
+    done = []
+    for lineno, record in iter_numbered_records(path):
+        t = Trajectory.from_dict(record)
+        have = {**t.meta, "n_agents": t.n_agents, "rounds": t.n_rounds}
+        differ = [f"{k}={have[k]!r} (now {v!r})" for k, v in want.items() if k in have and have[k] != v]
+        if differ:
+            raise ValueError(
+                f"{path}:{lineno}: debated with {', '.join(differ)}; --resume continues a run with its own "
+                f"settings: use them, or choose another --out"
+            )
+        done.append(t)
+    return done
 
 
 def run_debates(
@@ -69,14 +98,15 @@ def run_debates(
     ``summary.json`` (the summary, with ``meta`` under ``"run"``) at the end.
 
     An ``out_dir`` that already holds debates is refused unless ``resume``: then the questions
-    already debated there are skipped and the summary covers the whole file.
+    already debated there (with the same settings, see :func:`previous_debates`) are skipped and the
+    summary covers the whole file.
     """
     env = DebateEnv(task, backend, debate_config, message_transform=message_transform, meta=meta)
     if out_dir is None:
         trajectories = env.run(questions, progress=progress)
         return trajectories, summarize(trajectories)
     path = Path(out_dir) / "trajectories.jsonl"
-    done = read_trajectories(path) if check_out_dir(out_dir, resume) else []
+    done = previous_debates(out_dir, resume, debate_config, meta)
     seen = {t.question_id for t in done}
     todo = [q for q in questions if q.id not in seen]
     with TrajectoryWriter(path) as writer:

@@ -18,9 +18,12 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from udpo.team import TEAM_FILE, TeamManifest
+from udpo.team import ADAPTER_FILES, TEAM_FILE, TeamManifest
 
-ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+#: what an export folder holds
+EXPORT_ENTRIES = (TEAM_FILE, "adapters", "merged")
+#: files and folders that mark a run directory (training or ``udpo debate`` / ``udpo eval``)
+RUN_MARKS = ("checkpoints", "trainer_state.json", "metrics.jsonl", "trajectories", "trajectories.jsonl")
 
 
 def find_checkpoint(path: str | os.PathLike) -> Path:
@@ -45,21 +48,20 @@ def export_team(
 
     dtype (merged models): "auto" keeps the base model's stored dtype; "fp32", "bf16" or "fp16".
     The export is assembled in a temporary folder and moved into place at the end, so a failure leaves
-    ``out`` untouched; an existing non-empty ``out`` is replaced only with ``overwrite=True``.
+    ``out`` untouched; an existing non-empty ``out`` is replaced only with ``overwrite=True``, and only
+    when it holds an earlier export and nothing else (see :func:`check_out`).
     """
     source = find_checkpoint(checkpoint)
     team = TeamManifest.load(source)
     out = Path(out)
-    if out.exists() and any(out.iterdir()) and not overwrite:
-        raise ValueError(f"{out} exists and is not empty; choose another --out or pass --overwrite")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    check_out(out, source, overwrite)
+    target = out.resolve()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
+        team.check_adapters(source)
         adapters = team.adapter_paths(source)
         for name, folder in adapters.items():
-            for f in ADAPTER_FILES:
-                if not Path(folder, f).exists():
-                    raise FileNotFoundError(f"adapter {name!r}: missing {f} in {folder}")
             (staging / "adapters" / name).mkdir(parents=True)
             for f in ADAPTER_FILES:
                 shutil.copy2(Path(folder, f), staging / "adapters" / name / f)
@@ -71,14 +73,56 @@ def export_team(
             agents = [replace(a, merged=f"merged/{a.adapter_name}") for a in agents]
         exported = replace(team, agents=agents)
         exported.save(staging)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(staging, out)
+        if target.exists():  # an earlier export (check_out): set aside, replaced, then removed
+            old = Path(tempfile.mkdtemp(prefix=f".{target.name}-old-", dir=target.parent))
+            os.replace(target, old / "export")
+            os.replace(staging, target)
+            shutil.rmtree(old)
+        else:
+            os.replace(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     exported.root = out
     return exported
+
+
+def check_out(out: Path, source: Path, overwrite: bool) -> None:
+    """Refuse an output folder the export could damage: the working directory or a folder above it, the
+    checkpoint itself or a folder holding it, a folder that holds a run or lies inside one, a file.
+    A non-empty ``out`` is replaced only with ``overwrite`` and only when it holds an earlier export
+    (``team.json``, ``adapters/``, ``merged/``) and nothing else: an export never deletes what it did
+    not write."""
+    target, cwd, src = out.resolve(), Path.cwd().resolve(), source.resolve()
+    if target == cwd or target in cwd.parents:
+        raise ValueError(
+            f"--out {out} is the working directory or a folder above it; export into a new folder"
+        )
+    for folder in (target, *target.parents):
+        marks = [m for m in RUN_MARKS if (folder / m).exists()]
+        if marks:
+            where = "holds" if folder == target else f"lies inside {folder}, which holds"
+            raise ValueError(f"--out {out} {where} a run ({', '.join(marks)}); export into a new folder")
+    if target == src or target in src.parents or src in target.parents:
+        raise ValueError(
+            f"--out {out} holds or lies inside the checkpoint {source}; export into a new folder"
+        )
+    if not target.exists():
+        return
+    if not target.is_dir():
+        raise ValueError(f"--out {out} is a file")
+    entries = sorted(p.name for p in target.iterdir())
+    if not entries:
+        return
+    if not overwrite:
+        raise ValueError(f"{out} exists and is not empty; choose another --out or pass --overwrite")
+    foreign = [e for e in entries if e not in EXPORT_ENTRIES]
+    if foreign or TEAM_FILE not in entries:
+        raise ValueError(
+            f"--overwrite replaces only an earlier export, and {out} holds "
+            f"{', '.join(foreign[:5]) or f'no {TEAM_FILE}'}{' ...' if len(foreign) > 5 else ''}; "
+            f"export into a new folder"
+        )
 
 
 def merge_adapter(

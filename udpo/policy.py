@@ -149,9 +149,9 @@ class MultiAgentPolicy:
                     n for n, b in zip(self.adapter_names, self.agent_models, strict=True) if b == base
                 )
             )
-            backbone = AutoModelForCausalLM.from_pretrained(
-                path, config=_without_dropout(path), dtype=self.dtype
-            )
+            config = _without_dropout(path)
+            _check_target_modules(config, self.lora.target_modules, base)  # before any weight is read
+            backbone = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=self.dtype)
             backbone.to(self.device)
             peft_model = get_peft_model(backbone, self.lora.peft_config(), adapter_name=names[0])
             snapshots = [n + REFERENCE_SUFFIX for n in names] if reference == "lagged" else []
@@ -505,6 +505,27 @@ def _without_dropout(path: str):
         if ("dropout" in key or "pdrop" in key) and isinstance(value, float):
             setattr(config, key, 0.0)
     return config
+
+
+def _check_target_modules(config, targets: Sequence[str], model: str) -> None:
+    """Raise ValueError naming ``lora_target_modules`` when an entry names no module of the model, matched
+    as PEFT does (the module's name or its last dotted parts). The modules come from a skeleton built
+    on the meta device from the config: no weights are read."""
+    from accelerate import init_empty_weights
+    from transformers import AutoModelForCausalLM
+
+    with init_empty_weights():
+        skeleton = AutoModelForCausalLM.from_config(config)
+    names = [n for n, _ in skeleton.named_modules()]
+    missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
+    if missing:
+        linear = sorted(
+            {n.rsplit(".", 1)[-1] for n, m in skeleton.named_modules() if isinstance(m, torch.nn.Linear)}
+        )
+        raise ValueError(
+            f"lora_target_modules: {', '.join(missing)} name(s) no module of {model}; its linear layers are "
+            f"{', '.join(linear)}"
+        )
 
 
 @dataclass

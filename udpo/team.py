@@ -16,6 +16,8 @@ from udpo.env.backends.base import Backend
 from udpo.env.debate import AgentSpec
 
 TEAM_FILE = "team.json"
+#: the files of one PEFT adapter folder
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
 
 @dataclass
@@ -87,8 +89,12 @@ class TeamManifest:
             raise FileNotFoundError(f"no {TEAM_FILE} in {path.parent}: not a team or checkpoint folder")
         try:
             d = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: invalid JSON ({e})") from None
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
+            from udpo.checkpoint import brief
+
+            raise ValueError(f"{path}: invalid JSON ({brief(e)})") from None
+        if not isinstance(d, dict):
+            raise ValueError(f"{path}: expected a JSON object, got {type(d).__name__}")
         for key in ("base_model", "agents"):
             if key not in d:
                 raise ValueError(f"{path}: missing key {key!r}")
@@ -101,16 +107,45 @@ class TeamManifest:
             unknown = sorted(set(a) - set(AgentEntry.__dataclass_fields__))
             if unknown:
                 raise ValueError(f"{path}: agents[{k}] has unknown key(s) {unknown}")
+            for key in ("name", "adapter"):
+                if not isinstance(a[key], str) or not a[key].strip():
+                    raise ValueError(
+                        f"{path}: agents[{k}].{key} must be a non-empty string, got {a[key]!r:.60}"
+                    )
+            _check_types(
+                path,
+                a,
+                {"profile": (str, type(None)), "base_model": (str, type(None)), "merged": (str, type(None))},
+                f"agents[{k}].",
+            )
+            if Path(a["adapter"]).name in ("", ".", ".."):
+                raise ValueError(
+                    f"{path}: agents[{k}].adapter {a['adapter']!r} does not name an adapter folder"
+                )
             agents.append(AgentEntry(**a))
+        _check_types(
+            path,
+            d,
+            {
+                "base_model": str,
+                "n_agents": int,
+                "shared_adapter": bool,
+                "task": (str, type(None)),
+                "lora": (dict, type(None)),
+                "iteration": int,
+            },
+        )
+        if not d["base_model"].strip():
+            raise ValueError(f"{path}: 'base_model' is empty")
         if d.get("n_agents", len(agents)) != len(agents):
             raise ValueError(f"{path}: n_agents is {d['n_agents']} but {len(agents)} agents are listed")
         return cls(
             base_model=d["base_model"],
             agents=agents,
-            shared_adapter=bool(d.get("shared_adapter", False)),
+            shared_adapter=d.get("shared_adapter", False),
             task=d.get("task"),
             lora=dict(d.get("lora") or {}),
-            iteration=int(d.get("iteration", 0)),
+            iteration=d.get("iteration", 0),
             root=path.parent,
         )
 
@@ -164,14 +199,53 @@ class TeamManifest:
             for a in self.agents
         ]
 
+    def check_adapters(self, root: str | os.PathLike | None = None) -> None:
+        """Raise ValueError naming the file unless every adapter folder holds a loadable PEFT adapter
+        (:func:`check_adapter_folder`); cheap, so callers run it before a model loads."""
+        for folder in self.adapter_paths(root).values():
+            check_adapter_folder(folder)
+
     def register(self, backend: Backend, root: str | os.PathLike | None = None) -> list[str]:
-        """Load every adapter into ``backend`` under its name; returns the names."""
+        """Load every adapter into ``backend`` under its name (checked first); returns the names."""
+        self.check_adapters(root)
         paths = self.adapter_paths(root)
         for name, folder in paths.items():
-            if not Path(folder, "adapter_config.json").exists():
-                raise FileNotFoundError(f"adapter {name!r}: no adapter_config.json in {folder}")
             backend.load_adapter(name, folder)
         return list(paths)
+
+
+def check_adapter_folder(folder: str | os.PathLike) -> None:
+    """Raise ValueError naming the file unless ``folder`` holds ``adapter_config.json`` (a JSON object)
+    and ``adapter_model.safetensors`` (whose header parses; safetensors never runs code)."""
+    from safetensors import safe_open
+
+    from udpo.checkpoint import brief
+
+    config, weights = (Path(folder, f) for f in ADAPTER_FILES)
+    for path in (config, weights):
+        if not path.is_file():
+            raise ValueError(f"{path} is missing")
+    try:
+        if not isinstance(json.loads(config.read_text(encoding="utf-8")), dict):
+            raise ValueError("not an object")
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise ValueError(f"{config}: not a JSON object ({brief(e)})") from None
+    try:
+        with safe_open(str(weights), framework="pt") as fh:
+            fh.keys()
+    except Exception as e:  # safetensors raises its own error types for damaged files
+        raise ValueError(f"{weights}: not a safetensors file ({brief(e)})") from None
+
+
+def _check_types(path: Path, d: dict, types: dict[str, type | tuple[type, ...]], prefix: str = "") -> None:
+    """Raise ValueError naming ``path`` and the key when a present key of ``d`` has the wrong type."""
+    for key, kind in types.items():
+        value = d.get(key)
+        wrong = key in d and (not isinstance(value, kind) or isinstance(value, bool) and kind is int)
+        if wrong:
+            raise ValueError(
+                f"{path}: {prefix}{key} has the wrong type ({type(value).__name__} {value!r:.60})"
+            )
 
 
 def save_team(

@@ -239,11 +239,12 @@ class Trainer:
         )
         self.warmup_steps = config.warmup_for(self.total_iterations * config.update_epochs)
         self._check_context([*self.train_set, *self.warmup_set, *self.eval_set])
-        if config.questions_per_iteration * config.debates_per_question < self.world:
+        debates = config.questions_per_iteration * config.debates_per_question
+        if debates < self.world * config.gradient_accumulation_steps:
             raise ValueError(
-                f"questions_per_iteration x debates_per_question = "
-                f"{config.questions_per_iteration * config.debates_per_question} debates cannot be shared by "
-                f"{self.world} processes; raise questions_per_iteration"
+                f"questions_per_iteration x debates_per_question = {debates} debates cannot be shared by "
+                f"{self.world} processes with gradient_accumulation_steps={config.gradient_accumulation_steps} "
+                f"micro-batches each; raise questions_per_iteration"
             )
 
     def _check_context(self, questions: Sequence[Question]) -> None:
@@ -333,12 +334,39 @@ class Trainer:
             self._prepare_deepspeed()
 
     def _check_run_dir(self) -> None:
-        started = (self.run_dir / METRICS_FILE).exists() or ckpt.list_checkpoints(self.run_dir)
-        if started and self.config.resume is None:
+        """Before anything loads: the paths the config names, the checkpoint to resume (whole), and a
+        run directory that holds a run only with ``resume``. A directory whose run was stopped before
+        its first checkpoint holds nothing to resume: a new start replaces what that attempt wrote."""
+        cfg = self.config
+        cfg.check_paths()
+        if cfg.resume is not None:
+            self._verify_checkpoint(ckpt.resolve(self.run_dir, cfg.resume))
+        elif ckpt.list_checkpoints(self.run_dir):
             raise TrainingError(
-                f"output_dir {self.run_dir} already holds a run (metrics.jsonl or checkpoints); pass "
-                f"--resume latest to continue it, or choose a new output_dir"
+                f"output_dir {self.run_dir} already holds a run (checkpoints); pass --resume latest to "
+                f"continue it, or choose a new output_dir"
             )
+        elif (self.run_dir / METRICS_FILE).exists() and not self._interrupted_start():
+            raise TrainingError(
+                f"output_dir {self.run_dir} holds a {METRICS_FILE} that is not a UDPO run's; choose a new "
+                f"output_dir"
+            )
+
+    def _interrupted_start(self) -> bool:
+        """Whether the run directory's metrics are a UDPO run's (every line a record with a "kind")."""
+        try:
+            whole = (self.run_dir / METRICS_FILE).read_bytes().split(b"\n")[:-1]  # not a line cut short
+        except OSError:
+            return False
+        return all(b'"kind"' in line and b'"iteration"' in line for line in whole if line.strip())
+
+    def _verify_checkpoint(self, path: Path) -> None:
+        ckpt.verify(
+            path,
+            replay=self.config.replay,
+            reference=self.config.reference == "lagged",
+            deepspeed=self.deepspeed,
+        )
 
     def _make_algorithm(self, coefficients):
         """The configured algorithm with the run's per-agent coefficients."""
@@ -761,11 +789,11 @@ class Trainer:
             if cfg.reference == "lagged":
                 self.policy.save_adapters(staging / "reference", reference=True)
             if not self.deepspeed:
-                torch.save(self.optimizer.state_dict(), staging / "optimizer.pt")
-                torch.save(self.scheduler.state_dict(), staging / "scheduler.pt")
-            torch.save(rng_states, staging / "rng.pt")
+                ckpt.save_state(staging / "optimizer", self.optimizer.state_dict())
+                ckpt.save_state(staging / "scheduler", self.scheduler.state_dict())
+            ckpt.save_state(staging / "rng", rng_states)
             if self.replay is not None:
-                torch.save(self.replay.state_dict(), staging / "replay.pt")
+                ckpt.save_state(staging / "replay", self.replay.state_dict())
             ckpt.write_json(staging / "calibration.json", self.calibration)
             state = {
                 "iteration": iteration,
@@ -783,7 +811,11 @@ class Trainer:
         return final
 
     def load_checkpoint(self, path: Path) -> None:
-        """Restore everything ``save_checkpoint`` wrote and rewind the append-only files."""
+        """Restore everything ``save_checkpoint`` wrote and rewind the append-only files.
+
+        Nothing in a checkpoint is unpickled (see udpo.checkpoint); a file that does not fit this run
+        is a CheckpointError naming it."""
+        self._verify_checkpoint(path)
         state = ckpt.read_state(path)
         ignored = {
             "resume",
@@ -807,19 +839,26 @@ class Trainer:
                 f"sampling differs from an uninterrupted run",
                 file=sys.stderr,
             )
-        self.policy.load_adapters(path / "adapters")
+        with _names_file(path / "adapters"):
+            self.policy.load_adapters(path / "adapters")
         if self.config.reference == "lagged":
-            self.policy.load_adapters(path / "reference", reference=True)
+            with _names_file(path / "reference"):
+                self.policy.load_adapters(path / "reference", reference=True)
         if self.deepspeed:
             self.accelerator.load_state(str(path / "deepspeed"))
         else:
-            self.optimizer.load_state_dict(torch.load(path / "optimizer.pt", weights_only=False))
-            self.scheduler.load_state_dict(torch.load(path / "scheduler.pt", weights_only=False))
-        self._use_calibration(ckpt.read_json(path / "calibration.json"))  # builds the replay buffer
+            with _names_file(path / "optimizer.json"):
+                self.optimizer.load_state_dict(ckpt.load_state(path / "optimizer"))
+            with _names_file(path / "scheduler.json"):
+                self.scheduler.load_state_dict(ckpt.load_state(path / "scheduler"))
+        with _names_file(path / "calibration.json"):
+            self._use_calibration(ckpt.read_json(path / "calibration.json"))  # builds the replay buffer
         if self.replay is not None:
-            self.replay.load_state_dict(torch.load(path / "replay.pt", weights_only=False))
-        rng_states = torch.load(path / "rng.pt", weights_only=False)
-        ckpt.set_rng_state(rng_states[self.rank % len(rng_states)])
+            with _names_file(path / "replay.json"):
+                self.replay.load_state_dict(ckpt.load_state(path / "replay"))
+        with _names_file(path / "rng.json"):
+            rng_states = ckpt.load_state(path / "rng")
+            ckpt.set_rng_state(rng_states[self.rank % len(rng_states)])
         self.iteration = state["iteration"]
         self.optimizer_steps = state["optimizer_steps"]
         self.history = state.get("history", {})
@@ -845,6 +884,8 @@ class Trainer:
         if cfg.resume is not None:
             resumed = ckpt.resolve(self.run_dir, cfg.resume)
             self.load_checkpoint(resumed)
+        elif self.main:  # a start stopped before checkpoint 0 left its metrics (see _check_run_dir)
+            ckpt.rewind_files(self.run_dir, {rel: {"lines": 0, "bytes": 0} for rel in APPEND_ONLY})
         self.tracker = Tracker(
             self.run_dir, self.accelerator, cfg.report_to, cfg.run_name or self.run_dir.name, cfg.to_dict()
         )
@@ -917,6 +958,17 @@ class Trainer:
 
 
 # -----------------------------------------------------------------------------------------------
+@contextmanager
+def _names_file(path: Path) -> Iterator[None]:
+    """Re-raise what goes wrong while loading a checkpoint file as a CheckpointError naming the file."""
+    try:
+        yield
+    except ckpt.CheckpointError:
+        raise
+    except Exception as e:  # a damaged or foreign file fails in many ways inside torch, PEFT, safetensors
+        raise ckpt.CheckpointError(f"{path}: does not fit this run ({ckpt.brief(e, 300)})") from None
+
+
 def _set_behavior(batch, agent: int, debates: list[int], flat: list[torch.Tensor]) -> None:
     """Make ``flat`` (per-round tensors ordered as ``batch.agent_sequences(agent)``) the behavior log-probs
     of ``debates`` (positions in ``batch``), in the batch and in the stored trajectories."""

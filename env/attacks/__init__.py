@@ -42,7 +42,7 @@ class AttackConfig:
         model alias, folder or Hub id, loaded with ``attacker_backend``.
     attacker_backend: backend for a separate attacker model ("hf", "vllm", "openai").
     attacker_base_url: server of an "openai" attacker backend (None: the backend's default,
-        ``http://127.0.0.1:8000/v1``); the API key is read from ``OPENAI_API_KEY``.
+        ``http://127.0.0.1:8000/v1``); the API key is read from ``UDPO_API_KEY`` or ``OPENAI_API_KEY``.
     seed: seeds the attacker's sampling, the AutoTransform cache entry and AutoInject's draws.
     p_message / p_sentence: AutoInject's Pm (a message is attacked) and Pe (a sentence of it is).
     temperature: attacker sampling temperature (None: 0.7 for AutoTransform, greedy for AutoInject).

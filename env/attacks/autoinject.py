@@ -26,14 +26,20 @@ from dataclasses import dataclass, field
 
 from ..backends.base import Backend, BackendError, ChatRequest, SamplingParams
 from ..tasks.base import Question
+from ..tasks.parsing import MAX_REPLY_CHARS
 from .errors import AttackError
 
-#: end of a sentence: terminal punctuation (plus closing quotes/brackets) followed by a space or the end
-_SENTENCE_END = re.compile(r"[.!?]+[\"')\]]*(?=\s|$)")
+#: end of a sentence: terminal punctuation (plus closing quotes/brackets) followed by a space or the end;
+#: it starts at the first mark of a run, so a long run ("!!!...") is tried once, not once per mark
+_SENTENCE_END = re.compile(r"(?<![.!?])[.!?]+[\"')\]]*(?=\s|$)")
 #: structure at the start of a line that is not part of a sentence: indentation, bullets, numbering
 _LINE_PREFIX = re.compile(r"^[ \t]*(?:(?:[-*+\u2022]|\d+[.)]|#+|>)[ \t]+)?")
 _ALNUM = re.compile(r"\w")
-_KEYED_LINE = re.compile(r"^\s*\[(\d+)\]\s*[:.)-]?\s*(.*?)\s*$")
+_KEYED_LINE = re.compile(r"\s*\[(\d{1,6})\]\s*[:.)-]?(.*)")  # the rest of the line, stripped by clean_rewrite
+_SPACES = re.compile(r"\s*")
+_SPACE = re.compile(r"\s")
+#: sentences are split in a message's first this many characters (about 2k tokens), the rest is kept verbatim
+MAX_MESSAGE_CHARS = 8_192
 
 
 @dataclass
@@ -57,8 +63,18 @@ class Segmented:
 
 
 def split_sentences(text: str) -> Segmented:
-    """Split ``text`` into sentence bodies and the verbatim text around them (lossless)."""
-    pieces: list[str] = []
+    """Split ``text`` into sentence bodies and the verbatim text around them (lossless).
+
+    Sentences are looked for in the first ``MAX_MESSAGE_CHARS`` characters (up to a whitespace just after
+    them, when there is one); the rest of a longer message is one verbatim piece, which bounds the time
+    on any model output.
+    """
+    rest = ""
+    if len(text) > MAX_MESSAGE_CHARS:
+        space = _SPACE.search(text, MAX_MESSAGE_CHARS, MAX_MESSAGE_CHARS + 256)
+        cut = space.start() if space else MAX_MESSAGE_CHARS
+        text, rest = text[:cut], text[cut:]
+    pieces: list[list[str]] = []  # each piece as its parts, joined at the end (linear time)
     bodies: list[int] = []
 
     def add(piece: str, body: bool) -> None:
@@ -66,11 +82,11 @@ def split_sentences(text: str) -> Segmented:
             return
         if body and _ALNUM.search(piece):
             bodies.append(len(pieces))
-            pieces.append(piece)
-        elif pieces and len(pieces) - 1 not in bodies:
-            pieces[-1] += piece
+            pieces.append([piece])
+        elif pieces and (not bodies or bodies[-1] != len(pieces) - 1):
+            pieces[-1].append(piece)  # verbatim text after verbatim text: one piece
         else:
-            pieces.append(piece)
+            pieces.append([piece])
 
     for line in text.splitlines(keepends=True):
         content = line.rstrip("\r\n")
@@ -79,9 +95,9 @@ def split_sentences(text: str) -> Segmented:
         pos = prefix.end() if prefix else 0
         add(content[:pos], body=False)
         while pos < len(content):
-            lead = len(content[pos:]) - len(content[pos:].lstrip())
-            add(content[pos : pos + lead], body=False)
-            pos += lead
+            lead = _SPACES.match(content, pos).end()
+            add(content[pos:lead], body=False)
+            pos = lead
             if pos >= len(content):
                 break
             end = _SENTENCE_END.search(content, pos)
@@ -90,7 +106,8 @@ def split_sentences(text: str) -> Segmented:
             add(content[stop:after], body=False)
             pos = after
         add(newline, body=False)
-    return Segmented(pieces, bodies)
+    add(rest, body=False)
+    return Segmented(["".join(parts) for parts in pieces], bodies)
 
 
 def derived_seed(*parts: object) -> int:
@@ -102,14 +119,16 @@ def derived_seed(*parts: object) -> int:
 # ---------------------------------------------------------------------------------------------
 # the built-in corruption (offline, deterministic): used when no attacker model is wanted and
 # for keys the attacker model fails to rewrite
-_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?![\w.]\d)")
+_NUMBER = re.compile(r"(?<![\w.])-?\d{1,18}(?:,\d{3})*(?:\.\d{1,18})?(?![\w.]\d)")
 _OPTION = re.compile(r"\(([A-J])\)")
 _AUXILIARY = re.compile(r"\b(is|are|was|were|can|will|should|does|do|did|has|have|must)\b", re.I)
 
 
 def builtin_corruption(sentence: str, rng: random.Random) -> str:
-    """A rewrite of ``sentence`` that states something false, always different from it."""
-    numbers = list(_NUMBER.finditer(sentence))
+    """A rewrite of ``sentence`` that states something false, always different from it (a number, an
+    option or a verb in its last ``MAX_MESSAGE_CHARS`` characters is changed)."""
+    start = max(0, len(sentence) - MAX_MESSAGE_CHARS)
+    numbers = list(_NUMBER.finditer(sentence, start))
     if numbers:
         m = numbers[-1]
         raw = m.group().replace(",", "")
@@ -120,12 +139,12 @@ def builtin_corruption(sentence: str, rng: random.Random) -> str:
         else:
             new = str(int(raw) + delta)
         return sentence[: m.start()] + new + sentence[m.end() :]
-    options = list(_OPTION.finditer(sentence))
+    options = list(_OPTION.finditer(sentence, start))
     if options:
         m = options[-1]
         others = [c for c in "ABCDE" if c != m.group(1)]
         return sentence[: m.start(1)] + rng.choice(others) + sentence[m.end(1) :]
-    aux = _AUXILIARY.search(sentence)
+    aux = _AUXILIARY.search(sentence, start)
     if aux:
         return sentence[: aux.end()] + " not" + sentence[aux.end() :]
     keep_case = sentence[1:2].isupper() or sentence[1:2] in ("", " ")  # "I ...", "NASA ..."
@@ -149,17 +168,19 @@ _REQUEST = (
 
 
 def clean_rewrite(text: str) -> str:
-    """An attacker's sentence as a body: one line, no wrapping quotes, no end punctuation."""
-    text = " ".join(text.split())
+    """An attacker's sentence as a body: one line, no wrapping quotes, no end punctuation (read from the
+    first ``MAX_REPLY_CHARS`` characters)."""
+    text = " ".join(text[:MAX_REPLY_CHARS].split())
     if len(text) >= 2 and text[0] == text[-1] and text[0] in "\"'`":
         text = text[1:-1].strip()
     return text.rstrip(".!? ").strip()
 
 
 def parse_keyed(text: str, keys: Sequence[int]) -> dict[int, str]:
-    """The ``[k] sentence`` lines of ``text`` for the wanted keys (first occurrence wins)."""
+    """The ``[k] sentence`` lines of ``text`` for the wanted keys (first occurrence wins; the first
+    ``MAX_REPLY_CHARS`` characters are read)."""
     wanted, found = set(keys), {}
-    for line in text.splitlines():
+    for line in text[:MAX_REPLY_CHARS].splitlines():
         m = _KEYED_LINE.match(line)
         if m and int(m.group(1)) in wanted and int(m.group(1)) not in found:
             body = clean_rewrite(m.group(2))

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from ..backends.base import Backend, BackendError, ChatRequest, SamplingParams
 from ..models import cache_dir as udpo_cache_dir
+from ..tasks.parsing import MAX_REPLY_CHARS
 from .errors import AttackError
 
 _NUMERIC = (
@@ -125,8 +126,9 @@ def cache_path(
 
 
 def clean_profile(text: str) -> str:
-    """The profile inside an attacker reply: without a "Here is..." line, code fences or wrapping quotes."""
-    text = text.strip()
+    """The profile inside an attacker reply: without a "Here is..." line, code fences or wrapping quotes
+    (the reply's first ``MAX_REPLY_CHARS`` characters are read)."""
+    text = text[:MAX_REPLY_CHARS].strip()
     first, _, rest = text.partition("\n")
     if rest and re.match(r"^(sure|here|okay|ok|certainly)\b.*:\s*$", first.strip(), re.I):
         text = rest.strip()

@@ -10,6 +10,7 @@ greedy requests report temperature-1 log-probs).
 from __future__ import annotations
 
 import abc
+import math
 from dataclasses import dataclass, field, replace
 
 
@@ -31,6 +32,14 @@ class SamplingParams:
     max_tokens: int = 256
     seed: int | None = None
     logprobs: bool = True
+
+    def __post_init__(self) -> None:
+        if not (self.temperature >= 0 and math.isfinite(self.temperature)):
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
 
     def with_(self, **changes) -> SamplingParams:
         return replace(self, **changes)

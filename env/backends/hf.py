@@ -13,20 +13,23 @@ import torch
 from .base import Backend, BackendError, ChatRequest, Completion, SamplingParams
 from .chat import chat_prompt_ids, prompt_ids_of, sampling_temperature
 
+#: dtype names accepted everywhere a dtype is set (besides "auto")
+DTYPES = {
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+    "fp32": torch.float32,
+    "float32": torch.float32,
+}
+
 
 def pick_dtype(name: str, device: str) -> torch.dtype:
     """ "auto" is bf16 on GPU and fp32 on CPU (bf16 matmuls are slow on most CPUs)."""
     if name == "auto":
         return torch.bfloat16 if device.startswith("cuda") else torch.float32
     try:
-        return {
-            "bf16": torch.bfloat16,
-            "bfloat16": torch.bfloat16,
-            "fp16": torch.float16,
-            "float16": torch.float16,
-            "fp32": torch.float32,
-            "float32": torch.float32,
-        }[name]
+        return DTYPES[name]
     except KeyError:
         raise ValueError(f"unknown dtype {name!r}; use auto, bf16, fp16 or fp32") from None
 

@@ -37,6 +37,26 @@ from .base import Backend, BackendError, ChatRequest, Completion
 
 #: answers worth another try: request timeout, conflict, too early, rate limit, server errors
 RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+#: environment variables the API key is read from, first set wins (never from a command line, which
+#: every user of the machine can read in the process list)
+API_KEY_ENV = ("UDPO_API_KEY", "OPENAI_API_KEY")
+
+
+def api_key_from_env() -> str | None:
+    """The API key in ``$UDPO_API_KEY``, else ``$OPENAI_API_KEY``, else None."""
+    return next((os.environ[k] for k in API_KEY_ENV if os.environ.get(k)), None)
+
+
+def read_api_key_file(path: str | os.PathLike) -> str:
+    """The API key in a file (its first line, spaces stripped); errors name the file, never its content."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            key = fh.readline(4096).strip()
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"API key file {path}: cannot read it ({type(e).__name__})") from None
+    if not key:
+        raise ValueError(f"API key file {path}: its first line is empty")
+    return key
 
 
 class OpenAIBackend(Backend):
@@ -44,7 +64,8 @@ class OpenAIBackend(Backend):
 
     base_url: the server's OpenAI root, e.g. ``http://127.0.0.1:8000/v1``.
     model: the base model's served name (None: the first model the server lists that is not a
-        LoRA adapter). api_key: sent as a bearer token (None: ``$OPENAI_API_KEY``, or none).
+        LoRA adapter). api_key: sent as a bearer token (None: ``$UDPO_API_KEY``, else
+        ``$OPENAI_API_KEY``, else none; see :func:`api_key_from_env`).
     max_concurrency: requests in flight at once. timeout: seconds per attempt.
     max_retries: further attempts after a retryable failure. backoff: first wait in seconds,
         doubled per attempt (with jitter, at most ``max_backoff``; a ``Retry-After`` header wins).
@@ -82,7 +103,7 @@ class OpenAIBackend(Backend):
         self.max_backoff = max_backoff
         self._vllm = vllm_extras
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
-        api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        api_key = api_key if api_key is not None else api_key_from_env()
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(
             headers=headers,

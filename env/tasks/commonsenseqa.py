@@ -11,7 +11,18 @@ from __future__ import annotations
 import os
 
 from .base import Question
-from .data import DataError, HubDataset, get_field, half_of, iter_jsonl, load_hub, resolve_source, take
+from .data import (
+    DataError,
+    HubDataset,
+    get_field,
+    get_text,
+    half_of,
+    iter_jsonl,
+    load_hub,
+    resolve_source,
+    strings,
+    take,
+)
 from .formats import ChoiceTask, choice_text
 from .parsing import LETTERS
 
@@ -47,8 +58,13 @@ class CommonsenseQA(ChoiceTask):
 
 def _question(where: str, record: dict) -> Question:
     choices = get_field(record, "choices", where, dict)
-    labels = [str(x).strip().upper() for x in get_field(choices, "label", f"{where}: in 'choices'", list)]
-    texts = [str(x).strip() for x in get_field(choices, "text", f"{where}: in 'choices'", list)]
+    inside = f"{where}: in 'choices'"
+    labels = [
+        x.strip().upper() for x in strings(get_field(choices, "label", inside, list), f"{inside}, 'label'")
+    ]
+    texts = [x.strip() for x in strings(get_field(choices, "text", inside, list), f"{inside}, 'text'")]
+    if not all(texts):
+        raise DataError(f"{inside}: an empty choice text")
     if len(labels) != len(texts) or labels != list(LETTERS[: len(labels)]) or len(labels) < 2:
         raise DataError(f"{where}: choices should be labelled A, B, C, ... one per text, got {labels}")
     gold = get_field(record, "answerKey", where).strip().upper()
@@ -56,7 +72,7 @@ def _question(where: str, record: dict) -> Question:
         raise DataError(f"{where}: answerKey {gold!r} is not one of the choice labels {labels}")
     return Question(
         id=str(get_field(record, "id", where)),
-        text=choice_text(get_field(record, "question", where), texts),
+        text=choice_text(get_text(record, "question", where), texts),
         gold=gold,
         options=tuple(texts),
         meta={"concept": record.get("question_concept")},

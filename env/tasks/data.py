@@ -17,13 +17,14 @@ from __future__ import annotations
 import contextlib
 import csv
 import hashlib
-import json
 import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
+
+from ..jsonl import iter_jsonl as read_jsonl
 
 #: environment variable naming the data root (the shared/data layout)
 DATA_DIR_ENV = "UDPO_DATA_DIR"
@@ -118,49 +119,81 @@ def load_hub(dataset: HubDataset, split: str) -> list[dict[str, Any]]:
 
 
 def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
-    """``(line number, object)`` for each non-blank line of a JSON Lines file."""
-    with _utf8(path) as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{line_no}: not valid JSON ({e.msg} at column {e.colno})") from e
-            if not isinstance(record, dict):
-                raise DataError(f"{path}:{line_no}: expected a JSON object, got {type(record).__name__}")
-            yield line_no, record
+    """``(line number, object)`` for each non-blank line of a JSON Lines file (read by
+    :func:`udpo.env.jsonl.iter_jsonl`); a file without any record is an error naming it."""
+    empty = True
+    for line_no, record in read_jsonl(path, error=DataError):
+        empty = False
+        yield line_no, record
+    if empty:
+        raise DataError(f"{path}: no records (the file is empty)")
 
 
 def iter_csv(path: str | os.PathLike, required: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
     """``(line number, row)`` for each row of a CSV file with a header holding ``required`` columns.
 
     The line number is where the row ends (quoted fields may span lines). A row with more or fewer
-    fields than the header is an error.
+    fields than the header is an error, and so is a quote inside a field that is not quoted as a
+    whole (``a "b" c`` instead of ``"a ""b"" c"``: the file was cut or written by hand). UTF-8 with
+    or without a byte-order mark; an empty file or a header without rows is an error naming the file.
     """
     with _utf8(path, newline="") as f:
-        reader = csv.DictReader(f, restkey="\0extra", strict=True)
+        lines = _Recorder(f)
+        reader = csv.DictReader(lines, restkey="\0extra", strict=True)
         try:
-            header = reader.fieldnames or []
+            header = reader.fieldnames
+            if not header:
+                raise DataError(f"{path}: empty file, expected a header with columns {', '.join(required)}")
             missing = [c for c in required if c not in header]
             if missing:
                 raise DataError(
                     f"{path}: missing column(s) {', '.join(missing)} (header: {', '.join(header)})"
                 )
+            rows = 0
+            lines.record = []
             for row in reader:
                 extra = row.pop("\0extra", [])
                 if extra or None in row.values():
                     n = len(header) + len(extra) - sum(v is None for v in row.values())
                     raise DataError(f"{path}:{reader.line_num}: {n} fields, the header has {len(header)}")
+                raw = "".join(lines.record)
+                for value in row.values():
+                    if '"' in value and '"' + value.replace('"', '""') + '"' not in raw:
+                        raise DataError(
+                            f"{path}:{reader.line_num}: stray quote in the field {value[:60]!r}: a field "
+                            f'holding " must be quoted as a whole, with each " doubled'
+                        )
+                lines.record = []
+                rows += 1
                 yield reader.line_num, row
+            if not rows:
+                raise DataError(f"{path}: a header but no rows")
         except csv.Error as e:
             raise DataError(f"{path}:{reader.line_num}: malformed CSV ({e})") from e
 
 
+class _Recorder:
+    """Iterates over the lines of a text file, keeping the lines read since ``record`` was reset (the
+    raw text of the CSV row being read)."""
+
+    def __init__(self, lines: Iterator[str]):
+        self._lines = lines
+        self.record: list[str] = []
+
+    def __iter__(self) -> _Recorder:
+        return self
+
+    def __next__(self) -> str:
+        line = next(self._lines)
+        self.record.append(line)
+        return line
+
+
 @contextlib.contextmanager
 def _utf8(path: str | os.PathLike, newline: str | None = None) -> Iterator[TextIO]:
-    """The file opened as UTF-8 text; a decoding error becomes a DataError naming the file."""
-    with open(path, encoding="utf-8", newline=newline) as f:
+    """The file opened as UTF-8 text (a byte-order mark is skipped); a decoding error becomes a
+    DataError naming the file."""
+    with open(path, encoding="utf-8-sig", newline=newline) as f:
         try:
             yield f
         except UnicodeDecodeError as e:
@@ -175,6 +208,22 @@ def get_field(record: Mapping[str, Any], key: str, where: str, kind: type = str)
     if not isinstance(value, kind):
         raise DataError(f"{where}: {key!r} should be {kind.__name__}, got {type(value).__name__}")
     return value
+
+
+def get_text(record: Mapping[str, Any], key: str, where: str) -> str:
+    """``record[key]`` as a non-empty string (surrounding spaces removed); errors name ``where`` and the key."""
+    value = get_field(record, key, where).strip()
+    if not value:
+        raise DataError(f"{where}: {key!r} is empty")
+    return value
+
+
+def strings(values: list, where: str) -> list[str]:
+    """``values`` when every one is a string, else a DataError naming ``where``."""
+    bad = next((v for v in values if not isinstance(v, str)), None)
+    if bad is not None:
+        raise DataError(f"{where}: entries must be strings, got {type(bad).__name__} {bad!r:.60}")
+    return values
 
 
 def half_of(key: str) -> str:

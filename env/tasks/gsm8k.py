@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 
 from .base import Question
-from .data import DataError, HubDataset, get_field, iter_jsonl, load_hub, resolve_source, take
+from .data import DataError, HubDataset, get_field, get_text, iter_jsonl, load_hub, resolve_source, take
 from .formats import NumericTask
 from .parsing import normalize_number
 
@@ -52,7 +52,7 @@ class GSM8K(NumericTask):
             raise DataError(f"{where}: 'answer' should end with '#### <number>', got ...{solution[-40:]!r}")
         return Question(
             id=f"gsm8k-{split}-{index}",
-            text=get_field(record, "question", where).strip(),
+            text=get_text(record, "question", where),
             gold=gold,
             meta={"solution": solution},
         )

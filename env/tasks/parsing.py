@@ -7,6 +7,11 @@ Every parser returns a normalized string or ``None`` (SPEC sections 1 and 6):
   agree to 6 decimals therefore give the same string, so string equality is numeric comparison
   with a 1e-6 tolerance, and answers hash and serialize consistently.
 - option letters are single upper-case letters "A".."Z".
+
+Model output can be any length (a server behind the openai backend can send megabytes), so the time
+of a parse is bounded: a reply is read from its last ``MAX_REPLY_CHARS`` characters (where a final
+answer stands; the cut moves forward to a space so no word or number is split), every pattern scans
+in linear time, and only the numbers that decide the answer are converted.
 """
 
 from __future__ import annotations
@@ -22,6 +27,10 @@ LETTERS = string.ascii_uppercase
 _SCALE = 10**6  # 6 decimal places
 _MAX_DIGITS = 100  # longer numbers are not answers (see canonical_number)
 _MAX_VALUE = 10**_MAX_DIGITS
+#: a reply is parsed from its last this many characters (about 2k tokens; see the module docstring)
+MAX_REPLY_CHARS = 8_192
+#: a text longer than this is not one number (normalize_number, canonical_number)
+_MAX_NUMBER_CHARS = 1_000
 
 # One number as people and models write it: thousands commas (1,234,567), decimals (12.50, .5).
 _NUM = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|\.\d+"
@@ -41,6 +50,9 @@ _NUMBER_RE = re.compile(
 # LaTeX that wraps or spaces numbers: \text{...} and friends keep their content; thin spaces go.
 _LATEX_WRAPPER_RE = re.compile(r"\\(?:text|textbf|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
 _LATEX_SPACE_RE = re.compile(r"\\[,!;: ]")
+_SPACE_RE = re.compile(r"\s")
+_DIGITS_RE = re.compile(r"[\d.,]*")
+_BRACE_RE = re.compile(r"[{}]")
 # Characters a human writes around a number that carry no value (normalize_number only).
 _NUMBER_NOISE_RE = re.compile(r"[\s,$%]|\\\$|\\%")
 
@@ -55,7 +67,11 @@ def canonical_number(value: int | float | Fraction | Decimal | str) -> str | Non
     frac = _exact(value)
     if frac is None:
         return None
-    scaled = round(frac * _SCALE)
+    return _scaled_string(round(frac * _SCALE))
+
+
+def _scaled_string(scaled: int) -> str:
+    """The canonical string of ``scaled / 10**6``."""
     digits = str(abs(scaled)).rjust(7, "0")
     whole, decimals = digits[:-6], digits[-6:].rstrip("0")
     sign = "-" if scaled < 0 else ""
@@ -69,6 +85,8 @@ def normalize_number(text: str) -> str | None:
     reads the Unicode minus and fractions ``a/b`` or ``\\frac{a}{b}``. Used for gold answers
     ("1,234" -> "1234") and for whole-answer checks; ``extract_numbers`` finds numbers in prose.
     """
+    if len(text) > _MAX_NUMBER_CHARS:
+        return None
     cleaned = _NUMBER_NOISE_RE.sub("", _clean_latex(text)).replace("\u2212", "-").rstrip(".")
     frac = re.fullmatch(r"([-+]?)\\[dt]?frac\{([^{}]+)\}\{([^{}]+)\}", cleaned)
     if frac:
@@ -86,19 +104,36 @@ def extract_numbers(text: str) -> list[str]:
     digits (not a hyphen after a word or number: "10-12" gives 10 and 12), ``$`` and ``\\$``
     prefixes, fractions ``a/b`` and ``\\frac{a}{b}`` (read as their value; ``x/0`` is skipped).
     A percent sign is ignored ("50%" gives 50). Digits glued after letters ("x2") do not count.
+    Only the reply's tail is read (``reply_tail``).
     """
-    out = []
-    for m in _NUMBER_RE.finditer(_clean_latex(text)):
-        num, den = (m["fn"], m["fd"]) if m["fn"] is not None else (m["n"], m["d"])
-        sign = "-" if m["sign"] in ("-", "\u2212") else ""
-        number = _canonical_ratio(sign + num.replace(",", ""), den and den.replace(",", ""))
-        if number is not None:
-            out.append(number)
-    return out
+    numbers = (_match_number(m) for m in _NUMBER_RE.finditer(_clean_latex(reply_tail(text))))
+    return [n for n in numbers if n is not None]
+
+
+def _match_number(m: re.Match) -> str | None:
+    """The canonical number of one ``_NUMBER_RE`` match (None for ``x/0``)."""
+    num, den = (m["fn"], m["fd"]) if m["fn"] is not None else (m["n"], m["d"])
+    sign = "-" if m["sign"] in ("-", "\u2212") else ""
+    return _canonical_ratio(sign + num.replace(",", ""), den and den.replace(",", ""))
 
 
 def _canonical_ratio(num: str, den: str | None) -> str | None:
     """canonical_number of num / den (of num when den is None); None if either is no number or den is 0."""
+    if num.lstrip("-").isdecimal() and (den is None or den.isdecimal()):  # integers (most answers): exact
+        if (
+            len(num.lstrip("-").lstrip("0")) > _MAX_DIGITS
+            or den is not None
+            and len(den.lstrip("0")) > _MAX_DIGITS
+        ):
+            return None
+        if den is None:
+            return str(int(num))
+        top, bottom = int(num), int(den)
+        if bottom == 0 or abs(top) >= _MAX_VALUE * bottom:
+            return None
+        whole, rest = divmod(abs(top) * _SCALE, bottom)  # round half to even, as round() on a Fraction
+        whole += 2 * rest > bottom or (2 * rest == bottom and whole % 2 == 1)
+        return _scaled_string(whole if top >= 0 else -whole)
     top = _exact(num)
     bottom = Fraction(1) if den is None else _exact(den)
     return canonical_number(top / bottom) if top is not None and bottom else None
@@ -106,12 +141,14 @@ def _canonical_ratio(num: str, den: str | None) -> str | None:
 
 def _exact(value: int | float | Fraction | Decimal | str) -> Fraction | None:
     """``value`` as an exact Fraction; None if not a finite number of at most _MAX_DIGITS integer
-    digits (and, for decimal strings, 2 * _MAX_DIGITS significant digits).
+    digits (and, for decimal strings, 2 * _MAX_DIGITS significant digits and _MAX_NUMBER_CHARS characters).
 
     Strings go through Decimal, which reads "1e999999999" without building the integer, so the
     size check comes before any expensive conversion.
     """
     if isinstance(value, str):
+        if len(value) > _MAX_NUMBER_CHARS:
+            return None
         try:
             value = Decimal(value.strip())
         except InvalidOperation:
@@ -131,9 +168,24 @@ def _exact(value: int | float | Fraction | Decimal | str) -> Fraction | None:
 
 
 def last_number(text: str) -> str | None:
-    """The last number in ``text`` (see ``extract_numbers``), or None."""
-    numbers = extract_numbers(text)
-    return numbers[-1] if numbers else None
+    """The last number in ``text`` (see ``extract_numbers``), or None; only that one is converted, and
+    only the reply's tail is read (``reply_tail``)."""
+    for m in reversed(list(_NUMBER_RE.finditer(_clean_latex(reply_tail(text))))):
+        number = _match_number(m)
+        if number is not None:
+            return number
+    return None
+
+
+def reply_tail(text: str) -> str:
+    """The part of a reply the parsers read: all of it, or its last ``MAX_REPLY_CHARS`` characters. The
+    cut moves forward to just after a whitespace character near it (so no word or number is split),
+    else past the digits it falls in (so a number it splits is not read as a shorter one)."""
+    if len(text) <= MAX_REPLY_CHARS:
+        return text
+    cut = len(text) - MAX_REPLY_CHARS
+    space = _SPACE_RE.search(text, cut, cut + 256)
+    return text[space.end() if space else _DIGITS_RE.match(text, cut).end() :]
 
 
 def boxed_contents(text: str) -> list[str]:
@@ -142,12 +194,17 @@ def boxed_contents(text: str) -> list[str]:
     ``\\boxed{\\frac{1}{2}}`` gives ``\\frac{1}{2}``. A box whose closing brace never comes (a
     truncated output such as ``\\boxed{12``) is not a box and is left out, and a box holding
     another box counts through the inner one (``\\boxed{x = \\boxed{5}}`` gives ``5``). One pass
-    over the braces, so degenerate outputs ("\\boxed{\\boxed{\\boxed{...") stay linear.
+    over the braces, so degenerate outputs ("\\boxed{\\boxed{\\boxed{...") stay linear; only the
+    reply's tail is read (``reply_tail``).
     """
+    text = reply_tail(text)
     box_braces = {m.end() - 1 for m in re.finditer(r"\\boxed\s*\{", text)}  # where each box opens
+    if not box_braces:
+        return []
     found: list[str] = []
     stack: list[list] = []  # [position of "{", whether a box closed inside it]
-    for m in re.finditer(r"[{}]", text):
+    # a brace's partner lies after it, so braces before the first box cannot change the result
+    for m in _BRACE_RE.finditer(text, min(box_braces)):
         if m.group() == "{":
             stack.append([m.start(), False])
         elif stack:
@@ -167,7 +224,10 @@ def parse_number_answer(text: str) -> str | None:
        (``\\boxed{x = 5}`` -> 5, ``\\boxed{18 \\text{ dollars}}`` -> 18). Empty or non-numeric boxes
        (a model echoing "\\boxed{}") are skipped; unclosed boxes do not count.
     2. Otherwise the last number anywhere in the text. No number at all gives None.
+
+    Only the reply's tail is read (``reply_tail``).
     """
+    text = reply_tail(text)
     for content in reversed(boxed_contents(text)):
         number = last_number(content)
         if number is not None:
@@ -197,8 +257,10 @@ def parse_choice(text: str, letters: Sequence[str] | str) -> str | None:
        or an upper-case letter with a closing parenthesis opening a line ("C) mall").
 
     Bare letters in prose ("I think", "A good point") never count, and letters outside
-    ``letters`` are ignored, so "(F)" on a five-option question is not an answer.
+    ``letters`` are ignored, so "(F)" on a five-option question is not an answer. Only the reply's
+    tail is read (``reply_tail``).
     """
+    text = reply_tail(text)
     offered = set(letters)
     tiers = (
         [

@@ -14,7 +14,17 @@ import os
 import random
 
 from .base import Question
-from .data import DataError, HubDataset, get_field, half_of, iter_csv, load_hub, resolve_source, take
+from .data import (
+    DataError,
+    HubDataset,
+    get_field,
+    half_of,
+    iter_csv,
+    load_hub,
+    resolve_source,
+    strings,
+    take,
+)
 from .formats import ChoiceTask, choice_text
 from .parsing import LETTERS
 
@@ -77,13 +87,10 @@ def _from_hub(where: str, row: dict) -> tuple[str, str, list[str]]:
         best = [c for c, label in pairs if label == 1]
         if len(best) != 1:
             raise DataError(f"{where}: mc1_targets should mark exactly one choice, found {len(best)}")
-        return _checked(where, question, best[0], [c for c, label in pairs if label != 1])
-    return _checked(
-        where,
-        question,
-        get_field(row, "best_answer", where),
-        get_field(row, "incorrect_answers", where, list),
-    )
+        wrong = strings([c for c, label in pairs if label != 1], f"{where}: 'mc1_targets'")
+        return _checked(where, question, *strings(best, f"{where}: 'mc1_targets'"), wrong)
+    wrong = strings(get_field(row, "incorrect_answers", where, list), f"{where}: 'incorrect_answers'")
+    return _checked(where, question, get_field(row, "best_answer", where), wrong)
 
 
 def _checked(where: str, question: str, best: str, wrong: list[str]) -> tuple[str, str, list[str]]:
@@ -93,7 +100,7 @@ def _checked(where: str, question: str, best: str, wrong: list[str]) -> tuple[st
     if not question or not best:
         raise DataError(f"{where}: empty question or best answer")
     kept: list[str] = []
-    for answer in (str(a).strip().rstrip(";").strip() for a in wrong):
+    for answer in (a.strip().rstrip(";").strip() for a in wrong):
         if answer and answer != best and answer not in kept:
             kept.append(answer)
     if not kept:

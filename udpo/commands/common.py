@@ -9,6 +9,7 @@ import random
 import numpy as np
 
 from udpo.env.backends import BACKEND_NAMES, Backend, SamplingParams, make_backend
+from udpo.env.backends.openai import read_api_key_file
 from udpo.env.debate import DebateConfig
 from udpo.env.models import DEFAULT_MODEL
 from udpo.env.tasks import TASK_NAMES, Question, Task, get_task
@@ -32,7 +33,13 @@ def add_backend_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--device", default=None, help="hf: torch device (default: cuda if available, else cpu)")
     g.add_argument("--dtype", default="auto", help="auto | bf16 | fp16 | fp32 (default: auto)")
     g.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="openai: server URL")
-    g.add_argument("--api-key", default=None, help="openai: API key (default: $OPENAI_API_KEY or none)")
+    g.add_argument(
+        "--api-key-file",
+        default=None,
+        metavar="FILE",
+        help="openai: file whose first line is the API key (default: $UDPO_API_KEY, else $OPENAI_API_KEY)",
+    )
+    g.add_argument("--api-key", nargs="?", action=RefuseSecret, help=argparse.SUPPRESS)
     g.add_argument(
         "--chat-template-kwargs",
         type=json_object,
@@ -40,6 +47,16 @@ def add_backend_args(p: argparse.ArgumentParser) -> None:
         metavar="JSON",
         help="extra chat-template variables, e.g. '{\"enable_thinking\": false}' for Qwen3",
     )
+
+
+class RefuseSecret(argparse.Action):
+    """``--api-key KEY`` is refused: every user of the machine can read a command line (``ps``)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(
+            f"{option_string} would show the key to every user of this machine (process list); set "
+            f"UDPO_API_KEY or OPENAI_API_KEY, or pass --api-key-file FILE"
+        )
 
 
 def json_object(text: str) -> dict:
@@ -85,11 +102,14 @@ def load_questions(args: argparse.Namespace) -> tuple[Task, list[Question]]:
 def backend_from_args(args: argparse.Namespace) -> Backend:
     template = args.chat_template_kwargs
     if args.backend == "openai":
+        key = (
+            read_api_key_file(args.api_key_file) if args.api_key_file else None
+        )  # None: from the environment
         return make_backend(
             "openai",
             base_url=args.base_url,
             model=args.model,
-            api_key=args.api_key,
+            api_key=key,
             chat_template_kwargs=template,
         )
     model = args.model or DEFAULT_MODEL

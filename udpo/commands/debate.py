@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from udpo.evaluate import check_out_dir, run_debates
+from udpo.evaluate import previous_debates, run_debates
 
 from .common import (
     add_backend_args,
@@ -37,7 +37,6 @@ def run(args: argparse.Namespace) -> int:
     seed_everything(args.seed)
     config = debate_config_from_args(args)
     task, questions = load_questions(args)
-    check_out_dir(args.out, args.resume)  # before the model loads
     meta = {
         "task": args.task,
         "model": args.model,
@@ -47,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
         "rounds": args.rounds,
         "seed": args.seed,
     }
+    previous_debates(args.out, args.resume, config, meta)  # refused before the model loads
     with backend_from_args(args) as backend:
         _, summary = run_debates(
             task, backend, questions, config, out_dir=args.out, meta=meta, resume=args.resume

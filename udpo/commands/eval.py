@@ -94,7 +94,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--attacker-base-url",
         default=None,
         help="server of an openai attacker backend (default: http://127.0.0.1:8000/v1; key from "
-        "OPENAI_API_KEY)",
+        "UDPO_API_KEY or OPENAI_API_KEY)",
     )
     g.add_argument("--attack-seed", type=int, default=0, help="seed of the attack (default: 0)")
     g.add_argument("--p-message", type=float, default=0.5, help="AutoInject Pm: chance a message is attacked")
@@ -204,5 +204,6 @@ def _load_team(args: argparse.Namespace):
 
     args.checkpoint = str(find_checkpoint(args.checkpoint))  # a team folder, or a run's latest checkpoint
     team = TeamManifest.load(args.checkpoint)
+    team.check_adapters(args.checkpoint)  # before a model loads
     args.model = team.base_model
     return team

@@ -1,0 +1,238 @@
+"""Checkpoints are shared, so loading one never runs code: trainer state is JSON + safetensors, a pickle
+file (a crafted ``rng.pt``) is refused unopened, and every damaged file is a one-line error naming it,
+found before a model loads."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from udpo import checkpoint as ckpt
+from udpo.team import AgentEntry, TeamManifest
+
+
+class Payload:
+    """Unpickling this creates ``marker``: what a crafted checkpoint file would do."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+def malicious_pickle(marker: Path) -> bytes:
+    return pickle.dumps({"python": Payload(marker), "numpy": None, "torch": None})
+
+
+def test_the_payload_is_live(tmp_path):
+    """The control: unpickling the crafted bytes does create the marker, so its absence below means
+    the bytes were never unpickled."""
+    marker = tmp_path / "control"
+    pickle.loads(malicious_pickle(marker))
+    assert marker.exists()
+
+
+def optimizer_and_scheduler():
+    from transformers import get_scheduler
+
+    params = [torch.nn.Parameter(torch.randn(3, 2)), torch.nn.Parameter(torch.randn(2))]
+    opt = torch.optim.AdamW(
+        [{"params": [params[0]], "adapter": "agent_0"}, {"params": [params[1]], "adapter": "agent_1"}],
+        lr=1e-3,
+        betas=(0.9, 0.99),
+    )
+    sched = get_scheduler("cosine", opt, num_warmup_steps=2, num_training_steps=10)
+    for p in params:
+        p.grad = torch.randn_like(p)
+    opt.step()
+    sched.step()
+    return params, opt, sched
+
+
+def test_state_round_trips_through_json_and_safetensors(tmp_path):
+    params, opt, sched = optimizer_and_scheduler()
+    ckpt.save_state(tmp_path / "optimizer", opt.state_dict())
+    ckpt.save_state(tmp_path / "scheduler", sched.state_dict())
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "optimizer.json",
+        "optimizer.safetensors",
+        "scheduler.json",
+    ]
+    fresh_params, fresh, fresh_sched = optimizer_and_scheduler()
+    fresh.load_state_dict(ckpt.load_state(tmp_path / "optimizer"))
+    fresh_sched.load_state_dict(ckpt.load_state(tmp_path / "scheduler"))
+    restored, original = fresh.state_dict(), opt.state_dict()
+    assert restored["param_groups"] == original["param_groups"]  # tuples (betas) and int keys survive
+    for k in original["state"]:
+        for name, value in original["state"][k].items():
+            assert torch.equal(restored["state"][k][name], value)
+    assert fresh_sched.state_dict() == sched.state_dict()
+
+    # random generators: the same draws after a restore
+    random.seed(3), np.random.seed(3), torch.manual_seed(3)
+    ckpt.save_state(tmp_path / "rng", [ckpt.rng_state()])
+    expected = (random.random(), np.random.rand(), torch.rand(1).item())
+    random.seed(9), np.random.seed(9), torch.manual_seed(9)
+    ckpt.set_rng_state(ckpt.load_state(tmp_path / "rng")[0])
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
+
+
+def fabricated_checkpoint(root: Path) -> Path:
+    """A complete checkpoint folder of a 2-agent team with tiny stand-in adapters (no model needed)."""
+    folder = root / "run" / "checkpoints" / "iter_000003"
+    folder.mkdir(parents=True)
+    _, opt, sched = optimizer_and_scheduler()
+    ckpt.save_state(folder / "optimizer", opt.state_dict())
+    ckpt.save_state(folder / "scheduler", sched.state_dict())
+    ckpt.save_state(folder / "rng", [ckpt.rng_state()])
+    ckpt.save_state(folder / "replay", {"capacity": 4, "items": []})
+    ckpt.write_json(folder / "calibration.json", {"coefficients": {}})
+    agents = []
+    for i in range(2):
+        (folder / "adapters" / f"agent_{i}").mkdir(parents=True)
+        save_file(
+            {"w": torch.zeros(2)}, str(folder / "adapters" / f"agent_{i}" / "adapter_model.safetensors")
+        )
+        (folder / "adapters" / f"agent_{i}" / "adapter_config.json").write_text("{}")
+        agents.append(AgentEntry(name=f"agent_{i}", adapter=f"adapters/agent_{i}"))
+    TeamManifest(base_model="some/model", agents=agents).save(folder)
+    marks = {"metrics.jsonl": {"lines": 0, "bytes": 0}}
+    state = {"iteration": 3, "optimizer_steps": 3, "total_iterations": 5, "world_size": 1, "files": marks}
+    ckpt.write_json(folder / ckpt.STATE, {**state, "history": {}, "config": {}})
+    return folder
+
+
+def verify(folder: Path, **kw) -> None:
+    ckpt.verify(folder, **{"replay": False, "reference": False, "deepspeed": False, **kw})
+
+
+def test_a_pickled_rng_state_is_refused_unopened(tmp_path):
+    folder = fabricated_checkpoint(tmp_path)
+    verify(folder)  # the untouched checkpoint passes
+    marker = tmp_path / "payload_ran"
+    (folder / "rng.json").unlink()
+    (folder / "rng.pt").write_bytes(malicious_pickle(marker))
+    for check in (lambda: verify(folder), lambda: ckpt.load_state(folder / "rng")):
+        with pytest.raises(
+            ckpt.CheckpointError, match=r"rng\.pt is a pickle file; loading it could run any code"
+        ):
+            check()
+    # planted beside the real state, or among the adapters: refused as well, never opened
+    ckpt.save_state(folder / "rng", [ckpt.rng_state()])
+    with pytest.raises(ckpt.CheckpointError, match=r"rng\.pt is a pickle file"):
+        verify(folder)
+    (folder / "rng.pt").unlink()
+    (folder / "adapters" / "agent_1" / "adapter_model.bin").write_bytes(malicious_pickle(marker))
+    with pytest.raises(ckpt.CheckpointError, match=r"adapter_model\.bin is a pickle file"):
+        verify(folder)
+    assert not marker.exists()
+
+
+def test_the_trainer_refuses_a_pickled_checkpoint_before_any_model_loads(model_path, tmp_path, monkeypatch):
+    """Through the trainer: ``resume`` of a checkpoint whose rng state is a crafted pickle."""
+    from train_helpers import tiny_config
+    from transformers import AutoModelForCausalLM
+
+    from udpo.trainer import Trainer
+
+    monkeypatch.setattr(
+        AutoModelForCausalLM, "from_pretrained", lambda *a, **k: pytest.fail("a model loaded")
+    )
+    folder = fabricated_checkpoint(tmp_path)
+    marker = tmp_path / "payload_ran"
+    (folder / "rng.json").unlink()
+    (folder / "rng.pt").write_bytes(malicious_pickle(marker))
+    with pytest.raises(ckpt.CheckpointError, match=r"rng\.pt is a pickle file") as e:
+        Trainer(tiny_config(model_path, folder.parents[1], resume=str(folder)))
+    assert "\n" not in str(e.value)
+    assert not marker.exists()
+
+
+def damage(folder: Path, name: str) -> str:
+    """Damage one part of a checkpoint; returns what the error must say."""
+    if name == "no world_size":
+        state = json.loads((folder / ckpt.STATE).read_text())
+        del state["world_size"]
+        (folder / ckpt.STATE).write_text(json.dumps(state))
+        return "trainer_state.json: 'world_size' must be an integer >= 1, got None"
+    if name == "files not marks":
+        state = json.loads((folder / ckpt.STATE).read_text())
+        (folder / ckpt.STATE).write_text(json.dumps({**state, "files": ["metrics.jsonl"]}))
+        return "'files' must map each file"
+    if name == "garbage scheduler":
+        (folder / "scheduler.json").write_bytes(b"\x80\x04garbage")
+        return "scheduler.json: unreadable"
+    if name == "garbage optimizer tensors":
+        (folder / "optimizer.safetensors").write_bytes(b"\x00" * 64)
+        return "optimizer.safetensors: not a safetensors file"
+    if name == "missing optimizer tensors":
+        (folder / "optimizer.safetensors").unlink()
+        return "optimizer.json: malformed state (KeyError"
+    if name == "garbage adapter":
+        (folder / "adapters" / "agent_0" / "adapter_model.safetensors").write_bytes(b"{not safetensors")
+        return "agent_0/adapter_model.safetensors: not a safetensors file"
+    if name == "missing rng":
+        (folder / "rng.json").unlink()
+        return "rng.json is missing: the checkpoint is incomplete"
+    if name == "deep rng":
+        (folder / "rng.json").write_text("[" * 200_000 + "]" * 200_000)
+        return "rng.json: unreadable (RecursionError"
+    if name == "adapter is a number":
+        team = json.loads((folder / "team.json").read_text())
+        team["agents"][0]["adapter"] = 5
+        (folder / "team.json").write_text(json.dumps(team))
+        return "agents[0].adapter must be a non-empty string, got 5"
+    if name == "calibration list":
+        (folder / "calibration.json").write_text("[]")
+        return "calibration.json: expected a JSON object"
+    raise AssertionError(name)
+
+
+DAMAGES = [
+    "no world_size",
+    "files not marks",
+    "garbage scheduler",
+    "garbage optimizer tensors",
+    "missing optimizer tensors",
+    "garbage adapter",
+    "missing rng",
+    "deep rng",
+    "adapter is a number",
+    "calibration list",
+]
+
+
+@pytest.mark.parametrize("name", DAMAGES)
+def test_a_damaged_checkpoint_is_named_before_loading(tmp_path, name):
+    folder = fabricated_checkpoint(tmp_path)
+    needle = damage(folder, name)
+    with pytest.raises(ckpt.CheckpointError) as e:
+        verify(folder)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_what_the_resuming_run_needs_must_be_there(tmp_path, monkeypatch):
+    folder = fabricated_checkpoint(tmp_path)
+    (folder / "replay.json").unlink()
+    with pytest.raises(ckpt.CheckpointError, match="no replay buffer .* resume with replay: false"):
+        verify(folder, replay=True)
+    with pytest.raises(ckpt.CheckpointError, match="reference/agent_0/adapter_config.json is missing"):
+        verify(folder, reference=True)
+    with pytest.raises(ckpt.CheckpointError, match="no deepspeed/ state"):
+        verify(folder, deepspeed=True)
+    (folder / "deepspeed").mkdir()
+    (folder / "deepspeed" / "mp_rank_00_model_states.pt").write_bytes(b"DeepSpeed's own pickle")
+    with pytest.raises(ckpt.CheckpointError, match="UDPO_TRUST_DEEPSPEED_CHECKPOINT=1"):
+        verify(folder, deepspeed=True)
+    monkeypatch.setenv(ckpt.TRUST_DEEPSPEED_ENV, "1")
+    verify(folder, deepspeed=True)
+    shutil.rmtree(folder / "deepspeed")

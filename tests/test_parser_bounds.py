@@ -1,0 +1,166 @@
+"""Every parser of model output takes any text and stays fast: no exception, a well-formed result, and
+under 50 ms per call on 1 MB inputs (degenerate outputs a server can send: "1,1,1,...", "\\boxed{" x 10^5,
+a million "!"), measured as the best of three calls."""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from udpo.env.attacks.autoinject import builtin_corruption, clean_rewrite, parse_keyed, split_sentences
+from udpo.env.attacks.autotransform import clean_profile
+from udpo.env.tasks.parsing import (
+    LETTERS,
+    boxed_contents,
+    canonical_number,
+    extract_numbers,
+    last_number,
+    normalize_number,
+    parse_choice,
+    parse_number_answer,
+    reply_tail,
+)
+
+LIMIT_S = 0.05
+MEGABYTE = 1_000_000
+
+
+def check_number(result):
+    assert result is None or (isinstance(result, str) and canonical_number(result) == result)
+
+
+def check_numbers(result):
+    assert isinstance(result, list)
+    for number in result:
+        check_number(number)
+
+
+def check_choice(result):
+    assert result is None or result in "ABCDE"
+
+
+def check_strings(result):
+    assert isinstance(result, list) and all(isinstance(x, str) for x in result)
+
+
+def check_split(result, text):
+    assert "".join(result.pieces) == text  # lossless
+
+
+#: name -> (call on a text, check of its result given the text)
+PARSERS = {
+    "parse_number_answer": (parse_number_answer, lambda r, t: check_number(r)),
+    "parse_choice": (lambda t: parse_choice(t, "ABCDE"), lambda r, t: check_choice(r)),
+    "normalize_number": (normalize_number, lambda r, t: check_number(r)),
+    "canonical_number": (canonical_number, lambda r, t: check_number(r)),
+    "extract_numbers": (extract_numbers, lambda r, t: check_numbers(r)),
+    "last_number": (last_number, lambda r, t: check_number(r)),
+    "boxed_contents": (boxed_contents, lambda r, t: check_strings(r)),
+    "reply_tail": (reply_tail, lambda r, t: t.endswith(r)),
+    "split_sentences": (split_sentences, check_split),
+    "parse_keyed": (
+        lambda t: parse_keyed(t, [1, 2, 3]),
+        lambda r, t: set(r) <= {1, 2, 3} and all(isinstance(v, str) for v in r.values()),
+    ),
+    "clean_profile": (clean_profile, lambda r, t: isinstance(r, str)),
+    "clean_rewrite": (clean_rewrite, lambda r, t: isinstance(r, str)),
+    "builtin_corruption": (
+        lambda t: builtin_corruption(t, random.Random(0)),
+        lambda r, t: isinstance(r, str) and r != t,
+    ),
+}
+#: repeated to 1 MB: each a pattern that made some parser quadratic, or that it has to scan
+UNITS = [
+    "1,",
+    "1",
+    "1,111",
+    "1.",
+    "1/",
+    "-",
+    "$ ",
+    "\\boxed{",
+    "\\boxed{1}",
+    "{",
+    "}",
+    "\\frac{1}{",
+    "\\text{",
+    "(A)",
+    "C)\n",
+    "answer is ",
+    "Answer: ",
+    " ",
+    "\n",
+    "!",
+    "a. ",
+    "! ",
+    "[1] ",
+    "[1]",
+    "```x\n",
+    "sure:",
+    "#",
+    "\u2212",
+    "x2",
+]
+#: characters the parsers give meaning to, for random texts
+ALPHABET = "0123456789,.-+$%/\\{}()[]:*#`!?'\" \n\tABCDEabxfrcboxedtansw\u2212"
+
+
+def best_of_three(call, text) -> tuple[float, object]:
+    times, result = [], None
+    for _ in range(3):
+        start = time.perf_counter()
+        result = call(text)
+        times.append(time.perf_counter() - start)
+    return min(times), result
+
+
+def megabyte_of(unit: str, head: str = "", tail: str = "") -> str:
+    return head + unit * (MEGABYTE // len(unit) + 1) + tail
+
+
+@pytest.mark.parametrize("unit", UNITS)
+def test_every_parser_is_fast_on_a_megabyte_of_degenerate_output(unit):
+    text = megabyte_of(unit)
+    assert len(text) >= MEGABYTE
+    for name, (call, check) in PARSERS.items():
+        seconds, result = best_of_three(call, text)
+        check(result, text)
+        assert seconds < LIMIT_S, (
+            f"{name} took {seconds * 1000:.0f} ms on {unit!r} x {len(text) // len(unit)}"
+        )
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    unit=st.text(alphabet=ALPHABET, min_size=1, max_size=8),
+    head=st.text(alphabet=ALPHABET, max_size=40),
+    tail=st.text(alphabet=ALPHABET, max_size=40),
+)
+def test_random_megabyte_outputs_stay_under_the_bound(unit, head, tail):
+    text = megabyte_of(unit, head, tail)
+    for name, (call, check) in PARSERS.items():
+        seconds, result = best_of_three(call, text)
+        check(result, text)
+        assert seconds < LIMIT_S, f"{name} took {seconds * 1000:.0f} ms on {head!r} + {unit!r} x n + {tail!r}"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=ALPHABET, max_size=300) | st.text(max_size=300))
+def test_any_short_text_parses_without_error(text):
+    for call, check in PARSERS.values():
+        check(call(text), text)
+
+
+def test_the_tail_keeps_the_final_answer_and_splits_no_number():
+    filler = "word " * 10_000  # 50,000 characters before the answer
+    assert parse_number_answer(filler + "so the answer is \\boxed{42}.") == "42"
+    assert parse_choice(filler + "Answer: (C)", LETTERS[:5]) == "C"
+    # the cut lands inside a number: the cut moves past it, so no partial number is read
+    assert reply_tail("7" * 30_000 + " then 5 words") == " then 5 words"
+    assert last_number("z" * 20_000 + "123456789" + "q" * 8_187) is None  # not "56789"
+    assert last_number("z" * 20_000 + "123456789 " + "q" * 8_186) is None
+    assert last_number("z 123456789 " + "q" * 8_000) == "123456789"  # all within the tail: read whole
