@@ -86,6 +86,16 @@ class TrainConfig:
     max_tokens: int = _f(256, "Maximum new tokens per response.")
     debate_batch_size: int = _f(16, "Questions debated together (one backend call per round).")
     debates_per_question: int = _f(1, "Debates sampled per training question (>= 2 for baseline: group).")
+    protocol: Literal["standard", "sparse", "random", "dig", "digra", "interventions"] = _f(
+        "standard",
+        "Who reads whom in rollouts and evaluations: standard (all peers), sparse, random, dig, digra "
+        "(information-gain-ratio topology) or interventions (pruning and refutation); docs/protocols.md.",
+    )
+    protocol_options: dict | str | None = _f(
+        None,
+        "Options of the protocol, e.g. {alpha: 0.2, entropy_model: null} for digra or {degree: 0.5} for "
+        "sparse (JSON on the command line); docs/protocols.md lists them.",
+    )
 
     # --- backend -----------------------------------------------------------------------------
     backend: Literal["hf", "vllm", "openai"] = _f(
@@ -358,6 +368,7 @@ class TrainConfig:
         for spec in self.eval_callbacks:
             if spec.count(":") != 1 or not all(spec.split(":")):
                 raise ConfigError(f"eval_callbacks entry {spec!r} must look like 'package.module:function'")
+        self._validate_protocol()
         if self.attack_eval != "none":
             if self.eval_questions == 0:
                 raise ConfigError(f"attack_eval: {self.attack_eval} needs eval_questions > 0")
@@ -369,6 +380,28 @@ class TrainConfig:
                 )
             if not self.attack_eval_attacker:
                 raise ConfigError("attack_eval_attacker must be 'base', 'builtin' or a model name")
+
+    def _validate_protocol(self) -> None:
+        try:
+            protocol = self.protocol_config()
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"protocol_options: {e}") from None
+        if protocol.inject is not None:
+            raise ConfigError(
+                "protocol_options: inject replaces round-0 responses to measure hallucination propagation "
+                "(udpo debate --inject); it has no token ids to train on"
+            )
+        if protocol.name in ("dig", "digra") and self.backend != "hf" and protocol.entropy_model is None:
+            raise ConfigError(
+                f"protocol: {protocol.name} scores entropies from logits, which backend {self.backend!r} "
+                f"does not give; set protocol_options: {{entropy_model: <hf model>}} or backend: hf"
+            )
+
+    def protocol_config(self):
+        """The debate protocol of rollouts and evaluations (a ``udpo.env.protocols.ProtocolConfig``)."""
+        from udpo.env.protocols.config import ProtocolConfig
+
+        return ProtocolConfig.from_options(self.protocol, self.protocol_options)
 
     # ------------------------------------------------------------------------------------------
     @property
