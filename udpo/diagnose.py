@@ -162,9 +162,9 @@ def woozle_report(run: Run) -> list[dict[str, Any]]:
     for k in range(len(run)):
         groups[(int(run.n_agents[k]), int(run.n_rounds[k]), run.injections[k])].append(k)
     report = []
-    for (n, t, pattern), members in sorted(
-        groups.items(), key=lambda kv: (kv[0][0], kv[0][1], str(kv[0][2]))
-    ):
+    order = sorted(groups, key=lambda key: (key[0], key[1], key[2] is not None, str(key[2])))  # plain first
+    for n, t, pattern in order:
+        members = groups[(n, t, pattern)]
         correct = np.stack([correctness(run.answers[k], run.golds[k]) for k in members])
         read_rounds, read_wrong, turn_rounds, degrees = [], [], [], []
         for m, k in enumerate(members):
