@@ -412,6 +412,8 @@ def test_protocol_options_are_validated_with_clear_errors():
         ProtocolConfig.from_options("interventions", {"interventions": ["qp", "xx"]})
     with pytest.raises(ValueError, match="inject_file needs inject"):
         ProtocolConfig.from_options("standard", {"inject_file": "x.jsonl"})
+    with pytest.raises(ValueError, match="option alpha must be a number, got 'high'"):
+        ProtocolConfig.from_options("digra", {"alpha": "high"})
     with pytest.raises(ValueError, match="inject: one entry per agent"):
         ProtocolConfig.from_options("standard", {"inject": ["right"]})
 
@@ -437,3 +439,46 @@ def test_build_protocol_by_name(arithmetic):
         match="the scripted backend cannot do \\(no logits\\); set the protocol option entropy_model",
     ):
         build_protocol(ProtocolConfig(name="digra"), task, backend)
+
+
+def test_attack_evaluation_runs_under_a_protocol(arithmetic):
+    from udpo.attack_eval import evaluate_attacks
+
+    task, questions = arithmetic
+    backend = ScriptedBackend(lambda req, n: "I checked it. " + boxed(4))
+    attack = AttackConfig(name="autoinject", attacker="builtin", p_message=1.0, p_sentence=1.0)
+    config = DebateConfig(n_agents=3, rounds=1)
+    summary = evaluate_attacks(
+        task,
+        backend,
+        questions,
+        config,
+        attack,
+        [[2]],
+        "m",
+        protocol=Protocol([SparseTopology(0.5)], "sparse"),
+    )
+    assert [r["name"] for r in summary["rows"]] == ["natural", "m1-agents-2"]
+    assert summary["rows"][1]["details"]["injections"]["messages_attacked"] == len(questions)
+
+
+def test_training_recipes_name_a_protocol_and_its_options():
+    from udpo.config import ConfigError, TrainConfig
+
+    config = TrainConfig(protocol="digra", protocol_options='{"alpha": 0.5}')
+    assert config.protocol_config() == ProtocolConfig(name="digra", alpha=0.5)
+    assert TrainConfig(protocol="sparse", protocol_options={"degree": 0.25}).protocol_config().degree == 0.25
+    with pytest.raises(ConfigError, match="protocol must be one of"):
+        TrainConfig(protocol="woozle")
+    with pytest.raises(ConfigError, match="protocol_options: protocol option degree applies to sparse"):
+        TrainConfig(protocol="digra", protocol_options={"degree": 0.3})
+    with pytest.raises(ConfigError, match="inject replaces round-0 responses"):
+        TrainConfig(protocol_options={"inject": ["wrong", "own", "own"]})
+    with pytest.raises(
+        ConfigError, match="backend 'vllm' does not give; set protocol_options: {entropy_model"
+    ):
+        TrainConfig(protocol="digra", backend="vllm")
+    assert (
+        TrainConfig(protocol="digra", backend="vllm", protocol_options={"entropy_model": "m"}).protocol
+        == "digra"
+    )

@@ -73,6 +73,13 @@ class ProtocolConfig:
     inject_file: str | None = None
 
     def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            kinds = _KINDS[f.name]
+            if not (value is None and f.default is None) and (
+                isinstance(value, bool) != (bool in kinds) or not isinstance(value, kinds)
+            ):
+                raise ValueError(f"protocol option {f.name} must be {_KIND_NAMES[kinds]}, got {value!r}")
         if self.name not in PROTOCOL_NAMES:
             raise ValueError(f"unknown protocol {self.name!r}; choose one of {', '.join(PROTOCOL_NAMES)}")
         for f in fields(self):
@@ -93,7 +100,7 @@ class ProtocolConfig:
             raise ValueError(f"protocol option dp_k must be >= 1, got {self.dp_k}")
         if self.mr_max_tokens < 1:
             raise ValueError(f"protocol option mr_max_tokens must be >= 1, got {self.mr_max_tokens}")
-        ops = list(self.interventions)
+        ops = self.interventions = list(self.interventions)
         if not ops or any(op not in INTERVENTIONS for op in ops) or len(set(ops)) != len(ops):
             raise ValueError(
                 f"protocol option interventions: distinct names among {', '.join(INTERVENTIONS)}, got {ops}"
@@ -125,6 +132,27 @@ class ProtocolConfig:
             for f in fields(self)
             if f.name != "name" and getattr(self, f.name) != getattr(reference, f.name)
         }
+
+
+_NUMBER, _NAMES = (int, float), (list, tuple)
+_KINDS: dict[str, tuple[type, ...]] = {
+    "name": (str,),
+    "degree": _NUMBER,
+    "seed": (int,),
+    "alpha": _NUMBER,
+    "entropy_model": (str,),
+    "stop_stable_agents": (bool,),
+    "unanimity_stop": (bool,),
+    "interventions": _NAMES,
+    "qp_fraction": _NUMBER,
+    "dp_k": (int,),
+    "mr_max_tokens": (int,),
+    "embedding_model": (str,),
+    "inject": _NAMES,
+    "inject_file": (str,),
+}
+_KIND_NAMES = {(str,): "a string", _NUMBER: "a number", (int,): "an integer", (bool,): "true or false"}
+_KIND_NAMES[_NAMES] = "a list of names"
 
 
 def build_protocol(config: ProtocolConfig, task: Task, backend: Backend) -> Protocol:
