@@ -59,7 +59,7 @@ class TrainConfig:
     gradient_checkpointing: bool = _f(False, "Recompute activations in the backward pass to save memory.")
 
     # --- task and data -----------------------------------------------------------------------
-    task: str = _f("arithmetic", "Task name: gsm8k, truthfulqa, commonsenseqa, arithmetic.")
+    task: str = _f("arithmetic", "Task name: gsm8k, truthfulqa, commonsenseqa, arithmetic, du-arithmetic.")
     task_options: dict | str | None = _f(
         None,
         "Task constructor options, e.g. {difficulty: [1, 3], n_questions: 200} (JSON on the command line).",
