@@ -18,7 +18,7 @@ optimizer owns after each switch.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -369,7 +369,7 @@ class TeamBackend(Backend):
     def token_entropies(self, requests: list[ScoreRequest]) -> list[list[float]]:
         return self._routed(requests, lambda backend, rows: backend.token_entropies(rows))
 
-    def _routed(self, requests: list, call) -> list:
+    def _routed(self, requests: list, call: Callable[[Backend, list], list]) -> list:
         """``call(backend, its requests)`` once per base model; results back in request order."""
         first = next(iter(self.backends))
         groups: dict[str, list[int]] = {}
