@@ -1,9 +1,11 @@
-"""Standard multi-agent debate (Du et al.): N agents, round 0 alone, then T synchronous rounds.
+"""Multi-agent debate (Du et al.): N agents, round 0 alone, then T synchronous rounds.
 
-In round t >= 1 agent i reads the round t-1 responses of the peers its topology shows it (all peers
-by default) on top of its own conversation so far, and answers again. Every (question, agent)
-request of a round goes to the backend in one ``generate`` call. The team's prediction is the
-majority vote of the last round (SPEC section 1).
+In round t >= 1 each agent that still speaks reads what the debate protocol shows it (Standard MAD:
+every peer's round t-1 response) on top of its own conversation so far, and answers again. Every
+(question, agent) request of a round goes to the backend in one ``generate`` call. The protocol
+(``udpo.env.protocols``: topologies, interventions, attacks, injection, stopping rules) decides who
+reads what and who stops; this loop only runs its hooks. The team's prediction is the majority vote
+of the last round (SPEC section 1); an agent or debate that stopped carries its answer forward.
 """
 
 from __future__ import annotations
@@ -16,14 +18,14 @@ from tqdm.auto import tqdm
 from udpo.rewards import majority_vote
 
 from .backends.base import Backend, ChatRequest, SamplingParams
+from .protocols.base import DebateState, Message, Stage, peer_message
+from .protocols.protocol import Protocol
+from .protocols.rewrite import MessageRewrite, MessageTransform
+from .protocols.stopping import UnanimityStop
 from .tasks.base import Question, Task
 from .trajectory import Trajectory, TrajectoryWriter, Turn
 
-#: topology(question_index, agent, round, n_agents) -> indices of the peers agent reads this round
-Topology = Callable[[int, int, int, int], Sequence[int]]
-#: message_transform(question, round, responses) -> the responses as peers will read them. A transform
-#: may also define ``transform_batch([(question, round, responses), ...])`` to get a whole round at once.
-MessageTransform = Callable[[Question, int, list[str]], list[str]]
+__all__ = ["AgentSpec", "DebateConfig", "DebateEnv", "MessageTransform", "peer_message"]
 
 
 @dataclass
@@ -66,42 +68,33 @@ class DebateConfig:
             raise ValueError(f"{len(self.agents)} agent specs given for n_agents={self.n_agents}")
 
 
-def peer_message(task: Task, question: Question, peers: list[tuple[int, str]]) -> str:
-    """The user message of a debate round: the peers' latest responses, then the request to answer."""
-    if peers:
-        shown = "\n\n".join(f"[Agent {j + 1}]\n{text.strip()}" for j, text in peers)
-        head = f"Other agents answered the same question. Their latest responses:\n\n{shown}\n\n"
-    else:
-        head = ""
-    return (
-        f"{head}Weigh their reasoning against your own: keep your answer if you still believe it, "
-        f"change it if they showed you a mistake. {task.format_instruction(question)}"
-    )
-
-
-def all_peers(q: int, i: int, t: int, n: int) -> list[int]:
-    """The full topology: every agent reads every other agent."""
-    return [j for j in range(n) if j != i]
-
-
 class DebateEnv:
-    """Runs Standard MAD over a list of questions with one backend."""
+    """Runs debates over a list of questions with one backend and one protocol.
+
+    protocol: a Protocol, or stages to compose (default: Standard MAD, the full topology).
+    message_transform: shorthand for a MessageRewrite stage (e.g. AutoInject) added to the protocol.
+    ``config.early_stop`` adds the unanimity stop. meta: merged into every trajectory's ``meta``, which
+    also records the protocol (``meta["protocol"]``).
+    """
 
     def __init__(
         self,
         task: Task,
         backend: Backend,
         config: DebateConfig | None = None,
-        topology: Topology = all_peers,
+        protocol: Protocol | Sequence[Stage] | None = None,
         message_transform: MessageTransform | None = None,
         meta: dict | None = None,
     ):
         self.task = task
         self.backend = backend
         self.config = config or DebateConfig()
-        self.topology = topology
-        self.message_transform = message_transform
-        self.meta = dict(meta or {})
+        base = protocol if isinstance(protocol, Protocol) else Protocol(protocol or ())
+        extra: list[Stage] = [MessageRewrite(message_transform)] if message_transform is not None else []
+        extra += [UnanimityStop()] if self.config.early_stop else []
+        self.protocol = base.with_stages(*extra)
+        self.agents = self.protocol.prepare(list(self.config.agents or []), task)
+        self.meta = {**dict(meta or {}), "protocol": self.protocol.describe()}
 
     def run(
         self,
@@ -127,76 +120,84 @@ class DebateEnv:
 
     def debate_batch(self, questions: list[Question]) -> list[Trajectory]:
         """Debate a batch of questions together, one backend call per round."""
-        cfg, n, T = self.config, self.config.n_agents, self.config.rounds
-        agents = cfg.agents or []
-        convs = [[self._opening(q, a) for a in agents] for q in questions]
-        turns: list[list[list[Turn]]] = [[[] for _ in range(n)] for _ in questions]
-        answers: list[list[list]] = [[[] for _ in range(n)] for _ in questions]
-        active = list(range(len(questions)))
-        for t in range(T + 1):
+        cfg, protocol = self.config, self.protocol
+        states = [DebateState(q, k, self.agents) for k, q in enumerate(questions)]
+        convs = [[self._opening(q, a) for a in self.agents] for q in questions]
+        for t in range(cfg.rounds + 1):
+            live = [s for s in states if not s.done]
+            if not live:
+                break
             if t > 0:
-                shown = self._transformed(
-                    questions, active, [[turns[qi][j][-1].text for j in range(n)] for qi in active], t - 1
-                )
-                for qi, latest in zip(active, shown, strict=True):
-                    for i in range(n):
-                        peers = [(j, latest[j]) for j in self.topology(qi, i, t, n)]
-                        convs[qi][i].append(
-                            {"role": "user", "content": peer_message(self.task, questions[qi], peers)}
-                        )
-            keys = [(qi, i) for qi in active for i in range(n)]
+                protocol.outgoing(live, t - 1)
+                protocol.select(live, t)
+            protocol.supply(live, t)
+            speaking = [(s, i) for s in live for i in s.speakers()]
+            for s, i in speaking:
+                if t > 0:
+                    text = peer_message(self.task, s.question, s.reads[i], t)
+                    convs[s.index][i].append({"role": "user", "content": text})
+            generated = [(s, i) for s, i in speaking if i not in s.supplied]
             requests = [
                 ChatRequest(
-                    messages=[dict(m) for m in convs[qi][i]],
-                    sampling=agents[i].sampling or cfg.sampling,
-                    adapter=agents[i].adapter,
-                    model=agents[i].model,
+                    messages=[dict(m) for m in convs[s.index][i]],
+                    sampling=self.agents[i].sampling or cfg.sampling,
+                    adapter=self.agents[i].adapter,
+                    model=self.agents[i].model,
                 )
-                for qi, i in keys
+                for s, i in generated
             ]
-            completions = self.backend.generate(requests)
+            completions = self.backend.generate(requests) if requests else []
             if len(completions) != len(requests):
                 raise RuntimeError(
                     f"backend returned {len(completions)} completions for {len(requests)} requests"
                 )
-            for (qi, i), req, c in zip(keys, requests, completions, strict=True):
-                ans = self.task.parse(c.text, questions[qi])
-                turns[qi][i].append(
-                    Turn(
+            done = {
+                (s.index, i): (req, c)
+                for (s, i), req, c in zip(generated, requests, completions, strict=True)
+            }
+            for s, i in speaking:
+                if (s.index, i) in done:
+                    req, c = done[(s.index, i)]
+                    turn = Turn(
                         agent=i,
                         round=t,
                         messages=req.messages,
                         text=c.text,
-                        answer=ans,
+                        answer=self.task.parse(c.text, s.question),
                         prompt_ids=c.prompt_ids,
                         completion_ids=c.completion_ids,
                         logprobs=c.logprobs,
                         adapter=req.adapter,
                         finish_reason=c.finish_reason,
                     )
-                )
-                answers[qi][i].append(ans)
-                convs[qi][i].append({"role": "assistant", "content": c.text})
-            if cfg.early_stop and t < T:
-                active = [qi for qi in active if not _unanimous([answers[qi][i][-1] for i in range(n)])]
-            for qi in range(len(questions)):  # stopped debates carry their answers forward
-                for i in range(n):
-                    if len(answers[qi][i]) < t + 1:
-                        answers[qi][i].append(answers[qi][i][-1])
-        return [self._trajectory(q, answers[k], turns[k]) for k, q in enumerate(questions)]
-
-    def _transformed(
-        self, questions: list[Question], active: list[int], latest: list[list[str]], rnd: int
-    ) -> list[list[str]]:
-        """The round-``rnd`` responses of the active debates as peers read them (one batched call when the
-        transform has ``transform_batch``, e.g. AutoInject)."""
-        transform = self.message_transform
-        if transform is None:
-            return latest
-        batch = getattr(transform, "transform_batch", None)
-        if batch is not None:
-            return batch([(questions[qi], rnd, texts) for qi, texts in zip(active, latest, strict=True)])
-        return [transform(questions[qi], rnd, texts) for qi, texts in zip(active, latest, strict=True)]
+                else:
+                    text = s.supplied[i]
+                    turn = Turn(
+                        agent=i,
+                        round=t,
+                        messages=[dict(m) for m in convs[s.index][i]],
+                        text=text,
+                        answer=self.task.parse(text, s.question),
+                        adapter=self.agents[i].adapter,
+                        finish_reason="injected",
+                    )
+                turn.reads = [[m.agent, m.round] for m in s.reads[i]]
+                turn.details = s.details[i]
+                s.turns[i].append(turn)
+                s.sent[(i, t)] = turn.text
+                convs[s.index][i].append({"role": "assistant", "content": turn.text})
+            for s in states:  # agents that did not speak, and stopped debates, carry their answers forward
+                for i in range(s.n_agents):
+                    s.answers[i].append(
+                        s.turns[i][-1].answer if s.turns[i][-1].round == t else s.answers[i][-1]
+                    )
+            for s in live:
+                s.clear_round()
+            protocol.after_round(live, t)
+        for s in states:
+            for row in s.answers:
+                row.extend([row[-1]] * (cfg.rounds + 1 - len(row)))
+        return [self._trajectory(s) for s in states]
 
     def _opening(self, question: Question, agent: AgentSpec) -> list[dict[str, str]]:
         profile = agent.profile if agent.profile is not None else self.task.default_profile
@@ -204,13 +205,14 @@ class DebateEnv:
         msgs.append({"role": "user", "content": self.task.prompt(question)})
         return msgs
 
-    def _trajectory(self, q: Question, answers: list[list], turns: list[list[Turn]]) -> Trajectory:
+    def _trajectory(self, state: DebateState) -> Trajectory:
+        q, answers = state.question, state.answers
         prediction = majority_vote([a[-1] for a in answers])
         meta = {
             "task": self.task.name,
             "n_agents": self.config.n_agents,
             "rounds": self.config.rounds,
-            "rounds_run": len(turns[0]) - 1,
+            "rounds_run": max(turn.round for row in state.turns for turn in row),
             **self.meta,
         }
         return Trajectory(
@@ -220,13 +222,9 @@ class DebateEnv:
             answers=answers,
             prediction=prediction,
             correct=self.task.is_correct(prediction, q),
-            turns=turns,
+            turns=state.turns,
             meta=meta,
         )
-
-
-def _unanimous(final: list) -> bool:
-    return final[0] is not None and all(a == final[0] for a in final)
 
 
 def worst_case_prompt_tokens(
@@ -234,13 +232,15 @@ def worst_case_prompt_tokens(
     question: Question,
     config: DebateConfig,
     encode: Callable[[list[dict[str, str]]], list[int]],
+    reads_pool: bool = False,
 ) -> int:
     """An upper bound on the tokens of any request of a debate of ``question``, completion included.
 
     The last round's conversation is the longest: the opening, then per earlier round the agent's own
-    answer and a message carrying every peer's answer. It is rendered with empty answers (``encode``: the
-    backend's chat rendering) and each answer then counted at ``max_tokens``, plus the completion and a
-    few tokens per answer for merges at the seams.
+    answer and a message carrying the answers it reads: the n - 1 peers' latest, or with ``reads_pool``
+    (interventions) every response of every earlier round. It is rendered with empty answers (``encode``:
+    the backend's chat rendering) and each answer then counted at ``max_tokens``, plus the completion and
+    a few tokens per answer for merges at the seams.
     """
     n, T = config.n_agents, config.rounds
     env = DebateEnv(task, backend=None, config=config)  # type: ignore[arg-type]
@@ -249,11 +249,15 @@ def worst_case_prompt_tokens(
         if (agent.profile, agent.sampling) in seen:
             continue
         seen.add((agent.profile, agent.sampling))
-        conv = env._opening(question, agent)
-        for _ in range(T):
+        conv, answers = env._opening(question, agent), 1  # the completion
+        for rnd in range(1, T + 1):
+            if reads_pool:
+                reads = [Message(j % n, j // n, "") for j in range(n * rnd)]
+            else:
+                reads = [Message(j, rnd - 1, "") for j in range(n - 1)]
             conv.append({"role": "assistant", "content": ""})
-            peers = [(j, "") for j in range(n - 1)]
-            conv.append({"role": "user", "content": peer_message(task, question, peers)})
+            conv.append({"role": "user", "content": peer_message(task, question, reads, rnd)})
+            answers += 1 + len(reads)
         budget = (agent.sampling or config.sampling).max_tokens
-        longest = max(longest, len(encode(conv)) + (T * n + 1) * budget + 4 * T * n)
+        longest = max(longest, len(encode(conv)) + answers * (budget + 4))
     return longest

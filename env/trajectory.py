@@ -22,7 +22,12 @@ Answer = Any  # a normalized, JSON-serializable, hashable answer (str, float, in
 
 @dataclass
 class Turn:
-    """One agent's response in one round."""
+    """One agent's response in one round.
+
+    reads: the responses the agent read before answering, as ``[agent, round]`` pairs in the order
+    shown (empty in round 0). details: what the debate protocol recorded about this turn (e.g. DIGRA's
+    entropies and information-gain ratios, an injected round-0 response).
+    """
 
     agent: int
     round: int
@@ -34,6 +39,8 @@ class Turn:
     logprobs: list[float] = field(default_factory=list)
     adapter: str | None = None
     finish_reason: str = "stop"
+    reads: list[list[int]] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

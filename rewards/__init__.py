@@ -4,7 +4,8 @@ An answer matrix is N per-agent sequences of T+1 hashable answers (``None`` = un
 :func:`uncertainty`, :func:`agent_uncertainty`, :func:`rewards`. Many debates at once (vectorized):
 :func:`debate_metrics` on answer matrices, :func:`batch_uncertainty` on integer codes from
 :func:`encode_answers`, and :func:`agent_rewards` for each agent's UDPO reward. Warm-up calibration of
-per-agent coefficients: :func:`calibrate`. Statistics for diagnostics live in
+per-agent coefficients: :func:`calibrate`. Hallucination propagation (the DIGRA paper's woozle metrics
+MA, MR, IMR, CR per round): :func:`woozle_metrics`. Statistics for diagnostics live in
 :mod:`udpo.rewards.statistics`. This package imports nothing else from the project.
 """
 
@@ -14,6 +15,7 @@ from .coding import NONE_CODE, AnswerCoder, check_answers, encode_answers
 from .metrics import AgentUncertainty, Uncertainty, agent_uncertainty, uncertainty
 from .reward import Rewards, composite_uncertainty, is_correct, rewards
 from .vote import majority_vote
+from .woozle import WoozleMetrics, correctness, read_flow, woozle_metrics
 
 __all__ = [
     "NONE_CODE",
@@ -24,6 +26,7 @@ __all__ = [
     "DebateMetrics",
     "Rewards",
     "Uncertainty",
+    "WoozleMetrics",
     "agent_rewards",
     "agent_uncertainty",
     "batch_uncertainty",
@@ -31,10 +34,13 @@ __all__ = [
     "calibration_from_dict",
     "check_answers",
     "composite_uncertainty",
+    "correctness",
     "debate_metrics",
     "encode_answers",
     "is_correct",
     "majority_vote",
+    "read_flow",
     "rewards",
     "uncertainty",
+    "woozle_metrics",
 ]

@@ -221,7 +221,15 @@ def test_diagnose_a_real_debate_run(tmp_path, model_path):
         assert [c["k"] for c in curve] == list(range(10, 101, 10))
         assert curve[-1]["accuracy"] == pytest.approx(expected["accuracy"])  # k = 100 keeps every debate
     assert [(g["task"], g["n_agents"], g["n_rounds"]) for g in s["groups"]] == [("arithmetic", 2, 1)]
-    csvs = ["debates", "runs", "groups", "failure_vs_success", "correlations", "selective_prediction"]
+    csvs = [
+        "debates",
+        "runs",
+        "groups",
+        "failure_vs_success",
+        "correlations",
+        "selective_prediction",
+        "woozle",
+    ]
     pngs = ["distributions_mad", "correlation_mad", "selective_prediction"]
     assert sorted(p.name for p in out.iterdir()) == sorted(
         ["summary.json", *(f"{c}.csv" for c in csvs), *(f"{p}.png" for p in pngs)]

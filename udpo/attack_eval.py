@@ -39,6 +39,7 @@ from udpo.env.attacks import (
 )
 from udpo.env.backends.base import Backend
 from udpo.env.debate import AgentSpec, DebateConfig
+from udpo.env.protocols import Protocol
 from udpo.env.tasks.base import Question, Task
 from udpo.evaluate import previous_debates, run_debates, write_json
 
@@ -86,9 +87,11 @@ def evaluate_attacks(
     natural: bool = True,
     resume: bool = False,
     progress: bool = True,
+    protocol: Protocol | None = None,
 ) -> dict[str, Any]:
     """Debate ``questions`` naturally (when ``natural``) and under ``attack`` for each compromised set.
 
+    protocol: how agents read each other (default Standard MAD); each attack's stages are added to it.
     base_model: the team's base model name (the attacker's name when ``attack.attacker`` is "base").
     Returns the summary: ``{"attack", "run", "rows": [{"name", "m", "compromised", accuracy, u_intra,
     u_inter, u_sys, n_questions, "delta": {...}, "details": {...}}]}`` (delta only with a natural row).
@@ -110,8 +113,10 @@ def evaluate_attacks(
         if natural:
             plans.append(apply_attack(AttackConfig(), task, debate_config, []))
         plans.extend(prepared)
+        protocol = protocol or Protocol()
         for plan in plans:
-            rows.append(_run_row(task, backend, questions, plan, out, meta, resume, progress))
+            run = (debate_config, protocol.with_stages(*plan.stages))
+            rows.append(_run_row(task, backend, questions, plan, run, out, meta, resume, progress))
     summary = {"attack": attack.describe(), "run": meta, "rows": _with_deltas(rows)}
     if out is not None:
         write_json(out / "summary.json", summary)
@@ -136,24 +141,21 @@ def _run_row(
     backend: Backend,
     questions: Sequence[Question],
     plan: AttackedDebate,
+    run: tuple[DebateConfig, Protocol],
     out: Path | None,
     meta: dict[str, Any],
     resume: bool,
     progress: bool,
 ) -> dict[str, Any]:
+    """One row: the team's config under the protocol with the attack's stages added."""
+    config, protocol = run
     compromised = plan.meta["compromised"]
     name = row_name(compromised)
     row_meta = {**meta, **plan.meta}
     base = {"name": name, "m": len(compromised), "compromised": compromised}
     if out is None:
         _, summary = run_debates(
-            task,
-            backend,
-            questions,
-            plan.debate_config,
-            meta=row_meta,
-            progress=progress,
-            message_transform=plan.message_transform,
+            task, backend, questions, config, meta=row_meta, progress=progress, protocol=protocol
         )
         return {**base, **_metrics(summary), "details": plan.report()}
     final, partial = out / name, out / f".{name}.partial"
@@ -168,11 +170,11 @@ def _run_row(
             task,
             backend,
             questions,
-            plan.debate_config,
+            config,
             out_dir=partial,
             meta=row_meta,
             progress=progress,
-            message_transform=plan.message_transform,
+            protocol=protocol,
             resume=resume,
         )
     except Exception:
@@ -263,6 +265,7 @@ def make_attack_eval_hook(
     out_dir: str | os.PathLike | None = None,
     prefix: str = "attack",
     progress: bool = False,
+    protocol: Protocol | None = None,
 ) -> AttackEvalHook:
     """A training-time attack evaluation, to run beside the natural evaluation.
 
@@ -273,7 +276,8 @@ def make_attack_eval_hook(
     (``m{m}/...`` with an empty prefix).
     Pass the natural evaluation's summary as ``natural`` to also get ``{prefix}/m{m}/accuracy_drop``
     (natural accuracy minus attacked accuracy). With ``out_dir`` each call writes its debates to
-    ``out_dir/iter_<iteration>/<row>/``. The natural debates are not repeated here.
+    ``out_dir/iter_<iteration>/<row>/``. The natural debates are not repeated here. protocol: how
+    agents read each other (default Standard MAD), the attack's stages added to it.
     """
     if attack.name == "none":
         raise ValueError("an attack eval hook needs an attack (autotransform or autoinject), not 'none'")
@@ -299,6 +303,7 @@ def make_attack_eval_hook(
             natural=False,
             resume=True,
             progress=progress,
+            protocol=protocol,
         )
         metrics: dict[str, float] = {}
         for r in summary["rows"]:
@@ -318,7 +323,7 @@ def attack_eval_callback(
     """A trainer eval callback ``(trainer, iteration) -> dict`` running ``make_attack_eval_hook``.
 
     It uses the trainer's ``task``, ``eval_set``, ``backend`` (current adapters), ``debate_config()``,
-    ``config.model`` and ``run_dir``; runs on the main process only (others return ``{}``); reads the
+    ``debate_protocol()`` (when it has one; else Standard MAD), ``config.model`` and ``run_dir``; runs on the main process only (others return ``{}``); reads the
     natural evaluation's ``RUN_DIR/eval/iter_<k>/summary.json`` for the accuracy drop and writes its
     debates to ``RUN_DIR/eval/attack/iter_<k>/<row>/``. The trainer logs its metrics under the
     callback's name, ``{prefix}_{attack.name}``: e.g. ``eval/attack_autotransform/m1/accuracy``.
@@ -338,6 +343,7 @@ def attack_eval_callback(
             m_values=m_values,
             out_dir=Path(trainer.run_dir) / "eval" / "attack",
             prefix="",
+            protocol=trainer.debate_protocol() if hasattr(trainer, "debate_protocol") else None,
         )
         natural_path = Path(trainer.run_dir) / "eval" / f"iter_{iteration:06d}" / "summary.json"
         natural = json.loads(natural_path.read_text(encoding="utf-8")) if natural_path.exists() else None

@@ -62,7 +62,7 @@ class TrainConfig:
     gradient_checkpointing: bool = _f(False, "Recompute activations in the backward pass to save memory.")
 
     # --- task and data -----------------------------------------------------------------------
-    task: str = _f("arithmetic", "Task name: gsm8k, truthfulqa, commonsenseqa, arithmetic.")
+    task: str = _f("arithmetic", "Task name: gsm8k, truthfulqa, commonsenseqa, arithmetic, du-arithmetic.")
     task_options: dict | str | None = _f(
         None,
         "Task constructor options, e.g. {difficulty: [1, 3], n_questions: 200} (JSON on the command line).",
@@ -97,6 +97,16 @@ class TrainConfig:
         None,
         "Extra arguments of the model's chat template, e.g. {enable_thinking: false} for Qwen3 (JSON on the "
         "command line); passed to every backend.",
+    )
+    protocol: Literal["standard", "sparse", "random", "dig", "digra", "interventions"] = _f(
+        "standard",
+        "Who reads whom in rollouts and evaluations: standard (all peers), sparse, random, dig, digra "
+        "(information-gain-ratio topology) or interventions (pruning and refutation); docs/protocols.md.",
+    )
+    protocol_options: dict | str | None = _f(
+        None,
+        "Options of the protocol, e.g. {alpha: 0.2, entropy_model: null} for digra or {degree: 0.5} for "
+        "sparse (JSON on the command line); docs/protocols.md lists them.",
     )
 
     # --- backend -----------------------------------------------------------------------------
@@ -445,6 +455,7 @@ class TrainConfig:
         for spec in self.eval_callbacks:
             if spec.count(":") != 1 or not all(spec.split(":")):
                 raise ConfigError(f"eval_callbacks entry {spec!r} must look like 'package.module:function'")
+        self._validate_protocol()
         if self.attack_eval != "none":
             if self.eval_questions == 0:
                 raise ConfigError(f"attack_eval: {self.attack_eval} needs eval_questions > 0")
@@ -545,6 +556,28 @@ class TrainConfig:
                 check_model(model)
             except ModelNotFoundError as e:
                 raise ConfigError(f"{name}: {e}") from None
+
+    def _validate_protocol(self) -> None:
+        try:
+            protocol = self.protocol_config()
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"protocol_options: {e}") from None
+        if protocol.inject is not None:
+            raise ConfigError(
+                "protocol_options: inject replaces round-0 responses to measure hallucination propagation "
+                "(udpo debate --inject); it has no token ids to train on"
+            )
+        if protocol.name in ("dig", "digra") and self.backend != "hf" and protocol.entropy_model is None:
+            raise ConfigError(
+                f"protocol: {protocol.name} scores entropies from logits, which backend {self.backend!r} "
+                f"does not give; set protocol_options: {{entropy_model: <hf model>}} or backend: hf"
+            )
+
+    def protocol_config(self):
+        """The debate protocol of rollouts and evaluations (a ``udpo.env.protocols.ProtocolConfig``)."""
+        from udpo.env.protocols.config import ProtocolConfig
+
+        return ProtocolConfig.from_options(self.protocol, self.protocol_options)
 
     # ------------------------------------------------------------------------------------------
     def warmup_for(self, total_steps: int) -> int:

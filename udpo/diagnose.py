@@ -9,8 +9,11 @@ field, decided by the task), and writes to ``out_dir``:
   between metrics, selective-prediction curves (k = 10..100%); with several runs, the accuracy gain of
   each run over the baseline (Standard MAD) run within bins of the baseline's U_sys, questions matched
   by ``question_id``.
+- ``woozle`` in ``summary.json`` and ``woozle.csv``: hallucination propagation per round (the DIGRA paper's
+  MA, MR, IMR, CR; with reads recorded, the share of wrong responses read and the read degree), per run
+  and per (N, T, controlled-injection pattern) group, so injected runs report like the paper's Table 1.
 - CSV tables: ``debates.csv`` (per-debate metrics), ``runs.csv``, ``groups.csv``, ``failure_vs_success.csv``,
-  ``correlations.csv``, ``selective_prediction.csv``, ``stratified_gains.csv``.
+  ``correlations.csv``, ``selective_prediction.csv``, ``stratified_gains.csv``, ``woozle.csv``.
 - PNG plots: ``distributions_<run>.png``, ``correlation_<run>.png``, ``selective_prediction.png``,
   ``stratified_gains.png``.
 """
@@ -31,7 +34,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from udpo.env.trajectory import iter_numbered_records
-from udpo.rewards import DebateMetrics, check_answers, debate_metrics
+from udpo.rewards import DebateMetrics, check_answers, correctness, debate_metrics, read_flow, woozle_metrics
 from udpo.rewards.statistics import (
     COVERAGES,
     failure_vs_success,
@@ -61,6 +64,9 @@ class Run:
     metrics: DebateMetrics
     n_agents: np.ndarray
     n_rounds: np.ndarray
+    answers: list[Any]
+    injections: list[tuple[str, ...] | None]
+    reads: list[list[tuple[int, int, list[list[int]]]]]
 
     def __len__(self) -> int:
         return len(self.correct)
@@ -94,7 +100,7 @@ def load_run(path: str | os.PathLike, label: str | None = None, lam: float = 0.5
     """Read a run's trajectories and compute every debate's metrics (errors name the file and line)."""
     file = trajectory_file(path)
     label = label or default_label(path)
-    ids, tasks, correct, preds, golds, answers = [], [], [], [], [], []
+    ids, tasks, correct, preds, golds, answers, injections, reads = [], [], [], [], [], [], [], []
     records = tqdm(iter_numbered_records(file), desc=f"reading {label}", unit=" debates", leave=False)
     for lineno, rec in records:
         where = f"{file}:{lineno} (question_id {rec['question_id']!r})"
@@ -106,6 +112,8 @@ def load_run(path: str | os.PathLike, label: str | None = None, lam: float = 0.5
         correct.append(rec["correct"])
         preds.append(rec["prediction"])
         golds.append(rec["gold"])
+        injections.append(injection_pattern(rec.get("meta") or {}))
+        reads.append(turn_reads(rec.get("turns") or [], where))
     if not answers:
         raise ValueError(f"{file}: no debates in this file (it is empty)")
     return Run(
@@ -119,7 +127,65 @@ def load_run(path: str | os.PathLike, label: str | None = None, lam: float = 0.5
         metrics=debate_metrics(answers, lam=lam),
         n_agents=np.array([len(a) for a in answers]),
         n_rounds=np.array([len(a[0]) - 1 for a in answers]),
+        answers=answers,
+        injections=injections,
+        reads=reads,
     )
+
+
+def injection_pattern(meta: dict[str, Any]) -> tuple[str, ...] | None:
+    """The controlled-injection pattern a debate ran with (``meta["protocol"]``), or None."""
+    stages = (meta.get("protocol") or {}).get("stages") or []
+    inject = next((s for s in stages if isinstance(s, dict) and s.get("name") == "inject"), None)
+    return tuple(inject["pattern"]) if inject and inject.get("pattern") else None
+
+
+def turn_reads(turns: list[Any], where: str) -> list[tuple[int, int, list[list[int]]]]:
+    """(agent, round, [[peer, peer's round], ...]) of every turn after round 0 that recorded its reads."""
+    out = []
+    for row in turns:
+        for turn in row if isinstance(row, list) else []:
+            if not isinstance(turn, dict) or turn.get("round", 0) == 0 or "reads" not in turn:
+                continue
+            reads = turn["reads"]
+            if not isinstance(reads, list) or not all(isinstance(r, list) and len(r) == 2 for r in reads):
+                raise ValueError(
+                    f"{where}: a turn's 'reads' must be a list of [agent, round] pairs, got {reads!r}"
+                )
+            out.append((int(turn["agent"]), int(turn["round"]), reads))
+    return out
+
+
+def woozle_report(run: Run) -> list[dict[str, Any]]:
+    """Woozle metrics of a run per (N, T, injection pattern) group (see ``udpo.rewards.woozle``)."""
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for k in range(len(run)):
+        groups[(int(run.n_agents[k]), int(run.n_rounds[k]), run.injections[k])].append(k)
+    report = []
+    order = sorted(groups, key=lambda key: (key[0], key[1], key[2] is not None, str(key[2])))  # plain first
+    for n, t, pattern in order:
+        members = groups[(n, t, pattern)]
+        correct = np.stack([correctness(run.answers[k], run.golds[k]) for k in members])
+        read_rounds, read_wrong, turn_rounds, degrees = [], [], [], []
+        for m, k in enumerate(members):
+            for _agent, rnd, reads in run.reads[k]:
+                turn_rounds.append(rnd)
+                degrees.append(len(reads) / (n - 1) if n > 1 else np.nan)
+                for peer, peer_round in reads:
+                    read_rounds.append(rnd)
+                    read_wrong.append(not correct[m, peer, peer_round])
+        flow = read_flow(read_rounds, read_wrong, turn_rounds, degrees, t)
+        report.append(
+            {
+                "n_agents": n,
+                "n_rounds": t,
+                "inject": list(pattern) if pattern else None,
+                "n_debates": len(members),
+                **woozle_metrics(correct).to_dict(),
+                **{key: value.tolist() for key, value in flow.items()},
+            }
+        )
+    return report
 
 
 def _means(run: Run, sel: np.ndarray) -> dict[str, float]:
@@ -153,6 +219,7 @@ def analyze_run(run: Run) -> dict[str, Any]:
         "selective_prediction": {
             m: selective_prediction(run.values(m), run.correct, COVERAGES) for m in METRICS
         },
+        "woozle": woozle_report(run),
     }
 
 
@@ -292,6 +359,18 @@ def write_tables(out: Path, runs: list[Run], summary: dict[str, Any]) -> list[Pa
             for row in s["selective_prediction"][m]
         ],
     )
+    woozle_keys = ("ma", "mr", "imr", "cr", "wrong_read_fraction", "read_degree")
+    table(
+        "woozle.csv",
+        ["run", "n_agents", "n_rounds", "inject", "n_debates", "metric", "round", "value"],
+        [
+            [lab, g["n_agents"], g["n_rounds"], " ".join(g["inject"] or []), g["n_debates"], key, rnd, value]
+            for lab, s in stats.items()
+            for g in s["woozle"]
+            for key in woozle_keys
+            for rnd, value in enumerate(g[key], start=0 if key == "ma" else 1)
+        ],
+    )
     if summary.get("stratified_gains"):
         table(
             "stratified_gains.csv",
@@ -367,3 +446,19 @@ def diagnose(
     with open(out / "summary.json", "w", encoding="utf-8") as fh:
         json.dump(summary, fh, indent=2, allow_nan=False)
     return summary
+
+
+def format_woozle(summary: dict[str, Any]) -> str:
+    """The woozle metrics of a summary as text lines: one per run and (N, T, injection) group."""
+    lines = []
+    for label, stats in summary["runs"].items():
+        for g in stats.get("woozle", []):
+            setup = f"N={g['n_agents']} T={g['n_rounds']}" + (
+                f" inject={','.join(g['inject'])}" if g["inject"] else ""
+            )
+            cells = [
+                f"{name} " + " ".join("-" if v is None else f"{100 * v:.1f}" for v in g[key])
+                for key, name in (("ma", "MA"), ("mr", "MR"), ("imr", "IMR"), ("cr", "CR"))
+            ]
+            lines.append(f"{label:<20} {setup} ({g['n_debates']} debates), % by round: " + " | ".join(cells))
+    return "\n".join(lines)

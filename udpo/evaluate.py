@@ -1,4 +1,4 @@
-"""Run Standard-MAD debates over a question set and summarize them (shared by ``udpo debate``,
+"""Run debates over a question set and summarize them (shared by ``udpo debate``,
 the trainer's eval hook and ``udpo eval``)."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 
 from udpo.env.backends.base import Backend
-from udpo.env.debate import DebateConfig, DebateEnv, MessageTransform
+from udpo.env.debate import DebateConfig, DebateEnv
+from udpo.env.protocols import Protocol, Stage
 from udpo.env.tasks.base import Question, Task
 from udpo.env.trajectory import Trajectory, TrajectoryWriter, iter_numbered_records
 from udpo.rewards import uncertainty
@@ -91,17 +92,17 @@ def run_debates(
     out_dir: str | os.PathLike | None = None,
     meta: dict[str, Any] | None = None,
     progress: bool = True,
-    message_transform: MessageTransform | None = None,
+    protocol: Protocol | Sequence[Stage] | None = None,
     resume: bool = False,
 ) -> tuple[list[Trajectory], dict[str, Any]]:
-    """Debate ``questions``; with ``out_dir`` append ``trajectories.jsonl`` batch by batch and write
+    """Debate ``questions`` under ``protocol`` (default Standard MAD); with ``out_dir`` append ``trajectories.jsonl`` batch by batch and write
     ``summary.json`` (the summary, with ``meta`` under ``"run"``) at the end.
 
     An ``out_dir`` that already holds debates is refused unless ``resume``: then the questions
     already debated there (with the same settings, see :func:`previous_debates`) are skipped and the
     summary covers the whole file.
     """
-    env = DebateEnv(task, backend, debate_config, message_transform=message_transform, meta=meta)
+    env = DebateEnv(task, backend, debate_config, protocol=protocol, meta=meta)
     if out_dir is None:
         trajectories = env.run(questions, progress=progress)
         return trajectories, summarize(trajectories)

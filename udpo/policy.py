@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from udpo.env.backends.base import Backend, BackendError, ChatRequest, Completion
+from udpo.env.backends.base import Backend, BackendError, ChatRequest, Completion, ScoreRequest
 from udpo.env.backends.hf import HFBackend, pick_dtype
 from udpo.env.models import resolve_model
 
@@ -467,6 +467,13 @@ class TeamBackend(Backend):
         self.backends = backends
 
     def generate(self, requests: list[ChatRequest]) -> list[Completion]:
+        return self._routed(requests, lambda backend, rows: backend.generate(rows))
+
+    def token_entropies(self, requests: list[ScoreRequest]) -> list[list[float]]:
+        return self._routed(requests, lambda backend, rows: backend.token_entropies(rows))
+
+    def _routed(self, requests: list, call: Callable[[Backend, list], list]) -> list:
+        """``call(backend, its requests)`` once per base model; results back in request order."""
         first = next(iter(self.backends))
         groups: dict[str, list[int]] = {}
         for k, r in enumerate(requests):
@@ -474,11 +481,11 @@ class TeamBackend(Backend):
             if model not in self.backends:
                 raise BackendError(f"no backend serves model {model!r} (serving: {sorted(self.backends)})")
             groups.setdefault(model, []).append(k)
-        out: list[Completion | None] = [None] * len(requests)
+        out: list = [None] * len(requests)
         for model, idx in groups.items():
-            for k, c in zip(idx, self.backends[model].generate([requests[k] for k in idx]), strict=True):
+            for k, c in zip(idx, call(self.backends[model], [requests[k] for k in idx]), strict=True):
                 out[k] = c
-        return out  # type: ignore[return-value]
+        return out
 
     @property
     def adapters(self) -> list[str]:

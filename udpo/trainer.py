@@ -46,6 +46,7 @@ from udpo.algorithms.udpo import compute_rewards
 from udpo.config import COEFFICIENTS, ConfigError, TrainConfig
 from udpo.env.backends.base import Backend, SamplingParams
 from udpo.env.debate import AgentSpec, DebateConfig, DebateEnv
+from udpo.env.protocols import Protocol, build_protocol
 from udpo.env.tasks import get_task
 from udpo.env.tasks.base import Question
 from udpo.env.trajectory import Trajectory, TrajectoryWriter
@@ -273,7 +274,9 @@ class Trainer:
                 continue
             encode = partial(chat_prompt_ids, tokenizer, template_kwargs=cfg.chat_template_kwargs)
             for q in longest:
-                need = worst_case_prompt_tokens(self.task, q, config, encode)
+                need = worst_case_prompt_tokens(
+                    self.task, q, config, encode, reads_pool=cfg.protocol == "interventions"
+                )
                 if need > limit:
                     raise ConfigError(
                         f"a debate of question {q.id} can reach {need} tokens (n_agents={cfg.n_agents}, "
@@ -455,6 +458,12 @@ class Trainer:
             batch_size=cfg.debate_batch_size,
         )
 
+    def debate_protocol(self) -> Protocol:
+        """The protocol of rollouts and evaluations (``protocol``, ``protocol_options``), built on first use."""
+        if self.__dict__.get("_protocol") is None:
+            self._protocol = build_protocol(self.config.protocol_config(), self.task, self.backend)
+        return self._protocol
+
     # ------------------------------------------------------------------------------------------
     # debates
     # ------------------------------------------------------------------------------------------
@@ -463,7 +472,9 @@ class Trainer:
     ) -> list[Trajectory]:
         """Debate ``questions`` (all processes together, each a shard); every process gets all of them."""
         idx = dist.shard(len(questions), self.rank, self.world)
-        env = DebateEnv(self.task, self.backend, self.debate_config(), meta=meta)
+        env = DebateEnv(
+            self.task, self.backend, self.debate_config(), protocol=self.debate_protocol(), meta=meta
+        )
         with explain_oom(self.config):
             local = env.run([questions[i] for i in idx], progress=progress and self.main)
         return dist.gather_in_order(local, idx, len(questions))
@@ -952,7 +963,10 @@ class Trainer:
         self.tracker.log({"coefficients": flat}, 0, kind="calibration")
 
     def close(self) -> None:
-        """Stop the rollout engine the trainer started (a backend passed in stays open)."""
+        """Stop the rollout engine the trainer started (a backend passed in stays open) and the
+        protocol's own models (an entropy_model)."""
+        if self.__dict__.get("_protocol") is not None:
+            self._protocol.close()
         if self._own_backend:
             self.backend.close()
 

@@ -9,8 +9,9 @@ Compromised agents keep their adapters, so a trained team is attacked as it is d
 Agent indices are 0-based (``agent_0`` .. ``agent_{N-1}``, as in ``team.json`` and the answer
 matrix); by default the last ``m`` agents are compromised.
 
-``apply_attack`` turns an ``AttackConfig`` plus the compromised indices into what ``DebateEnv``
-takes: a ``DebateConfig`` with the compromised agents' specs changed and/or a message transform.
+``apply_attack`` turns an ``AttackConfig`` plus the compromised indices into debate protocol stages
+(``udpo.env.protocols``) that compose with any protocol: AutoTransform assigns the malicious profiles
+(``AssignProfiles``), AutoInject rewrites the compromised agents' messages (``MessageRewrite``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..backends import Backend, SamplingParams, make_backend
-from ..debate import AgentSpec, DebateConfig, MessageTransform
+from ..debate import AgentSpec, DebateConfig
+from ..protocols.base import Stage
+from ..protocols.rewrite import AssignProfiles, MessageRewrite
 from ..tasks.base import Task
 from .autoinject import AutoInject, split_sentences
 from .autotransform import TransformedProfile, builtin_profile, transform_profile
@@ -144,22 +147,31 @@ def attacker_backend(config: AttackConfig, team_backend: Backend) -> Iterator[Ba
 
 @dataclass
 class AttackedDebate:
-    """What ``DebateEnv`` needs to run an attacked debate.
+    """An attack ready to run: protocol stages to add to any protocol, and what they do to the team.
 
-    debate_config: the team with the compromised agents' specs changed (adapters kept).
-    message_transform: AutoInject's transform (None for other attacks).
+    debate_config: the team as attacked (compromised agents' profiles changed, adapters kept).
+    stages: the attack's protocol stages, to add with ``protocol.with_stages(*stages)`` (or
+        ``DebateEnv(..., protocol=stages)``) over the team's own, unattacked config.
     meta: attack settings and compromised indices, for every trajectory and summary.
     profiles: AutoTransform's malicious profile per compromised agent.
     """
 
     debate_config: DebateConfig
-    message_transform: MessageTransform | None = None
+    stages: list[Stage] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
     profiles: dict[int, TransformedProfile] = field(default_factory=dict)
 
     @property
     def injector(self) -> AutoInject | None:
-        return self.message_transform if isinstance(self.message_transform, AutoInject) else None
+        """AutoInject's message transform (None for other attacks)."""
+        rewrite = next((s for s in self.stages if isinstance(s, MessageRewrite)), None)
+        return (
+            rewrite.transform if rewrite is not None and isinstance(rewrite.transform, AutoInject) else None
+        )
+
+    @property
+    def message_transform(self) -> AutoInject | None:
+        return self.injector
 
     def report(self) -> dict[str, Any]:
         """Details for a summary: the malicious profiles used, or AutoInject's counts so far."""
@@ -192,7 +204,7 @@ def apply_attack(
     compromised = check_compromised(compromised, n) if config.name != "none" else []
     meta = {"attack": config.describe(), "compromised": compromised, "m": len(compromised)}
     if config.name == "none" or not compromised:
-        return AttackedDebate(debate_config, None, meta)
+        return AttackedDebate(debate_config, [], meta)
     if attacker is not None and not attacker_name:
         raise ValueError(
             "apply_attack needs attacker_name (the attacker model's name) with an attacker backend"
@@ -208,7 +220,7 @@ def apply_attack(
             seed=config.seed,
             sampling=config.sampling(),
         )
-        return AttackedDebate(debate_config, inject, meta)
+        return AttackedDebate(debate_config, [MessageRewrite(inject, name="autoinject")], meta)
     agents = list(debate_config.agents or [AgentSpec() for _ in range(n)])
     by_benign: dict[str, TransformedProfile] = {}
     profiles: dict[int, TransformedProfile] = {}
@@ -228,9 +240,10 @@ def apply_attack(
                     cache_root=config.cache_dir,
                 )
         profiles[i] = by_benign[benign]
-        agents[i] = dataclasses.replace(agents[i], profile=profiles[i].profile)
     meta["profile_sources"] = {str(i): p.source for i, p in profiles.items()}
-    return AttackedDebate(dataclasses.replace(debate_config, agents=agents), None, meta, profiles)
+    stage = AssignProfiles({i: p.profile for i, p in profiles.items()}, name="autotransform")
+    attacked = dataclasses.replace(debate_config, agents=stage.prepare(agents, task))
+    return AttackedDebate(attacked, [stage], meta, profiles)
 
 
 __all__ = [

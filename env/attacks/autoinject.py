@@ -18,13 +18,13 @@ No sentence selected means no attacker call.
 
 from __future__ import annotations
 
-import hashlib
 import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ..backends.base import Backend, BackendError, ChatRequest, SamplingParams
+from ..seeds import derived_seed
 from ..tasks.base import Question
 from ..tasks.parsing import MAX_REPLY_CHARS
 from .errors import AttackError
@@ -108,12 +108,6 @@ def split_sentences(text: str) -> Segmented:
         add(newline, body=False)
     add(rest, body=False)
     return Segmented(["".join(parts) for parts in pieces], bodies)
-
-
-def derived_seed(*parts: object) -> int:
-    """A 64-bit seed from parts, stable across processes (unlike ``hash``)."""
-    digest = hashlib.sha256("|".join(map(str, parts)).encode()).digest()
-    return int.from_bytes(digest[:8], "big")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -213,6 +207,8 @@ class AutoInject:
     retries: extra attacker calls for keys it left out before falling back to the built-in corruption.
     """
 
+    name = "autoinject"
+
     compromised: Sequence[int]
     attacker: Backend | None = None
     p_message: float = 0.5
@@ -234,17 +230,22 @@ class AutoInject:
             raise ValueError(f"AutoInject retries must be >= 0, got {self.retries}")
         self.compromised = sorted(set(self.compromised))
 
-    def __call__(self, question: Question, round: int, responses: list[str]) -> list[str]:
-        """The ``MessageTransform`` hook: ``responses`` of one debate as its peers will read them."""
+    def __call__(self, question: Question, round: int, responses: list[str | None]) -> list[str | None]:
+        """The ``MessageTransform`` hook: ``responses`` of one debate as its peers will read them
+        (``None`` for an agent that did not speak that round: nothing to attack)."""
         return self.transform_batch([(question, round, responses)])[0]
 
-    def transform_batch(self, items: Sequence[tuple[Question, int, list[str]]]) -> list[list[str]]:
+    def transform_batch(
+        self, items: Sequence[tuple[Question, int, list[str | None]]]
+    ) -> list[list[str | None]]:
         """Transform the responses of several debates with at most ``1 + retries`` attacker calls."""
         jobs: list[tuple[int, int, Segmented, list[int]]] = []  # (item, agent, segmented message, selected)
         for k, (question, rnd, responses) in enumerate(items):
             for agent in self.compromised:
                 if agent >= len(responses):
                     raise ValueError(f"compromised agent {agent} but the debate has {len(responses)} agents")
+                if responses[agent] is None:
+                    continue
                 rng = random.Random(derived_seed(self.seed, question.id, rnd, agent))
                 if rng.random() >= self.p_message:
                     continue

@@ -59,6 +59,7 @@ _GENERIC = (
 BUILTIN_PROFILES: dict[str, str] = {
     "gsm8k": _NUMERIC,
     "arithmetic": _NUMERIC,
+    "du-arithmetic": _NUMERIC,
     "truthfulqa": _CHOICE,
     "commonsenseqa": _CHOICE,
 }
@@ -66,6 +67,7 @@ BUILTIN_PROFILES: dict[str, str] = {
 _TASK_KIND = {
     "gsm8k": "grade-school math word problems with a numeric answer",
     "arithmetic": "arithmetic problems with a numeric answer",
+    "du-arithmetic": "arithmetic problems with a numeric answer",
     "truthfulqa": "multiple-choice questions probing common misconceptions",
     "commonsenseqa": "multiple-choice commonsense questions",
 }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-from .base import Backend, BackendError, ChatRequest, Completion, SamplingParams
+from .base import Backend, BackendError, ChatRequest, Completion, SamplingParams, ScoreRequest
 
 _BACKENDS = {
     "hf": ("udpo.env.backends.hf", "HFBackend"),
@@ -30,6 +30,7 @@ __all__ = [
     "ChatRequest",
     "Completion",
     "SamplingParams",
+    "ScoreRequest",
     "make_backend",
     "BACKEND_NAMES",
 ]

@@ -76,6 +76,17 @@ class Completion:
     finish_reason: str = "stop"
 
 
+@dataclass
+class ScoreRequest:
+    """A response to score by forced decoding: ``response`` (text) read token by token after the chat
+    ``messages`` (the prompt), under ``adapter`` (None: the base model) of ``model`` (None: the default)."""
+
+    messages: list[dict[str, str]]
+    response: str
+    adapter: str | None = None
+    model: str | None = None
+
+
 class Backend(abc.ABC):
     """Batch chat generation with per-request LoRA adapters."""
 
@@ -96,6 +107,15 @@ class Backend(abc.ABC):
         token ids used as they are) under ``adapter`` (None: base), from log-softmax(logits /
         temperature) as in ``generate``. Lets a trainer check that an adapter update reached the engine."""
         raise BackendError(f"the {self.name} backend cannot score a given completion")
+
+    def token_entropies(self, requests: list[ScoreRequest]) -> list[list[float]]:
+        """Per request, the entropy (nats) of the model's full-vocabulary next-token distribution
+        (temperature 1) at each token of the response forced after the prompt, the end-of-turn token
+        included. Needs logits, which only local engines expose (the ``hf`` backend)."""
+        raise BackendError(
+            f"the {self.name} backend cannot return logits for forced decoding; score with an hf model "
+            f"instead (protocol option entropy_model)"
+        )
 
     def load_adapter(self, name: str, path: str) -> None:
         """Register (or replace) the LoRA adapter ``name`` from a PEFT folder ``path``."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .base import Backend, BackendError, ChatRequest, Completion, SamplingParams
+from .base import Backend, BackendError, ChatRequest, Completion, SamplingParams, ScoreRequest
 from .chat import chat_prompt_ids, prompt_ids_of, sampling_temperature
 
 #: dtype names accepted everywhere a dtype is set (besides "auto")
@@ -22,6 +22,9 @@ DTYPES = {
     "fp32": torch.float32,
     "float32": torch.float32,
 }
+
+#: forced decoding keeps at most this many (row x response position) logit vectors in memory at once
+SCORE_POSITIONS = 1024
 
 
 def pick_dtype(name: str, device: str) -> torch.dtype:
@@ -214,6 +217,66 @@ class HFBackend(Backend):
             self.model.train(was_training)
         chosen = ids[0, len(prompt) :].unsqueeze(-1)
         return torch.log_softmax(logits, dim=-1).gather(-1, chosen).squeeze(-1).tolist()
+
+    @torch.no_grad()
+    def token_entropies(self, requests: list[ScoreRequest]) -> list[list[float]]:
+        """Per request, the full-vocabulary entropy (nats, temperature 1) of the next-token distribution
+        at each token of ``response`` forced after the chat prompt; the response is tokenized as text and
+        ends with the end-of-turn token, as a generated turn does.
+
+        Rows are batched (one adapter per row), shortest first, left-padded so every response ends at
+        the last position; only the response positions get logits, at most ``SCORE_POSITIONS`` row
+        positions per forward pass.
+        """
+        eos = self.tokenizer.eos_token_id
+        rows = [
+            (self.encode(r.messages), self.tokenizer.encode(r.response, add_special_tokens=False) + [eos])
+            for r in requests
+        ]
+        order = sorted(range(len(rows)), key=lambda k: len(rows[k][0]) + len(rows[k][1]))
+        out: list[list[float]] = [[] for _ in rows]
+        chunk: list[int] = []
+        for k in order:
+            keep = max(len(rows[j][1]) for j in [*chunk, k]) + 1
+            if chunk and ((len(chunk) + 1) * keep > SCORE_POSITIONS or len(chunk) == self.max_batch):
+                self._score_chunk(rows, chunk, [requests[j].adapter for j in chunk], out)
+                chunk = []
+            chunk.append(k)
+        if chunk:
+            self._score_chunk(rows, chunk, [requests[j].adapter for j in chunk], out)
+        return out
+
+    def _score_chunk(
+        self, rows: list[tuple[list[int], list[int]]], chunk: list[int], adapters, out: list[list[float]]
+    ) -> None:
+        pad = self.tokenizer.pad_token_id
+        batch = [rows[k] for k in chunk]
+        width = max(len(p) + len(c) for p, c in batch)
+        keep = max(len(c) for _, c in batch) + 1
+        ids = torch.tensor([[pad] * (width - len(p) - len(c)) + p + c for p, c in batch], device=self.device)
+        mask = torch.tensor(
+            [[0] * (width - len(p) - len(c)) + [1] * (len(p) + len(c)) for p, c in batch], device=self.device
+        )
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            logits = self.model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                logits_to_keep=keep,
+                use_cache=False,
+                **self._adapter_kwargs(adapters),
+            ).logits
+        except (RuntimeError, ValueError) as e:
+            raise BackendError(f"hf forward pass failed: {e}") from e
+        finally:
+            self.model.train(was_training)
+        for b, (k, (_, c)) in enumerate(zip(chunk, batch, strict=True)):
+            # logits[b, j] predicts position width - keep + j + 1: the response starts at j = keep - 1 - len(c)
+            logp = torch.log_softmax(logits[b, keep - 1 - len(c) : keep - 1].float(), dim=-1)
+            out[k] = (-(logp.exp() * logp).sum(-1)).tolist()
 
     def _extra_stops(self) -> list[int]:
         cfg = getattr(self.model, "generation_config", None)

@@ -1,4 +1,4 @@
-"""Task registry: ``get_task(name)`` for gsm8k, truthfulqa, commonsenseqa, arithmetic."""
+"""Task registry: ``get_task(name)`` for gsm8k, truthfulqa, commonsenseqa, arithmetic, du-arithmetic."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ _TASKS = {
     "truthfulqa": ("udpo.env.tasks.truthfulqa", "TruthfulQA"),
     "commonsenseqa": ("udpo.env.tasks.commonsenseqa", "CommonsenseQA"),
     "arithmetic": ("udpo.env.tasks.arithmetic", "Arithmetic"),
+    "du-arithmetic": ("udpo.env.tasks.du_arithmetic", "DuArithmetic"),
 }
 TASK_NAMES = tuple(_TASKS)
 

@@ -12,6 +12,7 @@ from udpo.env.backends import BACKEND_NAMES, Backend, SamplingParams, make_backe
 from udpo.env.backends.openai import read_api_key_file
 from udpo.env.debate import DebateConfig
 from udpo.env.models import DEFAULT_MODEL
+from udpo.env.protocols import PROTOCOL_NAMES, ProtocolConfig
 from udpo.env.tasks import TASK_NAMES, Question, Task, get_task
 
 
@@ -81,6 +82,93 @@ def add_debate_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-tokens", type=int, default=256, help="completion length cap (default: 256)")
     g.add_argument("--batch-size", type=int, default=16, help="questions debated together (default: 16)")
     g.add_argument("--early-stop", action="store_true", help="stop a debate once all agents agree")
+
+
+def _names(text: str) -> list[str]:
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+#: protocol flags -> ProtocolConfig options (a flag left out keeps the option's default)
+PROTOCOL_FLAGS = (
+    "degree",
+    "alpha",
+    "entropy_model",
+    "stop_stable_agents",
+    "unanimity_stop",
+    "interventions",
+    "qp_fraction",
+    "dp_k",
+    "mr_max_tokens",
+    "embedding_model",
+    "inject",
+    "inject_file",
+)
+
+
+def add_protocol_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("protocol (who reads whom; docs/protocols.md)")
+    g.add_argument(
+        "--protocol",
+        default="standard",
+        choices=PROTOCOL_NAMES,
+        help="standard: every agent reads all peers (default); sparse: a ring of degree D; random: random "
+        "peers each round (seeded by --seed); dig / digra: peers chosen by information gain (ratio); "
+        "interventions: pruning and misconception refutation of the pool of past responses",
+    )
+    g.add_argument("--degree", type=float, default=None, help="sparse: D, the fraction of peers read (0.5)")
+    g.add_argument(
+        "--alpha", type=float, default=None, help="digra: alpha of the information-gain ratio (0.2)"
+    )
+    g.add_argument(
+        "--entropy-model",
+        default=None,
+        help="dig/digra: an hf model that scores entropies (default: the team's hf backend and adapters)",
+    )
+    g.add_argument(
+        "--stop-stable-agents",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="dig/digra: an agent whose answer held two rounds stops (default: on)",
+    )
+    g.add_argument(
+        "--unanimity-stop",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="dig/digra: end a debate once all agents agree (default: on)",
+    )
+    g.add_argument(
+        "--interventions",
+        type=_names,
+        default=None,
+        metavar="OP[,OP...]",
+        help="interventions: qp, dp and/or mr in the order applied (default: qp,dp,mr)",
+    )
+    g.add_argument("--qp-fraction", type=float, default=None, help="share of candidates QP keeps (0.5)")
+    g.add_argument(
+        "--dp-k", type=int, default=None, help="responses DP keeps (default: the number of agents)"
+    )
+    g.add_argument("--mr-max-tokens", type=int, default=None, help="completion cap of each MR call (256)")
+    g.add_argument(
+        "--embedding-model", default=None, help="sentence-transformers folder (default: packaged MiniLM)"
+    )
+    g.add_argument(
+        "--inject",
+        type=_names,
+        default=None,
+        metavar="KIND[,KIND...]",
+        help="controlled injection: per agent, correct, wrong or own (its own round-0 answer), e.g. "
+        "wrong,correct,correct",
+    )
+    g.add_argument(
+        "--inject-file",
+        default=None,
+        help="JSONL of injected responses ({question_id, correct, wrong}); default: written from the gold",
+    )
+
+
+def protocol_config_from_args(args: argparse.Namespace) -> ProtocolConfig:
+    options = {k: getattr(args, k) for k in PROTOCOL_FLAGS if getattr(args, k) is not None}
+    return ProtocolConfig.from_options(args.protocol, {**options, "seed": args.seed})
 
 
 def seed_everything(seed: int) -> None:

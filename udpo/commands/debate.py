@@ -1,19 +1,23 @@
-"""``udpo debate``: run Standard MAD on a task and write trajectories + summary."""
+"""``udpo debate``: run a multi-agent debate (Standard MAD or another protocol) on a task and write
+trajectories + summary."""
 
 from __future__ import annotations
 
 import argparse
 import json
 
+from udpo.env.protocols import build_protocol
 from udpo.evaluate import previous_debates, run_debates
 
 from .common import (
     add_backend_args,
     add_debate_args,
+    add_protocol_args,
     add_task_args,
     backend_from_args,
     debate_config_from_args,
     load_questions,
+    protocol_config_from_args,
     seed_everything,
 )
 
@@ -22,12 +26,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "debate",
         help="run a multi-agent debate on a task",
-        description="Run Standard multi-agent debate (Du et al.) and write "
-        "OUT/trajectories.jsonl and OUT/summary.json.",
+        description="Run multi-agent debate (Standard MAD of Du et al., or --protocol sparse, random, dig, "
+        "digra, interventions) and write OUT/trajectories.jsonl and OUT/summary.json.",
     )
     add_task_args(p)
     add_backend_args(p)
     add_debate_args(p)
+    add_protocol_args(p)
     p.add_argument("--out", default="runs/debate", help="output folder (default: runs/debate)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
     p.set_defaults(func=run)
@@ -36,6 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     seed_everything(args.seed)
     config = debate_config_from_args(args)
+    protocol_config = protocol_config_from_args(args)
     task, questions = load_questions(args)
     meta = {
         "task": args.task,
@@ -47,9 +53,17 @@ def run(args: argparse.Namespace) -> int:
         "seed": args.seed,
     }
     previous_debates(args.out, args.resume, config, meta)  # refused before the model loads
-    with backend_from_args(args) as backend:
+    with backend_from_args(args) as backend, build_protocol(protocol_config, task, backend) as protocol:
+        meta["protocol"] = protocol.describe()
         _, summary = run_debates(
-            task, backend, questions, config, out_dir=args.out, meta=meta, resume=args.resume
+            task,
+            backend,
+            questions,
+            config,
+            out_dir=args.out,
+            meta=meta,
+            protocol=protocol,
+            resume=args.resume,
         )
     shown = {
         k: summary[k] for k in ("n_questions", "accuracy", "u_intra", "u_inter", "u_sys", "unparsed_rate")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from udpo.diagnose import diagnose
+from udpo.diagnose import diagnose, format_woozle
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -13,7 +13,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="test whether uncertainty predicts failure in debate runs",
         description="Compute U_intra, U_inter and U_sys of every debate in one or more runs and write "
         "OUT/summary.json, CSV tables and PNG plots: failure-vs-success tests, correlations, selective "
-        "prediction and (with several runs) accuracy gains over the baseline by U_sys bin.",
+        "prediction, woozle metrics of hallucination propagation per round (MA, MR, IMR, CR) and (with several "
+        "runs) accuracy gains over the baseline by U_sys bin.",
     )
     p.add_argument(
         "runs", nargs="+", metavar="RUN", help="run folder holding trajectories.jsonl, or a .jsonl file"
@@ -46,5 +47,7 @@ def run(args: argparse.Namespace) -> int:
             f"{label:<20} {s['n_debates']:>8} {s['accuracy']:>9.3f} "
             f"{s['u_intra']:>8.3f} {s['u_inter']:>8.3f} {s['u_sys']:>8.3f}"
         )
+    print("woozle metrics (MA: rounds 0..T; MR, IMR, CR: rounds 1..T)")
+    print(format_woozle(summary))
     print(f"wrote {len(summary['files'])} files to {args.out} (summary.json, CSV tables, plots)")
     return 0

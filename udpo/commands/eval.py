@@ -13,15 +13,18 @@ from pathlib import Path
 
 from udpo.attack_eval import check_out_dir, compromised_sets, evaluate_attacks, format_table
 from udpo.env.attacks import ATTACK_NAMES, AttackConfig
+from udpo.env.protocols import build_protocol
 
 from .common import (
     add_backend_args,
     add_debate_args,
+    add_protocol_args,
     add_task_args,
     backend_from_args,
     debate_config_from_args,
     load_questions,
     model_name,
+    protocol_config_from_args,
     seed_everything,
 )
 
@@ -53,6 +56,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "replaces --model and its agents (adapters, profiles) are evaluated",
     )
     add_debate_args(p)
+    add_protocol_args(p)
     p.set_defaults(agents=None)  # from the checkpoint, else 3
 
     g = p.add_argument_group("attack")
@@ -151,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
             "also pass --attack autotransform|autoinject"
         )
     config = debate_config_from_args(args)
+    protocol_config = protocol_config_from_args(args)
     if team is not None:
         config = dataclasses.replace(config, agents=team.agent_specs())
     sets = (
@@ -171,7 +176,8 @@ def run(args: argparse.Namespace) -> int:
         "rounds": args.rounds,
         "seed": args.seed,
     }
-    with backend_from_args(args) as backend:
+    with backend_from_args(args) as backend, build_protocol(protocol_config, task, backend) as protocol:
+        meta["protocol"] = protocol.describe()
         if team is not None:
             team.register(backend, args.checkpoint)
         summary = evaluate_attacks(
@@ -186,8 +192,11 @@ def run(args: argparse.Namespace) -> int:
             meta=meta,
             resume=args.resume,
             progress=not args.no_progress,
+            protocol=protocol,
         )
-    print(f"{args.task}: N={n_agents} agents, T={args.rounds} rounds, attack={args.attack}")
+    print(
+        f"{args.task}: N={n_agents} agents, T={args.rounds} rounds, protocol={args.protocol}, attack={args.attack}"
+    )
     print(format_table(summary))
     print(
         f"wrote {Path(args.out) / 'summary.json'}, {Path(args.out) / 'table.csv'} and one trajectory folder per row"
