@@ -1,4 +1,4 @@
-"""Task registry: ``get_task(name)`` for gsm8k, truthfulqa, commonsenseqa, arithmetic."""
+"""Task registry: ``get_task(name)`` for gsm8k, truthfulqa, commonsenseqa, arithmetic, realmistake."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ _TASKS = {
     "truthfulqa": ("udpo.env.tasks.truthfulqa", "TruthfulQA"),
     "commonsenseqa": ("udpo.env.tasks.commonsenseqa", "CommonsenseQA"),
     "arithmetic": ("udpo.env.tasks.arithmetic", "Arithmetic"),
+    "realmistake": ("udpo.env.tasks.realmistake", "RealMistake"),
 }
 TASK_NAMES = tuple(_TASKS)
 

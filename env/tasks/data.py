@@ -20,7 +20,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -120,16 +120,22 @@ def load_hub(dataset: HubDataset, split: str) -> list[dict[str, Any]]:
 def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(line number, object)`` for each non-blank line of a JSON Lines file."""
     with _utf8(path) as f:
-        for line_no, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{line_no}: not valid JSON ({e.msg} at column {e.colno})") from e
-            if not isinstance(record, dict):
-                raise DataError(f"{path}:{line_no}: expected a JSON object, got {type(record).__name__}")
-            yield line_no, record
+        yield from iter_jsonl_lines(f, str(path))
+
+
+def iter_jsonl_lines(lines: Iterable[str], where: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` for each non-blank line of JSON Lines text (a file, or text read from
+    an archive); errors name ``where`` and the line."""
+    for line_no, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(f"{where}:{line_no}: not valid JSON ({e.msg} at column {e.colno})") from e
+        if not isinstance(record, dict):
+            raise DataError(f"{where}:{line_no}: expected a JSON object, got {type(record).__name__}")
+        yield line_no, record
 
 
 def iter_csv(path: str | os.PathLike, required: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
