@@ -185,7 +185,8 @@ def test_figures_are_labelled_and_legends_name_every_series(tmp_path):
     assert [t.get_text() for t in gains.get_legend().get_texts()] == ["udpo", "mappo"]  # baseline: mad
     assert "'mad'" in gains.get_xlabel()
     heatmap = figures["correlation_udpo"].axes[0]
-    assert [t.get_text() for t in heatmap.get_xticklabels()] == ["U_intra", "U_inter", "U_sys", "DAE", "Correct"]
+    ticks = [t.get_text() for t in heatmap.get_xticklabels()]
+    assert ticks == ["U_intra", "U_inter", "U_sys", "DAE", "Correct"]
     assert figures["correlation_udpo"].axes[1].get_ylabel() == "Pearson r"
     panels = figures["distributions_mad"].axes
     assert [ax.get_xlabel().split()[0] for ax in panels] == ["U_intra", "U_inter", "U_sys", "DAE"]
