@@ -3,12 +3,13 @@ only), quote verification, and a real ColMAD run with SmolLM2 through ``udpo det
 
 from __future__ import annotations
 
+import contextlib
 import json
-import subprocess
-import sys
 
 import pytest
 
+from udpo.cli import main
+from udpo.commands import detect as detect_command
 from udpo.detection import comparison_table, summarize_detection
 from udpo.env.backends.scripted import ScriptedBackend
 from udpo.env.debate import AgentSpec
@@ -222,14 +223,14 @@ def test_per_task_and_mean_tables(task, items):
 
 
 @pytest.mark.slow
-def test_colmad_with_smollm2_through_the_cli(tmp_path, model_path):
-    """A real ColMAD run: two SmolLM2 debaters and a SmolLM2 judge on 2 answerability items (short inputs)."""
+def test_colmad_with_smollm2_through_the_cli(tmp_path, hf_backend, monkeypatch, capsys):
+    """A real ColMAD run through ``udpo detect``: two SmolLM2 debaters and a SmolLM2 judge (the session's
+    model, not loaded again) on 2 answerability items (short inputs)."""
+    monkeypatch.setattr(detect_command, "backend_from_args", lambda args: contextlib.nullcontext(hf_backend))
     out = tmp_path / "colmad"
-    cmd = [sys.executable, "-m", "udpo.cli", "detect", "--protocol", "colmad", "--split"]
-    cmd += ["answerability_classification:gpt4", "--limit", "2", "--rounds", "1", "--max-tokens", "12"]
-    cmd += ["--out", str(out), "--seed", "1"]
-    done = subprocess.run(cmd, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
+    args = ["detect", "--protocol", "colmad", "--split", "answerability_classification:gpt4", "--limit", "2"]
+    assert main([*args, "--rounds", "1", "--max-tokens", "12", "--out", str(out), "--seed", "1"]) == 0
+    printed = capsys.readouterr().out
     trajectories = read_trajectories(out / "trajectories.jsonl")
     summary = json.loads((out / "summary.json").read_text())
     assert len(trajectories) == summary["n_items"] == 2
@@ -246,4 +247,4 @@ def test_colmad_with_smollm2_through_the_cli(tmp_path, model_path):
     s = detection_scores([t.prediction for t in trajectories], [t.gold for t in trajectories])
     assert summary["overall"] == s.to_dict()
     assert summary["judge_calls"] == sum(t.meta["judge_called"] for t in trajectories)
-    assert "answerability_classification" in done.stdout and "mean over tasks" in done.stdout
+    assert "answerability_classification" in printed and "mean over tasks" in printed
