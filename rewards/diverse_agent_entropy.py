@@ -184,6 +184,10 @@ class SelfConsistency:
     abstain_majority: bool
     distribution: tuple[tuple[Answer, float], ...]
 
+    def abstains(self, threshold: float = STRICT_THRESHOLD) -> bool:
+        """Abstain when the samples' entropy exceeds ``threshold`` or there is no answer to give."""
+        return self.prediction is None or abstains(self.entropy, threshold)
+
 
 def self_consistency(samples: Sequence[Answer], min_votes: int = SC_MIN_VOTES) -> SelfConsistency:
     """Self-consistency entropy and the SC(``min_votes``/len(samples)) abstention of sampled answers."""

@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from udpo.rewards.diverse_agent_entropy import (
     SC_MIN_VOTES,
     THRESHOLDS,
-    abstains,
     diverse_agent_entropy,
     self_consistency,
 )
@@ -166,6 +165,7 @@ class DiverseAgentEntropy(Procedure):
     def run_batch(self, questions: list[Question]) -> list[Trajectory]:
         cfg, n = self.config, self.config.n_agents
         rngs = [random.Random(f"{cfg.seed}:{q.id}") for q in questions]
+        self.stage("varied questions")
         sets = self.generator.generate([query_stem(q) for q in questions])
         asked = [
             [q.text if x == s.query else x for x in select_questions(s, n, rng)]
@@ -173,7 +173,9 @@ class DiverseAgentEntropy(Procedure):
         ]
         keys = [(k, j) for k in range(len(questions)) for j in range(n)]
         convs = {(k, j): chat(ANSWER_PROFILE, asked[k][j]) for k, j in keys}
+        self.stage("answers")
         replies = self._call([convs[key] for key in keys])
+        self.stage("answer extraction")
         extracted = self._call(
             [
                 chat(EXTRACT_PROFILE, f"Response:\n{c.text}\n\n{self.task.prompt(questions[k])}")
@@ -189,6 +191,7 @@ class DiverseAgentEntropy(Procedure):
         for rnd in range(1, cfg.max_rounds + 1):
             if not active:
                 break
+            self.stage(f"cross-play round {rnd}")
             pairs = [
                 (k, j, self._partner(turns[k], j, partners[k], rngs[k])) for k in active for j in range(n)
             ]
@@ -309,9 +312,7 @@ class SelfConsistency(Procedure):
             samples: list[Hashable | None] = [maps[n][a] for a in raw[n]]
             sc = self_consistency(samples, cfg.min_votes)
             abstain = {f"sc_{cfg.min_votes}_of_{k}": sc.abstain_majority}
-            abstain.update(
-                {name: sc.prediction is None or abstains(sc.entropy, t) for name, t in THRESHOLDS.items()}
-            )
+            abstain.update({name: sc.abstains(t) for name, t in THRESHOLDS.items()})
             out.append(
                 self.trajectory(
                     q,

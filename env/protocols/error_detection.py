@@ -104,6 +104,11 @@ def parse_confidence(text: str) -> float | None:
     return x if 0 <= x <= 1 else None
 
 
+def agree(a: Answer, b: Answer) -> bool:
+    """Two verdicts agree when they are the same parsed label (two unparsed replies do not agree)."""
+    return a is not None and a == b
+
+
 def sources_of(question: Question) -> list[str]:
     """The texts quotes are checked against: the model input and response when the item has them."""
     found = [question.meta[k] for k in ("input", "response") if isinstance(question.meta.get(k), str)]
@@ -121,6 +126,7 @@ class _Detector(Procedure):
 
     def solo(self, questions: list[Question], agents: tuple[int, ...]) -> list[list[Turn]]:
         """Each listed debater answers each question alone with the task's prompt (one backend call)."""
+        self.stage("first answers")
         specs = self.config.debaters or []
         keys = [(q, i) for q in questions for i in agents]
         reqs = []
@@ -157,7 +163,7 @@ class Ensemble(_Detector):
         out = []
         for q, turns in zip(questions, self.solo(questions, (0, 1)), strict=True):
             a, b = (t.answer for t in turns)
-            agreed = a is not None and a == b
+            agreed = agree(a, b)
             if agreed:
                 prediction = a
             else:
@@ -231,6 +237,9 @@ class _JudgedDebate(_Detector):
         """Rounds ``first..T``: both debaters of every debate in one backend call per round."""
         specs = self.config.debaters or []
         for rnd in range(first, self.config.rounds + 1):
+            if not debates:
+                return
+            self.stage(f"round {rnd}")
             keys = [(d, i) for d in debates for i in (0, 1)]
             reqs = [request(specs[i], self.debater_prompt(d, i, rnd), self.config.sampling) for d, i in keys]
             done = generate(self.backend, reqs)
@@ -240,6 +249,8 @@ class _JudgedDebate(_Detector):
 
     def judge(self, debates: list[_Debate]) -> list[Turn]:
         """The judge's verdict on each debate (one backend call)."""
+        if debates:
+            self.stage("judge")
         reqs = [request(self.config.judge, self.judge_prompt(d), self.judge_sampling) for d in debates]
         done = generate(self.backend, reqs)
         return [
@@ -294,7 +305,7 @@ class ColMAD(_JudgedDebate):
         debates: list[tuple[int, _Debate]] = []
         for k, (q, turns) in enumerate(zip(questions, self.solo(questions, (0, 1)), strict=True)):
             a, b = (t.answer for t in turns)
-            if a is not None and a == b:  # the agreement shortcut: no rounds, no judge
+            if agree(a, b):  # the agreement shortcut: no rounds, no judge
                 out[k] = self.trajectory(
                     q, [[a], [b]], a, [[t] for t in turns], judge_called=False, rounds_run=0
                 )

@@ -78,6 +78,7 @@ class Procedure(abc.ABC):
         self.backend = backend
         self.batch_size = batch_size
         self.meta = dict(meta or {})
+        self._bar: tqdm | None = None
 
     @abc.abstractmethod
     def run_batch(self, questions: list[Question]) -> list[Trajectory]:
@@ -88,7 +89,7 @@ class Procedure(abc.ABC):
     ) -> list[Trajectory]:
         """Every question, batch by batch; each finished batch is appended to ``writer``."""
         out: list[Trajectory] = []
-        bar = tqdm(total=len(questions), desc=self.name, unit="q", disable=not progress)
+        bar = self._bar = tqdm(total=len(questions), desc=self.name, unit="q", disable=not progress)
         try:
             for start in range(0, len(questions), self.batch_size):
                 batch = self.run_batch(list(questions[start : start + self.batch_size]))
@@ -99,7 +100,13 @@ class Procedure(abc.ABC):
                 bar.set_postfix(acc=f"{sum(t.correct for t in out) / len(out):.2f}")
         finally:
             bar.close()
+            self._bar = None
         return out
+
+    def stage(self, step: str) -> None:
+        """Show the step the current batch is in on the progress bar (a CPU batch step can take minutes)."""
+        if self._bar is not None:
+            self._bar.set_description(f"{self.name} [{step}]")
 
     def trajectory(
         self,
