@@ -32,7 +32,7 @@ from udpo.env.protocols.varied_questions import (
     list_lines,
     select_questions,
 )
-from udpo.env.tasks import Question, get_task
+from udpo.env.tasks import TASK_NAMES, Question, get_task
 from udpo.env.trajectory import read_trajectories
 from udpo.rewards.diverse_agent_entropy import STRICT_THRESHOLD, diverse_agent_entropy
 
@@ -256,3 +256,18 @@ def test_real_runs_with_smollm2_and_diagnose(tmp_path, hf_backend, monkeypatch):
     assert main(["diagnose", str(dae_dir), "--out", str(out), "--no-plots"]) == 0
     diagnosed = json.loads((out / "summary.json").read_text())["runs"]["dae"]
     assert diagnosed["dae"] == pytest.approx(sum(t.meta["normalized_entropy"] for t in dae) / 2)
+
+
+@pytest.mark.parametrize("name", TASK_NAMES)
+def test_every_task_runs_through_both_methods(name, shared_data):
+    """A model that never answers: every task's questions go through all steps; nothing to answer means
+    entropy 0 over the single "no answer" cluster, no prediction, and abstention under every policy."""
+    task = get_task(name, difficulty=[1], n_questions=2) if name == "arithmetic" else get_task(name)
+    questions = task.load("test", None if name == "arithmetic" else shared_data, limit=2)
+    backend = ScriptedBackend(["I would rather not say."])
+    config = DAEConfig(n_agents=3, n_aspects=2, per_aspect=1)
+    for t in DiverseAgentEntropy(task, backend, config).run(questions, progress=False):
+        assert t.answers == [[None]] * 3 and t.prediction is None and not t.correct
+        assert t.meta["entropy"] == 0 and all(t.meta["abstain"].values()) and len(t.meta["questions"]) == 3
+    for t in SelfConsistency(task, backend, SCConfig(samples=3, min_votes=2)).run(questions, progress=False):
+        assert t.answers == [[None]] * 3 and all(t.meta["abstain"].values())
