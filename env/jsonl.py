@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,22 +45,29 @@ def iter_jsonl(
     with ``path:line: what is wrong``. ``append_only``: drop a last line cut short (see the module
     docstring) instead of raising."""
     with open(path, "rb") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if lineno == 1 and line.startswith(_BOM):
-                line = line[len(_BOM) :]
-            if not line.strip():
-                continue
-            try:
-                record = decode_line(line)
-            except ValueError as e:
-                if append_only and not line.endswith(b"\n"):
-                    warnings.warn(
-                        f"{path}:{lineno}: dropped a last line cut short by an interrupted write ({e})",
-                        stacklevel=2,
-                    )
-                    return
-                raise error(f"{path}:{lineno}: {e}") from None
-            yield lineno, record
+        yield from iter_jsonl_lines(fh, str(path), error, append_only)
+
+
+def iter_jsonl_lines(
+    lines: Iterable[bytes], where: str, error: type[Exception] = ValueError, append_only: bool = False
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """:func:`iter_jsonl` of lines of bytes read elsewhere (an archive member); errors name ``where``."""
+    for lineno, line in enumerate(lines, start=1):
+        if lineno == 1 and line.startswith(_BOM):
+            line = line[len(_BOM) :]
+        if not line.strip():
+            continue
+        try:
+            record = decode_line(line)
+        except ValueError as e:
+            if append_only and not line.endswith(b"\n"):
+                warnings.warn(
+                    f"{where}:{lineno}: dropped a last line cut short by an interrupted write ({e})",
+                    stacklevel=3,
+                )
+                return
+            raise error(f"{where}:{lineno}: {e}") from None
+        yield lineno, record
 
 
 def repair_tail(path: str | os.PathLike) -> None:

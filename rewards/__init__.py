@@ -6,24 +6,42 @@ An answer matrix is N per-agent sequences of T+1 hashable answers (``None`` = un
 :func:`encode_answers`, and :func:`agent_rewards` for each agent's UDPO reward. Warm-up calibration of
 per-agent coefficients: :func:`calibrate`. Hallucination propagation (the DIGRA paper's woozle metrics
 MA, MR, IMR, CR per round): :func:`woozle_metrics`. Statistics for diagnostics live in
-:mod:`udpo.rewards.statistics`. This package imports nothing else from the project.
+:mod:`udpo.rewards.statistics` (with AUROC and abstention scores). DiverseAgentEntropy (weighted answer
+entropy, abstention thresholds, self-consistency baselines, reward hooks):
+:mod:`udpo.rewards.diverse_agent_entropy`. Error detection scores (precision, recall, F1, F2):
+:mod:`udpo.rewards.detection`. This package imports nothing else from the project.
 """
 
 from .batch import DebateMetrics, agent_rewards, batch_uncertainty, debate_metrics
 from .calibration import BaseWeights, Calibration, calibrate, calibration_from_dict
 from .coding import NONE_CODE, AnswerCoder, check_answers, encode_answers
+from .detection import DetectionScores, detection_scores
+from .diverse_agent_entropy import (
+    LOOSE_THRESHOLD,
+    STRICT_THRESHOLD,
+    DAEScore,
+    dae_calibration_reward,
+    dae_certainty_reward,
+    diverse_agent_entropy,
+    make_dae_reward,
+    self_consistency,
+)
 from .metrics import AgentUncertainty, Uncertainty, agent_uncertainty, uncertainty
 from .reward import Rewards, composite_uncertainty, is_correct, rewards
 from .vote import majority_vote
 from .woozle import WoozleMetrics, correctness, read_flow, woozle_metrics
 
 __all__ = [
+    "LOOSE_THRESHOLD",
     "NONE_CODE",
+    "STRICT_THRESHOLD",
     "AgentUncertainty",
     "AnswerCoder",
     "BaseWeights",
     "Calibration",
+    "DAEScore",
     "DebateMetrics",
+    "DetectionScores",
     "Rewards",
     "Uncertainty",
     "WoozleMetrics",
@@ -35,12 +53,18 @@ __all__ = [
     "check_answers",
     "composite_uncertainty",
     "correctness",
+    "dae_calibration_reward",
+    "dae_certainty_reward",
     "debate_metrics",
+    "detection_scores",
+    "diverse_agent_entropy",
     "encode_answers",
     "is_correct",
     "majority_vote",
     "read_flow",
+    "make_dae_reward",
     "rewards",
+    "self_consistency",
     "uncertainty",
     "woozle_metrics",
 ]

@@ -16,6 +16,12 @@ calibration turns into its 1/3 fallback (SPEC section 4).
   are counted by their mean accuracy (the expected accuracy under a random tie-break), so the curve
   does not depend on file order.
 - :func:`stratified_gains`: accuracy gain over a baseline within bins of the baseline's U_sys.
+- :func:`auroc`: area under the ROC curve of a score separating positives from negatives, i.e. the
+  probability that a random positive scores above a random negative, ties counting one half (the
+  Mann-Whitney U statistic divided by n_pos * n_neg); ``nan`` when a class is empty. For an
+  uncertainty score the positives are the wrong answers.
+- :func:`abstention_scores`: accuracy, abstention rate, correctness and truthfulness of a method that
+  may abstain (DiverseAgentEntropy paper, section 4.1).
 """
 
 from __future__ import annotations
@@ -204,3 +210,62 @@ def stratified_gains(
             }
         )
     return rows
+
+
+def auroc(scores: Sequence[float] | np.ndarray, positive: Sequence[bool] | np.ndarray) -> float:
+    """P(score of a random positive > score of a random negative) + 0.5 P(tie); nan if a class is empty."""
+    s, pos = _paired(scores, positive)
+    n_pos, n_neg = int(pos.sum()), int((~pos).sum())
+    if n_pos == 0 or n_neg == 0:
+        return math.nan
+    from scipy.stats import rankdata
+
+    ranks = rankdata(s)  # average ranks: ties share their mean rank, which counts them one half
+    u = ranks[pos].sum() - n_pos * (n_pos + 1) / 2
+    return float(u / (n_pos * n_neg))
+
+
+@dataclass(frozen=True)
+class AbstentionScores:
+    """A method that answers or abstains, over n questions (fractions; nan where undefined).
+
+    accuracy: correct among the answered questions (nan when all abstain). abstention_rate: abstained / n.
+    correctness: answered and correct / n. truthfulness: (answered and correct, or abstained) / n.
+    """
+
+    n: int
+    n_answered: int
+    accuracy: float
+    abstention_rate: float
+    correctness: float
+    truthfulness: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def abstention_scores(
+    correct: Sequence[bool] | np.ndarray, abstained: Sequence[bool] | np.ndarray
+) -> AbstentionScores:
+    """Scores of answers that are ``correct`` (whether the answer the method would give is right) when
+    the method did not ``abstain``."""
+    c = _as_1d(correct, "correct")
+    a = _as_1d(abstained, "abstained")
+    if len(c) != len(a):
+        raise ValueError(f"got {len(c)} correctness flags but {len(a)} abstention flags")
+    if not (np.isin(c, (0.0, 1.0)).all() and np.isin(a, (0.0, 1.0)).all()):
+        raise ValueError("correct and abstained must hold booleans or 0/1")
+    if len(c) == 0:
+        raise ValueError("abstention scores need at least one question")
+    c, a = c.astype(bool), a.astype(bool)
+    answered = ~a
+    right = int((c & answered).sum())
+    n = len(c)
+    return AbstentionScores(
+        n=n,
+        n_answered=int(answered.sum()),
+        accuracy=right / int(answered.sum()) if answered.any() else math.nan,
+        abstention_rate=float(a.mean()),
+        correctness=right / n,
+        truthfulness=(right + int(a.sum())) / n,
+    )

@@ -16,8 +16,8 @@ import pytest
 from udpo import diagnose_plots
 from udpo.cli import main
 from udpo.diagnose import choose_baseline, default_label, load_run, per_question, summarize
-from udpo.rewards import majority_vote, uncertainty
-from udpo.rewards.statistics import failure_vs_success, pearson, selective_prediction, stratified_gains
+from udpo.rewards import diverse_agent_entropy, majority_vote, uncertainty
+from udpo.rewards.statistics import auroc, failure_vs_success, pearson, selective_prediction, stratified_gains
 
 
 def write_run(path: Path, seed: int, skill: float, n_questions: int = 60, repeats: int = 1) -> Path:
@@ -78,6 +78,7 @@ def test_summary_numbers_match_the_formulas(two_runs):
             m: np.array([getattr(uncertainty(r["answers"]), m) for r in records])
             for m in ("u_intra", "u_inter", "u_sys")
         }
+        u["dae"] = np.array([diverse_agent_entropy(r["answers"]).normalized for r in records])
         s = summary["runs"][label]
         assert s["n_debates"] == len(records) == 60
         assert s["accuracy"] == pytest.approx(correct.mean())
@@ -92,12 +93,13 @@ def test_summary_numbers_match_the_formulas(two_runs):
             assert s["failure_vs_success"][m]["cohens_d"] == pytest.approx(expected.cohens_d)
             r, p = pearson(values, correct.astype(float))
             assert s["correlation_with_correct"][m] == pytest.approx({"r": r, "p_value": p})
+            assert s["auroc"][m] == pytest.approx(auroc(values, ~correct))
             curve = selective_prediction(values, correct)
             assert [c["n_kept"] for c in s["selective_prediction"][m]] == [c["n_kept"] for c in curve]
             assert [c["accuracy"] for c in s["selective_prediction"][m]] == pytest.approx(
                 [c["accuracy"] for c in curve]
             )
-        assert s["correlation_matrix"]["variables"] == ["u_intra", "u_inter", "u_sys", "correct"]
+        assert s["correlation_matrix"]["variables"] == ["u_intra", "u_inter", "u_sys", "dae", "correct"]
         # the synthetic runs are built so that uncertainty predicts failure
         assert s["failure_vs_success"]["u_sys"]["cohens_d"] > 0
         assert s["correlation_with_correct"]["u_sys"]["r"] < 0
@@ -131,7 +133,7 @@ def test_tables_and_plots_are_written(two_runs):
     with open(out / "debates.csv") as fh:
         rows = list(csv.DictReader(fh))
     assert len(rows) == 120 and {r["run"] for r in rows} == {"udpo", "mad"}
-    assert set(rows[0]) >= {"question_id", "correct", "u_intra", "u_inter", "u_sys", "loo_instability"}
+    assert set(rows[0]) >= {"question_id", "correct", "u_intra", "u_inter", "u_sys", "loo_instability", "dae"}
     for name in (
         "runs",
         "groups",
@@ -143,7 +145,7 @@ def test_tables_and_plots_are_written(two_runs):
         with open(out / f"{name}.csv") as fh:
             assert len(list(csv.reader(fh))) > 1, name
     with open(out / "selective_prediction.csv") as fh:
-        assert len(list(csv.DictReader(fh))) == 2 * 3 * 10  # runs x metrics x coverages
+        assert len(list(csv.DictReader(fh))) == 2 * 4 * 10  # runs x metrics x coverages
     pngs = ["distributions_mad", "distributions_udpo", "correlation_mad", "correlation_udpo"]
     for name in [*pngs, "selective_prediction", "stratified_gains"]:
         data = (out / f"{name}.png").read_bytes()
@@ -177,16 +179,17 @@ def test_figures_are_labelled_and_legends_name_every_series(tmp_path):
             assert not any(box.overlaps(ax.get_window_extent()) for ax in plots), stem
     selective = figures["selective_prediction"]
     assert [ax.get_title() for ax in selective.axes] == ["mad (n = 20)", "udpo (n = 20)", "mappo (n = 20)"]
-    names = ["rank by U_intra", "rank by U_inter", "rank by U_sys", "all debates"]
+    names = ["rank by U_intra", "rank by U_inter", "rank by U_sys", "rank by DAE", "all debates"]
     assert [t.get_text() for t in selective.legends[0].get_texts()] == names
     gains = figures["stratified_gains"].axes[0]
     assert [t.get_text() for t in gains.get_legend().get_texts()] == ["udpo", "mappo"]  # baseline: mad
     assert "'mad'" in gains.get_xlabel()
     heatmap = figures["correlation_udpo"].axes[0]
-    assert [t.get_text() for t in heatmap.get_xticklabels()] == ["U_intra", "U_inter", "U_sys", "Correct"]
+    ticks = [t.get_text() for t in heatmap.get_xticklabels()]
+    assert ticks == ["U_intra", "U_inter", "U_sys", "DAE", "Correct"]
     assert figures["correlation_udpo"].axes[1].get_ylabel() == "Pearson r"
     panels = figures["distributions_mad"].axes
-    assert [ax.get_xlabel().split()[0] for ax in panels] == ["U_intra", "U_inter", "U_sys"]
+    assert [ax.get_xlabel().split()[0] for ax in panels] == ["U_intra", "U_inter", "U_sys", "DAE"]
     n_fail = int((~runs[0].correct).sum())
     assert f"failed debates (n = {n_fail})" in {
         t.get_text() for t in figures["distributions_mad"].legends[0].texts

@@ -390,11 +390,15 @@ def test_scripted_debate_parses_every_turn(name, shared_data):
     by_prompt = {task.prompt(q): q for q in questions}
 
     def wrong(q):
+        if name == "realmistake":
+            return "no_error" if q.gold == "error" else "error"
         if q.options is None:
             return str(int(Fraction(q.gold)) + 1)
         return LETTERS[(LETTERS.index(q.gold) + 1) % len(q.options)]
 
     def say(q, answer):
+        if name == "realmistake":
+            return f"I checked every requirement.\nVerdict: {answer.replace('_', ' ')}"
         if q.options is None:
             return f"Step by step it comes to {answer}, so the result is \\boxed{{{answer}}}."
         return f"I compared the options; (A) tempted me.\nAnswer: ({answer})"

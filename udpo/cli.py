@@ -10,7 +10,7 @@ import argparse
 import importlib
 import sys
 
-COMMANDS = ("debate", "diagnose", "train", "eval", "export")
+COMMANDS = ("debate", "detect", "uncertainty", "diagnose", "train", "eval", "export")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,12 +1,15 @@
 """``udpo diagnose``: does uncertainty predict failure? Statistics and plots of SPEC section 9.
 
 Reads one or more runs (a folder holding ``trajectories.jsonl``, or a ``.jsonl`` file), computes each
-debate's U_intra, U_inter and U_sys from its answer matrix (correctness is the file's ``correct``
-field, decided by the task), and writes to ``out_dir``:
+debate's U_intra, U_inter and U_sys from its answer matrix, and its DiverseAgentEntropy (DAE: the entropy
+of the final answers weighted by how rarely each agent changed its answer over the rounds the debate ran,
+``meta["rounds_run"]`` when present, divided by ln N; :mod:`udpo.rewards.diverse_agent_entropy`)
+(correctness is the file's ``correct`` field, decided by the task), and writes to ``out_dir``:
 
 - ``summary.json``: per run accuracy and mean uncertainties (also per task, N and T), failure-vs-success
   Welch t-test p-value and Cohen's d per metric, Pearson r and p of each metric with correctness and
-  between metrics, selective-prediction curves (k = 10..100%); with several runs, the accuracy gain of
+  between metrics, AUROC of each metric against failed debates, selective-prediction curves
+  (k = 10..100%); with several runs, the accuracy gain of
   each run over the baseline (Standard MAD) run within bins of the baseline's U_sys, questions matched
   by ``question_id``.
 - ``woozle`` in ``summary.json`` and ``woozle.csv``: hallucination propagation per round (the DIGRA paper's
@@ -35,16 +38,18 @@ from tqdm.auto import tqdm
 
 from udpo.env.trajectory import iter_numbered_records
 from udpo.rewards import DebateMetrics, check_answers, correctness, debate_metrics, read_flow, woozle_metrics
+from udpo.rewards.diverse_agent_entropy import trajectory_dae
 from udpo.rewards.statistics import (
     COVERAGES,
+    auroc,
     failure_vs_success,
     pearson,
     selective_prediction,
     stratified_gains,
 )
 
-#: the three uncertainty levels analysed, with their display names
-METRICS: dict[str, str] = {"u_intra": "U_intra", "u_inter": "U_inter", "u_sys": "U_sys"}
+#: the uncertainty metrics analysed (the three levels and DiverseAgentEntropy), with their display names
+METRICS: dict[str, str] = {"u_intra": "U_intra", "u_inter": "U_inter", "u_sys": "U_sys", "dae": "DAE"}
 #: labels recognised as the Standard MAD run when no baseline is named
 BASELINE_NAMES = ("mad", "standard_mad", "standard-mad", "standard mad", "standardmad")
 TRAJECTORY_FILE = "trajectories.jsonl"
@@ -52,7 +57,8 @@ TRAJECTORY_FILE = "trajectories.jsonl"
 
 @dataclass
 class Run:
-    """The debates of one run: ids, task, shape and correctness per debate, and their metrics."""
+    """The debates of one run: ids, task, shape and correctness per debate, and their metrics
+    (``dae``: normalized DiverseAgentEntropy per debate)."""
 
     label: str
     path: Path
@@ -67,12 +73,13 @@ class Run:
     answers: list[Any]
     injections: list[tuple[str, ...] | None]
     reads: list[list[tuple[int, int, list[list[int]]]]]
+    dae: np.ndarray
 
     def __len__(self) -> int:
         return len(self.correct)
 
     def values(self, metric: str) -> np.ndarray:
-        return getattr(self.metrics, metric)
+        return self.dae if metric == "dae" else getattr(self.metrics, metric)
 
 
 def trajectory_file(path: str | os.PathLike) -> Path:
@@ -100,13 +107,17 @@ def load_run(path: str | os.PathLike, label: str | None = None, lam: float = 0.5
     """Read a run's trajectories and compute every debate's metrics (errors name the file and line)."""
     file = trajectory_file(path)
     label = label or default_label(path)
-    ids, tasks, correct, preds, golds, answers, injections, reads = [], [], [], [], [], [], [], []
+    ids, tasks, correct, preds, golds, answers, injections, reads, dae = [], [], [], [], [], [], [], [], []
     records = tqdm(iter_numbered_records(file), desc=f"reading {label}", unit=" debates", leave=False)
     for lineno, rec in records:
         where = f"{file}:{lineno} (question_id {rec['question_id']!r})"
         if not isinstance(rec["correct"], bool):
             raise ValueError(f"{where}: 'correct' must be true or false, got {rec['correct']!r}")
         answers.append(check_answers(rec["answers"], where=where))
+        try:
+            dae.append(trajectory_dae(rec).normalized)
+        except ValueError as e:
+            raise ValueError(f"{where}: {e}") from None
         ids.append(str(rec["question_id"]))
         tasks.append(str((rec.get("meta") or {}).get("task", "unknown")))
         correct.append(rec["correct"])
@@ -130,6 +141,7 @@ def load_run(path: str | os.PathLike, label: str | None = None, lam: float = 0.5
         answers=answers,
         injections=injections,
         reads=reads,
+        dae=np.array(dae, dtype=float),
     )
 
 
@@ -216,6 +228,7 @@ def analyze_run(run: Run) -> dict[str, Any]:
             for m in METRICS
         },
         "correlation_matrix": {"variables": metric_names, "r": matrix_r, "p_value": matrix_p},
+        "auroc": {m: auroc(run.values(m), ~run.correct) for m in METRICS},
         "selective_prediction": {
             m: selective_prediction(run.values(m), run.correct, COVERAGES) for m in METRICS
         },
@@ -298,11 +311,23 @@ def write_tables(out: Path, runs: list[Run], summary: dict[str, Any]) -> list[Pa
     ]
     table(
         "debates.csv",
-        ["run", "question_id", "task", "n_agents", "n_rounds", "prediction", "gold", "correct", *parts],
+        [
+            "run",
+            "question_id",
+            "task",
+            "n_agents",
+            "n_rounds",
+            "prediction",
+            "gold",
+            "correct",
+            *parts,
+            "dae",
+        ],
         [
             [run.label, run.question_ids[i], run.tasks[i], int(run.n_agents[i]), int(run.n_rounds[i])]
             + [run.predictions[i], run.golds[i], int(run.correct[i])]
             + [float(getattr(run.metrics, p)[i]) for p in parts]
+            + [float(run.dae[i])]
             for run in runs
             for i in range(len(run))
         ],
@@ -342,9 +367,15 @@ def write_tables(out: Path, runs: list[Run], summary: dict[str, Any]) -> list[Pa
     )
     table(
         "correlations.csv",
-        ["run", "metric", "r_with_correct", "p_value"],
+        ["run", "metric", "r_with_correct", "p_value", "auroc_failed"],
         [
-            [lab, m, s["correlation_with_correct"][m]["r"], s["correlation_with_correct"][m]["p_value"]]
+            [
+                lab,
+                m,
+                s["correlation_with_correct"][m]["r"],
+                s["correlation_with_correct"][m]["p_value"],
+                s["auroc"][m],
+            ]
             for lab, s in stats.items()
             for m in METRICS
         ],

@@ -20,9 +20,9 @@ from matplotlib.lines import Line2D
 from udpo.diagnose import METRICS, Run, safe_name
 
 FAIL_COLOR, SUCCESS_COLOR = "#d62728", "#2ca02c"
-METRIC_COLORS = {"u_intra": "#1f77b4", "u_inter": "#ff7f0e", "u_sys": "#9467bd"}
+METRIC_COLORS = {"u_intra": "#1f77b4", "u_inter": "#ff7f0e", "u_sys": "#9467bd", "dae": "#8c564b"}
 #: marker and size per metric, largest first, so curves that coincide stay visible under each other
-METRIC_MARKERS = {"u_intra": ("o", 7), "u_inter": ("s", 5), "u_sys": ("^", 4)}
+METRIC_MARKERS = {"u_intra": ("o", 8), "u_inter": ("s", 6), "u_sys": ("^", 5), "dae": ("x", 4)}
 
 
 def _fmt_p(p: float | None) -> str:
@@ -83,7 +83,7 @@ def distributions_figure(run: Run, stats: dict[str, Any]) -> Figure:
 
 
 def correlation_figure(run: Run, stats: dict[str, Any]) -> Figure:
-    """Pearson correlation heatmap of the three metrics and correctness, r and p in each cell."""
+    """Pearson correlation heatmap of the uncertainty metrics and correctness, r and p in each cell."""
     cm = stats["correlation_matrix"]
     names = [METRICS.get(v, "Correct") for v in cm["variables"]]
     r = np.array([[np.nan if v is None else v for v in row] for row in cm["r"]], dtype=float)

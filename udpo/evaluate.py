@@ -48,13 +48,16 @@ MAY_CHANGE_ON_RESUME = ("backend",)
 
 
 def previous_debates(
-    out_dir: str | os.PathLike, resume: bool, debate_config: DebateConfig, meta: dict[str, Any] | None = None
+    out_dir: str | os.PathLike,
+    resume: bool,
+    debate_config: DebateConfig | None = None,
+    meta: dict[str, Any] | None = None,
 ) -> list[Trajectory]:
     """The debates ``out_dir/trajectories.jsonl`` already holds ([] when none).
 
     Without ``resume`` a file with debates is refused (runs are never mixed). With it, every debate
     must have been run with this run's settings: ``n_agents`` and ``rounds`` (the answer matrix's
-    shape) and every ``meta`` entry the record also has (task, split, model, seed, ...; not those in
+    shape, when ``debate_config`` is given) and every ``meta`` entry the record also has (task, split, model, seed, ...; not those in
     ``MAY_CHANGE_ON_RESUME``). A last line cut short by a killed run is dropped (its question is
     debated again). Call it before loading a model: a mismatch costs nothing.
     """
@@ -65,11 +68,9 @@ def previous_debates(
         raise FileExistsError(
             f"{path} already holds debates; pass --resume to continue it or choose another --out"
         )
-    want = {
-        **{k: v for k, v in (meta or {}).items() if k not in MAY_CHANGE_ON_RESUME},
-        "n_agents": debate_config.n_agents,
-        "rounds": debate_config.rounds,
-    }
+    want = {k: v for k, v in (meta or {}).items() if k not in MAY_CHANGE_ON_RESUME}
+    if debate_config is not None:
+        want.update(n_agents=debate_config.n_agents, rounds=debate_config.rounds)
     done = []
     for lineno, record in iter_numbered_records(path):
         t = Trajectory.from_dict(record)

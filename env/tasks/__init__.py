@@ -1,4 +1,4 @@
-"""Task registry: ``get_task(name)`` for gsm8k, truthfulqa, commonsenseqa, arithmetic, du-arithmetic."""
+"""Task registry: ``get_task(name)`` for gsm8k, truthfulqa, commonsenseqa, arithmetic, du-arithmetic, realmistake."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ _TASKS = {
     "commonsenseqa": ("udpo.env.tasks.commonsenseqa", "CommonsenseQA"),
     "arithmetic": ("udpo.env.tasks.arithmetic", "Arithmetic"),
     "du-arithmetic": ("udpo.env.tasks.du_arithmetic", "DuArithmetic"),
+    "realmistake": ("udpo.env.tasks.realmistake", "RealMistake"),
 }
 TASK_NAMES = tuple(_TASKS)
 

@@ -16,9 +16,15 @@ from udpo.env.protocols import PROTOCOL_NAMES, ProtocolConfig
 from udpo.env.tasks import TASK_NAMES, Question, Task, get_task
 
 
-def add_task_args(p: argparse.ArgumentParser) -> None:
+def add_task_args(p: argparse.ArgumentParser, default_task: str | None = None) -> None:
     g = p.add_argument_group("task")
-    g.add_argument("--task", required=True, choices=TASK_NAMES, help="benchmark to debate")
+    g.add_argument(
+        "--task",
+        required=default_task is None,
+        default=default_task,
+        choices=TASK_NAMES,
+        help="benchmark" + (f" (default: {default_task})" if default_task else ""),
+    )
     g.add_argument("--split", default="test", help="data split (default: test)")
     g.add_argument("--data", default=None, help="data file, folder in the shared/data layout, or Hub name")
     g.add_argument("--limit", type=int, default=None, help="debate only the first K questions")

@@ -11,7 +11,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "diagnose",
         help="test whether uncertainty predicts failure in debate runs",
-        description="Compute U_intra, U_inter and U_sys of every debate in one or more runs and write "
+        description="Compute U_intra, U_inter, U_sys and DiverseAgentEntropy of every debate in one or more runs and write "
         "OUT/summary.json, CSV tables and PNG plots: failure-vs-success tests, correlations, selective "
         "prediction, woozle metrics of hallucination propagation per round (MA, MR, IMR, CR) and (with several "
         "runs) accuracy gains over the baseline by U_sys bin.",
@@ -41,11 +41,11 @@ def run(args: argparse.Namespace) -> int:
     summary = diagnose(
         args.runs, args.out, labels=labels, baseline=args.baseline, lam=args.lam, plots=not args.no_plots
     )
-    print(f"{'run':<20} {'debates':>8} {'accuracy':>9} {'U_intra':>8} {'U_inter':>8} {'U_sys':>8}")
+    print(f"{'run':<20} {'debates':>8} {'accuracy':>9} {'U_intra':>8} {'U_inter':>8} {'U_sys':>8} {'DAE':>8}")
     for label, s in summary["runs"].items():
         print(
             f"{label:<20} {s['n_debates']:>8} {s['accuracy']:>9.3f} "
-            f"{s['u_intra']:>8.3f} {s['u_inter']:>8.3f} {s['u_sys']:>8.3f}"
+            f"{s['u_intra']:>8.3f} {s['u_inter']:>8.3f} {s['u_sys']:>8.3f} {s['dae']:>8.3f}"
         )
     print("woozle metrics (MA: rounds 0..T; MR, IMR, CR: rounds 1..T)")
     print(format_woozle(summary))
