@@ -22,6 +22,9 @@ calibration turns into its 1/3 fallback (SPEC section 4).
   uncertainty score the positives are the wrong answers.
 - :func:`abstention_scores`: accuracy, abstention rate, correctness and truthfulness of a method that
   may abstain (DiverseAgentEntropy paper, section 4.1).
+- :func:`paired_bootstrap`: mean change after - before of a per-question metric, with a percentile
+  bootstrap interval that resamples questions (each question keeps its pairs in every training seed,
+  so the seeds' shared questions stay correlated as they are).
 """
 
 from __future__ import annotations
@@ -268,4 +271,61 @@ def abstention_scores(
         abstention_rate=float(a.mean()),
         correctness=right / n,
         truthfulness=(right + int(a.sum())) / n,
+    )
+
+
+@dataclass(frozen=True)
+class PairedChange:
+    """Mean of after - before and its ``level`` percentile bootstrap interval."""
+
+    before: float
+    after: float
+    delta: float
+    low: float
+    high: float
+    level: float
+    n_questions: int
+    n_seeds: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def paired_bootstrap(
+    before: Sequence[float] | np.ndarray,
+    after: Sequence[float] | np.ndarray,
+    level: float = 0.95,
+    n_resamples: int = 10_000,
+    seed: int = 0,
+) -> PairedChange:
+    """Paired change of a metric measured on the same questions before and after training.
+
+    ``before`` and ``after`` are [Q] (one run) or [S, Q] (S training seeds, the same Q questions in the
+    same order). The statistic is the mean over seeds and questions of ``after - before``; each of
+    ``n_resamples`` resamples draws Q questions with replacement (the same draw for every seed) and the
+    interval is the (1 - level) / 2 and (1 + level) / 2 quantiles of the resampled statistic.
+    """
+    b, a = np.atleast_2d(np.asarray(before, dtype=float)), np.atleast_2d(np.asarray(after, dtype=float))
+    if b.shape != a.shape or b.ndim != 2 or b.shape[1] == 0:
+        raise ValueError(
+            f"before and after need the same [seeds, questions] shape, got {b.shape} and {a.shape}"
+        )
+    if not (np.isfinite(b).all() and np.isfinite(a).all()):
+        raise ValueError("before and after must be finite numbers")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    per_question = (a - b).mean(0)  # [Q]: the seeds' mean change on each question
+    q = len(per_question)
+    draws = np.random.default_rng(seed).integers(0, q, size=(n_resamples, q))
+    stats = per_question[draws].mean(1)
+    low, high = np.quantile(stats, [(1 - level) / 2, (1 + level) / 2])
+    return PairedChange(
+        before=float(b.mean()),
+        after=float(a.mean()),
+        delta=float(per_question.mean()),
+        low=float(low),
+        high=float(high),
+        level=level,
+        n_questions=q,
+        n_seeds=b.shape[0],
     )

@@ -9,7 +9,7 @@ import torch
 
 from udpo.algorithms.udpo import Coefficients, compute_rewards
 from udpo.env.trajectory import Trajectory, Turn
-from udpo.reward_functions import boxed_answer, load_reward_functions, parsed_answer
+from udpo.reward_functions import boxed_answer, concise, load_reward_functions, parsed_answer
 
 THIS = __name__  # the functions below are imported by name, as a recipe would
 
@@ -90,3 +90,16 @@ def test_example_functions_on_a_hand_made_debate():
     t = debate([["\\boxed{2}", "\\boxed{2}"], ["two", "\\boxed{2}"]], [["2", "2"], [None, "2"]])
     assert [boxed_answer(t, i) for i in range(2)] == [1.0, 0.5]
     assert [parsed_answer(t, i) for i in range(2)] == [1.0, 0.5]
+
+
+def test_concise_is_minus_the_mean_response_length_in_hundreds_of_tokens():
+    t = debate([["a", "b"], ["c", "d"]], [["2", "2"], ["2", "2"]])
+    t.turns[0][0].completion_ids, t.turns[0][1].completion_ids = [1] * 30, [1] * 10  # mean 20 tokens
+    t.turns[1][0].completion_ids, t.turns[1][1].completion_ids = [1] * 100, [1] * 300  # mean 200
+    assert [concise(t, i) for i in range(2)] == pytest.approx([-0.2, -2.0])
+
+
+def test_the_dae_reward_loads_through_the_hook():
+    (fn,) = load_reward_functions(["udpo.rewards.diverse_agent_entropy:dae_certainty_reward"])
+    # both agents keep "2" in both rounds: one answer, no spread, normalized DAE 0, reward 1
+    assert [fn.fn(UNANIMOUS, i) for i in range(2)] == pytest.approx([1.0, 1.0])

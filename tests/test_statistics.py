@@ -14,6 +14,7 @@ from udpo.rewards.statistics import (
     bin_label,
     cohens_d,
     failure_vs_success,
+    paired_bootstrap,
     pearson,
     selective_prediction,
     stratified_gains,
@@ -153,3 +154,33 @@ def test_stratified_gains_by_hand():
     assert math.isnan(rows[1]["gain"])
     with pytest.raises(ValueError, match="differ in length"):
         stratified_gains([0.1], [1, 0], [1])
+
+
+def test_paired_bootstrap_of_a_constant_change_is_that_change():
+    change = paired_bootstrap([0.2, 0.5, 0.1], [0.3, 0.6, 0.2])
+    assert (change.delta, change.low, change.high) == pytest.approx((0.1, 0.1, 0.1))
+    assert (change.before, change.after, change.n_questions, change.n_seeds) == pytest.approx(
+        (0.8 / 3, 1.1 / 3, 3, 1)
+    )
+
+
+def test_paired_bootstrap_of_two_questions_by_hand():
+    # per-question changes 0 and 1: a resample of 2 questions has mean 0 (p 1/4), 1/2 (p 1/2) or 1 (p 1/4),
+    # so the 95% interval is [0, 1] and the 40% interval (30th..70th percentile) is [1/2, 1/2]
+    wide = paired_bootstrap([0, 0], [0, 1])
+    narrow = paired_bootstrap([0, 0], [0, 1], level=0.4)
+    assert (wide.delta, wide.low, wide.high) == (0.5, 0.0, 1.0)
+    assert (narrow.low, narrow.high) == (0.5, 0.5)
+
+
+def test_paired_bootstrap_resamples_questions_across_seeds():
+    # seed 0 gains 1 on question 0, seed 1 loses 1 on it: the seeds' mean change per question is 0
+    change = paired_bootstrap([[0, 0, 0], [1, 0, 0]], [[1, 0, 0], [0, 0, 0]])
+    assert (change.delta, change.low, change.high, change.n_seeds) == (0.0, 0.0, 0.0, 2)
+    rng = np.random.default_rng(1)
+    b, a = rng.random((2, 50)), rng.random((2, 50))
+    random = paired_bootstrap(b, a, seed=3)
+    assert random.low <= random.delta <= random.high
+    assert random == paired_bootstrap(b, a, seed=3)  # reproducible
+    with pytest.raises(ValueError, match="same"):
+        paired_bootstrap([[0, 1]], [[0, 1, 2]])

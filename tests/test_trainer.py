@@ -35,6 +35,19 @@ def trained(model_path, tmp_path_factory):
 
 
 @pytest.mark.slow
+def test_every_evaluation_draws_the_same_random_numbers_and_training_keeps_its_own(trained):
+    trainer, _, _ = trained
+    state = torch.random.get_rng_state()
+    texts = []
+    for k in (90, 91):
+        trainer.evaluate(k)
+        lines = read_jsonl(trainer.run_dir / "eval" / f"iter_{k:06d}" / "trajectories.jsonl")
+        texts.append([[turn["text"] for agent in t["turns"] for turn in agent] for t in lines])
+    assert texts[0] == texts[1]  # sampled at temperature 0.7, yet the same draws
+    assert torch.equal(torch.random.get_rng_state(), state)
+
+
+@pytest.mark.slow
 def test_run_logs_every_metric_and_file(trained):
     trainer, result, _ = trained
     run = trainer.run_dir

@@ -72,6 +72,11 @@ class TrainConfig:
     eval_split: str = _f("test", "Split of the held-out evaluation questions.")
     max_train_questions: int | None = _f(None, "Use at most this many training questions (default: all).")
     eval_questions: int = _f(100, "Held-out questions per evaluation (0: no evaluation).")
+    eval_seed: int = _f(
+        0,
+        "Seed of the held-out evaluation's sampling, set anew before every evaluation (hf backend), so "
+        "every evaluation of a run draws the same random numbers; training's own stream resumes untouched.",
+    )
     warmup_fraction: float = _f(
         0.1,
         "Share of the training questions held out for warm-up calibration of the reward coefficients "
@@ -368,8 +373,9 @@ class TrainConfig:
                 f"{debates} debates (questions_per_iteration x debates_per_question) into more micro-batches "
                 f"than it has debates; lower it or raise questions_per_iteration"
             )
-        if not 0 <= self.seed < 2**31:
-            raise ConfigError(f"seed must be in [0, 2**31), got {self.seed}")
+        for name in ("seed", "eval_seed"):
+            if not 0 <= getattr(self, name) < 2**31:
+                raise ConfigError(f"{name} must be in [0, 2**31), got {getattr(self, name)}")
         for name in ("alpha_base", "beta_base", "gamma_base"):
             value = getattr(self, name)
             if value is not None and not (value >= 0 and math.isfinite(value)):

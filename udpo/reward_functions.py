@@ -2,12 +2,12 @@
 
 A reward function takes one debate and one agent index and returns a number::
 
-    def concise(trajectory: Trajectory, agent: int) -> float:
-        return -sum(len(t.completion_ids) for t in trajectory.turns[agent]) / 1000
+    def confident(trajectory: Trajectory, agent: int) -> float:
+        return float("I am sure" in trajectory.turns[agent][-1].text)
 
 A recipe names such callables as ``package.module:function`` with one weight each::
 
-    reward_functions: [my_rewards:concise, udpo.reward_functions:boxed_answer]
+    reward_functions: [my_rewards:confident, udpo.reward_functions:boxed_answer]
     reward_weights: [0.5, 1.0]
 
 and agent i's reward becomes ``r_i = alpha_i r_intra + beta_i r_inter + gamma_i r_sys + lambda_i r_task
@@ -16,7 +16,8 @@ pure (read the trajectory, change nothing) and return a finite number; anything 
 with an error naming the function, the question and the agent. ``udpo.rewards`` stays free of them:
 they are applied here, where trajectories become an algorithm's batch.
 
-Two functions ship as examples: :func:`boxed_answer` and :func:`parsed_answer`.
+Examples that ship: :func:`boxed_answer`, :func:`parsed_answer` and :func:`concise`;
+``udpo.rewards.diverse_agent_entropy:dae_certainty_reward`` scores the debate's DiverseAgentEntropy.
 """
 
 from __future__ import annotations
@@ -89,3 +90,9 @@ def parsed_answer(trajectory: Trajectory, agent: int) -> float:
     """Share of debate rounds in which the agent's answer could be parsed (not ``None``)."""
     answers = trajectory.answers[agent]
     return sum(a is not None for a in answers) / len(answers)
+
+
+def concise(trajectory: Trajectory, agent: int) -> float:
+    """Minus the agent's mean response length in hundreds of tokens (a length penalty: shorter is better)."""
+    turns = trajectory.turns[agent] if trajectory.turns else []
+    return -sum(len(t.completion_ids) for t in turns) / (100 * len(turns)) if turns else 0.0

@@ -27,6 +27,7 @@ from __future__ import annotations
 import importlib
 import math
 import os
+import random
 import shutil
 import sys
 import time
@@ -479,14 +480,32 @@ class Trainer:
             local = env.run([questions[i] for i in idx], progress=progress and self.main)
         return dist.gather_in_order(local, idx, len(questions))
 
+    @contextmanager
+    def _eval_rng(self) -> Iterator[None]:
+        """Run a block on random generators seeded with ``eval_seed`` (+ rank), then give training its own
+        generators back as they were: evaluations compare on the same draws and leave training unchanged."""
+        devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+        py, np_state = random.getstate(), np.random.get_state()
+        with torch.random.fork_rng(devices=devices):
+            seed = self.config.eval_seed + self.rank
+            torch.manual_seed(seed)
+            random.seed(seed)
+            np.random.seed(seed)
+            try:
+                yield
+            finally:
+                random.setstate(py)
+                np.random.set_state(np_state)
+
     def evaluate(self, iteration: int) -> dict[str, Any]:
         """Held-out Standard-MAD evaluation with the current adapters, then the eval callbacks.
 
         Writes eval/iter_<k>/{trajectories.jsonl, summary.json}; returns the summary (plus callback
         results under their function names)."""
-        trajectories = self.debate(
-            self.eval_set, {"phase": "eval", "iteration": iteration}, self.config.progress
-        )
+        with self._eval_rng():
+            trajectories = self.debate(
+                self.eval_set, {"phase": "eval", "iteration": iteration}, self.config.progress
+            )
         summary = summarize(trajectories)
         if self.main:
             out = self.run_dir / "eval" / ckpt.checkpoint_name(iteration)

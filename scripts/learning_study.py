@@ -1,0 +1,128 @@
+"""Before/after comparison of training runs on their held-out evaluation: paired bootstrap intervals
+and learning curves.
+
+    python scripts/learning_study.py runs/study/seed0 runs/study/seed1 --out docs/results
+
+Each run folder holds ``eval/iter_000000`` (the untrained team) and later ``eval/iter_<k>`` folders on
+the same questions (``eval_questions``, drawn with the same ``eval_seed``), and ``metrics.jsonl``. The
+"after" evaluation is the last one every run has. Per question the script takes correctness, U_intra,
+U_inter, U_sys and the share of unparsed answers, and reports the mean change with a 95% bootstrap
+interval that resamples questions (``udpo.rewards.statistics.paired_bootstrap``). Writes
+``OUT/results.json``, ``OUT/learning_curves.png`` and prints a Markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from udpo.env.trajectory import read_trajectories
+from udpo.rewards import uncertainty
+from udpo.rewards.statistics import paired_bootstrap
+from udpo.tracking import read_metrics
+
+METRICS = {
+    "accuracy": lambda t: float(t.correct),
+    "u_intra": lambda t: uncertainty(t.answers).u_intra,
+    "u_inter": lambda t: uncertainty(t.answers).u_inter,
+    "u_sys": lambda t: uncertainty(t.answers).u_sys,
+    "unparsed_rate": lambda t: float(np.mean([a is None for row in t.answers for a in row])),
+}
+CURVES = {
+    "reward terms (mean over agents)": ["reward/r_intra", "reward/r_inter", "reward/r_sys", "reward/r_task"],
+    "KL to the reference (update/kl)": ["update/kl"],
+    "share of samples outside the trust region": ["update/clip_frac"],
+}
+
+
+def per_question(run: Path, iteration: int) -> dict[str, dict[str, float]]:
+    """question id -> metric -> value, from ``run/eval/iter_<iteration>/trajectories.jsonl``."""
+    path = run / "eval" / f"iter_{iteration:06d}" / "trajectories.jsonl"
+    return {t.question_id: {m: f(t) for m, f in METRICS.items()} for t in read_trajectories(path)}
+
+
+def eval_iterations(run: Path) -> list[int]:
+    return sorted(int(p.name.removeprefix("iter_")) for p in (run / "eval").glob("iter_*") if p.is_dir())
+
+
+def compare(runs: list[Path]) -> dict:
+    """The paired changes of every metric between iteration 0 and the last evaluation all runs have."""
+    last = min(max(eval_iterations(r)) for r in runs)
+    before = [per_question(r, 0) for r in runs]
+    after = [per_question(r, last) for r in runs]
+    ids = sorted(set.intersection(*(set(b) & set(a) for b, a in zip(before, after, strict=True))))
+    if not ids:
+        raise SystemExit("the runs' evaluations share no question")
+    out = {"after_iteration": last, "runs": [str(r) for r in runs], "metrics": {}}
+    for m in METRICS:
+        b = [[run[q][m] for q in ids] for run in before]
+        a = [[run[q][m] for q in ids] for run in after]
+        change = paired_bootstrap(b, a).to_dict()
+        change["per_seed"] = [
+            {"before": float(np.mean(x)), "after": float(np.mean(y))} for x, y in zip(b, a, strict=True)
+        ]
+        out["metrics"][m] = change
+    return out
+
+
+def plot(runs: list[Path], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
+    for k, run in enumerate(runs):
+        train = read_metrics(run, kind="train")
+        evals = read_metrics(run, kind="eval")
+        x = [r["iteration"] for r in train]
+        for ax, (title, keys) in zip(axes.flat, CURVES.items(), strict=False):
+            for key in keys:
+                y = np.array([r.get(key, np.nan) for r in train], dtype=float)
+                smooth = np.convolve(y, np.ones(5) / 5, mode="valid") if len(y) >= 5 else y
+                ax.plot(x[len(x) - len(smooth) :], smooth, label=f"{key.split('/')[-1]} ({run.name})")
+            ax.set_title(title + ", 5-iteration mean")
+        ax = axes.flat[3]
+        ax.plot([r["iteration"] for r in evals], [r["accuracy"] for r in evals], "o-", label=run.name)
+        ax.set_title("held-out accuracy")
+        del k
+    for ax in axes.flat:
+        ax.set_xlabel("iteration")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def markdown(result: dict) -> str:
+    lines = [
+        f"| metric (after iteration {result['after_iteration']}) | before | after | change [95% CI] | per seed |",
+        "|---|---|---|---|---|",
+    ]
+    for m, c in result["metrics"].items():
+        seeds = ", ".join(f"{s['before']:.3f} -> {s['after']:.3f}" for s in c["per_seed"])
+        lines.append(
+            f"| {m} | {c['before']:.3f} | {c['after']:.3f} | {c['delta']:+.3f} [{c['low']:+.3f}, {c['high']:+.3f}] "
+            f"| {seeds} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("runs", nargs="+", type=Path, help="run folders of train_udpo.py (one per training seed)")
+    p.add_argument("--out", type=Path, required=True, help="folder for results.json and learning_curves.png")
+    args = p.parse_args(argv)
+    result = compare(args.runs)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
+    plot(args.runs, args.out / "learning_curves.png")
+    print(markdown(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
