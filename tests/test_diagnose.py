@@ -15,7 +15,14 @@ import pytest
 
 from udpo import diagnose_plots
 from udpo.cli import main
-from udpo.diagnose import choose_baseline, default_label, load_run, per_question, summarize
+from udpo.diagnose import (
+    choose_baseline,
+    default_label,
+    injection_pattern,
+    load_run,
+    per_question,
+    summarize,
+)
 from udpo.rewards import diverse_agent_entropy, majority_vote, uncertainty
 from udpo.rewards.statistics import auroc, failure_vs_success, pearson, selective_prediction, stratified_gains
 
@@ -365,3 +372,11 @@ def test_degenerate_runs_give_nulls_not_crashes(tmp_path):
     bins = summary["stratified_gains"]["other"]["bins"]
     assert bins[0]["n_questions"] == 6 and all(b["gain"] is None for b in bins[1:])
     assert (out / "distributions_allright.png").stat().st_size > 10_000
+
+
+def test_injection_pattern_reads_protocol_stages_and_ignores_procedure_names():
+    meta = {"protocol": {"stages": [{"name": "digra"}, {"name": "inject", "pattern": ["wrong", "correct"]}]}}
+    assert injection_pattern(meta) == ("wrong", "correct")
+    assert injection_pattern({"protocol": {"stages": [{"name": "digra"}]}}) is None
+    assert injection_pattern({"protocol": "diverse_agent_entropy"}) is None  # a procedure's name
+    assert injection_pattern({}) is None

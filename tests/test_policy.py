@@ -352,11 +352,15 @@ def real_debates(real_policy):
 
 @pytest.mark.slow
 def test_logprobs_match_backend_behavior_logprobs(real_policy, real_debates):
-    """Recomputed log-probs of the sampled tokens equal the backend's behavior log-probs: rho starts at 1."""
+    """Recomputed log-probs of the sampled tokens (at the sampling temperature) equal the backend's behavior
+    log-probs: rho starts at 1."""
     for t in real_debates:
         for agent, row in enumerate(t.turns):
             logp = real_policy.token_logprobs(
-                agent, [turn.prompt_ids for turn in row], [turn.completion_ids for turn in row]
+                agent,
+                [turn.prompt_ids for turn in row],
+                [turn.completion_ids for turn in row],
+                temperature=0.7,
             )
             for turn, lp in zip(row, logp, strict=True):
                 behavior = torch.tensor(turn.logprobs)
@@ -412,9 +416,11 @@ def test_udpo_update_on_a_real_debate_moves_only_that_agent(real_policy, real_de
     before = {i: param_snapshot(real_policy, i) for i in range(2)}
     agent = 1
     prompts, completions = batch.agent_sequences(agent)
-    logp = batch.per_debate(agent, real_policy.token_logprobs(agent, prompts, completions))
+    logp = batch.per_debate(agent, real_policy.token_logprobs(agent, prompts, completions, temperature=0.7))
     with torch.no_grad():
-        ref = batch.per_debate(agent, real_policy.token_logprobs(agent, prompts, completions, reference=True))
+        ref = batch.per_debate(
+            agent, real_policy.token_logprobs(agent, prompts, completions, reference=True, temperature=0.7)
+        )
     loss, info = algo.loss(batch, agent, logp, ref, advantages[:, agent])
     assert info["ratio_min"] == pytest.approx(1, abs=2e-3) and info["ratio_max"] == pytest.approx(1, abs=2e-3)
     assert info["kl"] > 0 and info["clip_frac"] == 0

@@ -146,8 +146,11 @@ def load_run(path: str | os.PathLike, label: str | None = None, lam: float = 0.5
 
 
 def injection_pattern(meta: dict[str, Any]) -> tuple[str, ...] | None:
-    """The controlled-injection pattern a debate ran with (``meta["protocol"]``), or None."""
-    stages = (meta.get("protocol") or {}).get("stages") or []
+    """The controlled-injection pattern a debate ran with (``meta["protocol"]``), or None. A debate
+    protocol records its stages there as a dict; the other procedures (DiverseAgentEntropy, detection)
+    record their name, a string, and inject nothing."""
+    protocol = meta.get("protocol")
+    stages = (protocol.get("stages") or []) if isinstance(protocol, dict) else []
     inject = next((s for s in stages if isinstance(s, dict) and s.get("name") == "inject"), None)
     return tuple(inject["pattern"]) if inject and inject.get("pattern") else None
 
