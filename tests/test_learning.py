@@ -47,4 +47,3 @@ def test_the_trainer_raises_a_learnable_reward(model_path, tmp_path):
     # responses at least 25% shorter: e.g. 40 -> 30 tokens (the untrained team mostly runs to 48)
     assert last > 0.75 * first, reward.round(3).tolist()
     assert all(r["update/loss"] == r["update/loss"] for r in train)  # never NaN
-

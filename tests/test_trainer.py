@@ -48,6 +48,26 @@ def test_every_evaluation_draws_the_same_random_numbers_and_training_keeps_its_o
 
 
 @pytest.mark.slow
+def test_resuming_a_run_at_its_end_evaluates_it_if_the_last_evaluation_is_missing(trained, model_path):
+    import shutil
+
+    trainer, _, _ = trained
+    shutil.copytree(trainer.run_dir, trainer.run_dir.with_name("stopped"))
+    stopped = trainer.run_dir.with_name("stopped")
+    shutil.rmtree(stopped / "eval" / "iter_000002")  # as if stopped at checkpoint 2 before evaluating
+    again = Trainer(tiny_config(model_path, stopped, max_iterations=2, resume="latest"))
+    try:
+        result = again.train()
+    finally:
+        again.close()
+    assert (
+        result["after"]["n_questions"] == 2 and (stopped / "eval" / "iter_000002" / "summary.json").exists()
+    )
+    evals = [r for r in read_jsonl(stopped / "metrics.jsonl") if r["kind"] == "eval"]
+    assert [r["iteration"] for r in evals][-1] == 2
+
+
+@pytest.mark.slow
 def test_run_logs_every_metric_and_file(trained):
     trainer, result, _ = trained
     run = trainer.run_dir

@@ -498,7 +498,8 @@ class Trainer:
                 np.random.set_state(np_state)
 
     def evaluate(self, iteration: int) -> dict[str, Any]:
-        """Held-out Standard-MAD evaluation with the current adapters, then the eval callbacks.
+        """Held-out Standard-MAD evaluation with the current adapters, then the eval callbacks, all on the
+        generators of ``_eval_rng``.
 
         Writes eval/iter_<k>/{trajectories.jsonl, summary.json}; returns the summary (plus callback
         results under their function names)."""
@@ -506,15 +507,15 @@ class Trainer:
             trajectories = self.debate(
                 self.eval_set, {"phase": "eval", "iteration": iteration}, self.config.progress
             )
-        summary = summarize(trajectories)
-        if self.main:
-            out = self.run_dir / "eval" / ckpt.checkpoint_name(iteration)
-            shutil.rmtree(out, ignore_errors=True)  # left by a run that died after this point
-            with TrajectoryWriter(out / "trajectories.jsonl") as writer:
-                writer.write(trajectories)
-            write_json(out / "summary.json", {**summary, "iteration": iteration})
-        for callback in self.eval_callbacks:
-            summary[callback.__name__] = callback(self, iteration)
+            summary = summarize(trajectories)
+            if self.main:
+                out = self.run_dir / "eval" / ckpt.checkpoint_name(iteration)
+                shutil.rmtree(out, ignore_errors=True)  # left by a run that died after this point
+                with TrajectoryWriter(out / "trajectories.jsonl") as writer:
+                    writer.write(trajectories)
+                write_json(out / "summary.json", {**summary, "iteration": iteration})
+            for callback in self.eval_callbacks:  # on the evaluation's generators too
+                summary[callback.__name__] = callback(self, iteration)
         return summary
 
     # ------------------------------------------------------------------------------------------
@@ -948,6 +949,10 @@ class Trainer:
                     self.save_checkpoint(k)
         finally:
             bar.close()
+        final = self.run_dir / "eval" / ckpt.checkpoint_name(self.iteration) / "summary.json"
+        if self.eval_set and self.iteration and dist.any_true(self.main and not final.exists()):
+            # resumed at the end without the last evaluation (a run stopped early at a checkpoint)
+            self.history["after"] = self._evaluate_and_log(self.iteration)
         self.tracker.close()
         return {"run_dir": str(self.run_dir), "iterations": self.iteration, **self.history}
 
