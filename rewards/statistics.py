@@ -23,8 +23,8 @@ calibration turns into its 1/3 fallback (SPEC section 4).
 - :func:`abstention_scores`: accuracy, abstention rate, correctness and truthfulness of a method that
   may abstain (DiverseAgentEntropy paper, section 4.1).
 - :func:`paired_bootstrap`: mean change after - before of a per-question metric, with a percentile
-  bootstrap interval that resamples questions (each question keeps its pairs in every training seed,
-  so the seeds' shared questions stay correlated as they are).
+  bootstrap interval that resamples questions (each question keeps its pairs; seeds that share their
+  questions share each draw, seeds with their own questions are resampled independently).
 """
 
 from __future__ import annotations
@@ -292,40 +292,61 @@ class PairedChange:
 
 
 def paired_bootstrap(
-    before: Sequence[float] | np.ndarray,
-    after: Sequence[float] | np.ndarray,
+    before: Sequence[float] | Sequence[Sequence[float]] | np.ndarray,
+    after: Sequence[float] | Sequence[Sequence[float]] | np.ndarray,
     level: float = 0.95,
     n_resamples: int = 10_000,
     seed: int = 0,
+    shared_questions: bool = True,
 ) -> PairedChange:
     """Paired change of a metric measured on the same questions before and after training.
 
-    ``before`` and ``after`` are [Q] (one run) or [S, Q] (S training seeds, the same Q questions in the
-    same order). The statistic is the mean over seeds and questions of ``after - before``; each of
-    ``n_resamples`` resamples draws Q questions with replacement (the same draw for every seed) and the
-    interval is the (1 - level) / 2 and (1 + level) / 2 quantiles of the resampled statistic.
+    ``before`` and ``after`` are [Q] (one run) or S rows, one per training seed, each pairing its
+    questions before and after. The statistic is the mean over seeds of each seed's mean of
+    ``after - before``. With ``shared_questions`` every seed evaluated the same Q questions in the same
+    order and each resample draws Q questions with replacement, the same draw for every seed; otherwise
+    each seed has its own questions (rows may differ in length) and each resample draws every seed's
+    questions independently (a stratified bootstrap). The interval is the (1 - level) / 2 and
+    (1 + level) / 2 quantiles of the resampled statistic; ``n_questions`` counts the distinct questions.
     """
-    b, a = np.atleast_2d(np.asarray(before, dtype=float)), np.atleast_2d(np.asarray(after, dtype=float))
-    if b.shape != a.shape or b.ndim != 2 or b.shape[1] == 0:
+    rows_b, rows_a = _seed_rows(before), _seed_rows(after)
+    if not rows_b or [len(r) for r in rows_b] != [len(r) for r in rows_a] or not all(len(r) for r in rows_b):
         raise ValueError(
-            f"before and after need the same [seeds, questions] shape, got {b.shape} and {a.shape}"
+            "before and after need the same questions per seed, got "
+            f"{[len(r) for r in rows_b]} and {[len(r) for r in rows_a]} values"
         )
-    if not (np.isfinite(b).all() and np.isfinite(a).all()):
+    if not all(np.isfinite(r).all() for r in rows_b + rows_a):
         raise ValueError("before and after must be finite numbers")
     if not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level}")
-    per_question = (a - b).mean(0)  # [Q]: the seeds' mean change on each question
-    q = len(per_question)
-    draws = np.random.default_rng(seed).integers(0, q, size=(n_resamples, q))
-    stats = per_question[draws].mean(1)
+    changes = [a - b for b, a in zip(rows_b, rows_a, strict=True)]
+    rng = np.random.default_rng(seed)
+    if shared_questions:
+        if len({len(c) for c in changes}) != 1:
+            raise ValueError("shared_questions needs the same number of questions in every seed")
+        per_question = np.mean(changes, axis=0)  # [Q]: the seeds' mean change on each question
+        stats = per_question[rng.integers(0, len(per_question), size=(n_resamples, len(per_question)))].mean(
+            1
+        )
+        n_questions = len(per_question)
+    else:
+        stats = np.mean([c[rng.integers(0, len(c), size=(n_resamples, len(c)))].mean(1) for c in changes], 0)
+        n_questions = sum(len(c) for c in changes)
     low, high = np.quantile(stats, [(1 - level) / 2, (1 + level) / 2])
     return PairedChange(
-        before=float(b.mean()),
-        after=float(a.mean()),
-        delta=float(per_question.mean()),
+        before=float(np.mean([b.mean() for b in rows_b])),
+        after=float(np.mean([a.mean() for a in rows_a])),
+        delta=float(np.mean([c.mean() for c in changes])),
         low=float(low),
         high=float(high),
         level=level,
-        n_questions=q,
-        n_seeds=b.shape[0],
+        n_questions=n_questions,
+        n_seeds=len(changes),
     )
+
+
+def _seed_rows(values: Sequence[float] | Sequence[Sequence[float]] | np.ndarray) -> list[np.ndarray]:
+    """[Q] or S rows of per-question values -> S float arrays."""
+    if len(values) and np.ndim(values[0]) == 0:
+        values = [values]
+    return [np.asarray(r, dtype=float).reshape(-1) for r in values]

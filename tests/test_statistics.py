@@ -184,3 +184,17 @@ def test_paired_bootstrap_resamples_questions_across_seeds():
     assert random == paired_bootstrap(b, a, seed=3)  # reproducible
     with pytest.raises(ValueError, match="same"):
         paired_bootstrap([[0, 1]], [[0, 1, 2]])
+
+
+def test_paired_bootstrap_of_seeds_with_their_own_questions_by_hand():
+    # seed 0 gains 1 on both its questions, seed 1 nothing on its one: every resample averages 1 and 0
+    fixed = paired_bootstrap([[0, 0], [1]], [[1, 1], [1]], shared_questions=False)
+    assert (fixed.delta, fixed.low, fixed.high, fixed.n_questions, fixed.n_seeds) == (0.5, 0.5, 0.5, 3, 2)
+    assert (fixed.before, fixed.after) == (0.5, 1.0)  # the mean of the seeds' means
+    # seed 0's changes 0 and 1 resample to 0, 1/2, 1 (p 1/4, 1/2, 1/4); seed 1 always 0: halves of those
+    varied = paired_bootstrap([[0, 0], [0, 0, 0]], [[0, 1], [0, 0, 0]], shared_questions=False)
+    assert (varied.delta, varied.low, varied.high) == (0.25, 0.0, 0.5)
+    with pytest.raises(ValueError, match="same number of questions"):
+        paired_bootstrap([[0, 0], [1]], [[1, 1], [1]])
+    with pytest.raises(ValueError, match="same questions per seed"):
+        paired_bootstrap([], [])
