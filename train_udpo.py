@@ -13,12 +13,15 @@ import sys
 from udpo.checkpoint import CheckpointError
 from udpo.config import parse_config
 from udpo.env.backends.base import BackendError
+from udpo.threads import configure_threads
 from udpo.trainer import TrainingError, train
 
 
 def main() -> int:
     try:
-        train(parse_config())
+        config = parse_config()
+        configure_threads(announce=True)
+        train(config)
     except (ValueError, FileNotFoundError, TrainingError, CheckpointError, BackendError) as e:
         print(f"train_udpo.py: error: {e}", file=sys.stderr)
         return 2

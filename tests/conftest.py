@@ -9,6 +9,21 @@ import pytest
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+THREADS = None  # torch's intra-op threads for this session, chosen in pytest_configure
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Threads for the session's own process, as the ``udpo`` entry points choose them."""
+    global THREADS
+    from udpo.threads import configure_threads
+
+    THREADS = configure_threads()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"torch threads: {THREADS.threads} ({THREADS.reason})"
+
+
 SHARED_DATA = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
 
 

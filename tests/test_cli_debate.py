@@ -79,8 +79,9 @@ def test_debate_interrupt_resume_and_engine_failure(tmp_path, model_path):
         assert dead.split("/v1")[0] in failed.stderr
     assert traj_file.read_bytes() == before
 
-    done = udpo("debate", *TINY, "--limit", "3", "--out", str(out), "--resume")
+    done = udpo("debate", *TINY, "--limit", "3", "--out", str(out), "--resume", "--no-progress")
     assert done.returncode == 0, done.stderr
+    assert "%|" not in done.stderr  # no tqdm bar
     trajs = read_trajectories(traj_file)
     assert traj_file.read_bytes().startswith(before)
     assert sorted(t.question_id for t in trajs) == sorted({t.question_id for t in trajs})

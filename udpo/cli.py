@@ -10,6 +10,8 @@ import argparse
 import importlib
 import sys
 
+from udpo.threads import configure_threads
+
 COMMANDS = ("debate", "detect", "uncertainty", "diagnose", "train", "eval", "export")
 
 
@@ -26,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        configure_threads(announce=args.command == "train")
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("interrupted; trajectories written so far are complete", file=sys.stderr)

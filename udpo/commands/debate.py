@@ -35,6 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_protocol_args(p)
     p.add_argument("--out", default="runs/debate", help="output folder (default: runs/debate)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
+    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
     p.set_defaults(func=run)
 
 
@@ -64,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
             meta=meta,
             protocol=protocol,
             resume=args.resume,
+            progress=not args.no_progress,
         )
     shown = {
         k: summary[k] for k in ("n_questions", "accuracy", "u_intra", "u_inter", "u_sys", "unparsed_rate")

@@ -1,0 +1,94 @@
+"""How many threads torch's CPU kernels use, chosen from the cores this process may really have.
+
+torch starts one intra-op thread per core. When those cores are also busy with other work (another
+training run, the ranks of the same ``torchrun``, a vLLM engine), its OpenMP threads wait on each other
+at every parallel region and an operation can take ten times as long (docs/training.md, "Threads").
+:func:`configure_threads` sets ``torch.set_num_threads`` to
+
+    threads = max(1, (cores - busy) // processes)
+
+- ``cores``: the CPUs this process may run on (``os.sched_getaffinity``, so ``taskset`` and container
+  limits count);
+- ``busy``: CPUs kept busy by other work when the process starts: the one-minute load average, rounded
+  (it trails the machine by about a minute, so this run's own processes, just started, are hardly in
+  it yet, while a run that has been working for a minute is);
+- ``processes``: this run's processes on the machine (``LOCAL_WORLD_SIZE`` under torchrun and accelerate,
+  else 1).
+
+An explicit choice wins and is left alone: ``UDPO_NUM_THREADS=k`` (applied as is), or ``OMP_NUM_THREADS``
+/ ``MKL_NUM_THREADS`` already set in the environment (torch read them at import).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+ENV = "UDPO_NUM_THREADS"
+EXPLICIT = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@dataclass(frozen=True)
+class ThreadChoice:
+    """The intra-op thread count set (or kept) and why."""
+
+    threads: int
+    reason: str
+
+
+def available_cores() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
+
+
+def choose_threads(cores: int, busy: float, processes: int) -> int:
+    """``max(1, (cores - round(busy)) // processes)``; busy is clamped to [0, cores]."""
+    if cores < 1 or processes < 1:
+        raise ValueError(f"cores and processes must be >= 1, got {cores} and {processes}")
+    busy_cores = min(cores, max(0, round(busy)))
+    return max(1, (cores - busy_cores) // processes)
+
+
+def configure_threads(announce: bool = False, environ: Mapping[str, str] | None = None) -> ThreadChoice:
+    """Set torch's intra-op threads for this process (see the module docstring); returns the choice.
+    ``announce``: print it to stderr (on the first process of a distributed run only)."""
+    env = os.environ if environ is None else environ
+    choice = _choose(env)
+    if announce and env.get("RANK", "0") == "0":
+        print(f"torch threads: {choice.threads} ({choice.reason})", file=sys.stderr)
+    return choice
+
+
+def _choose(env: Mapping[str, str]) -> ThreadChoice:
+    import torch
+
+    if ENV in env:
+        try:
+            threads = int(env[ENV])
+        except ValueError:
+            raise ValueError(f"{ENV} must be a whole number of threads, got {env[ENV]!r}") from None
+        if threads < 1:
+            raise ValueError(f"{ENV} must be >= 1, got {threads}")
+        torch.set_num_threads(threads)
+        return ThreadChoice(threads, f"{ENV}={threads}")
+    for name in EXPLICIT:
+        if name in env:
+            return ThreadChoice(torch.get_num_threads(), f"{name}={env[name]} (set by the user)")
+    cores = available_cores()
+    processes = int(env.get("LOCAL_WORLD_SIZE", "1") or 1)
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        load = 0.0
+    threads = choose_threads(cores, load, processes)
+    torch.set_num_threads(threads)
+    return ThreadChoice(
+        threads,
+        f"{cores} cores, about {min(cores, round(load))} busy with other work, {processes} process(es) of this "
+        f"run; set {ENV} to choose",
+    )
