@@ -74,3 +74,10 @@ def test_the_cli_sets_threads_and_training_announces_them(tmp_path):
     assert f"torch threads: 1 ({ENV}=1)" in trained.stderr and "missing.yaml" in trained.stderr
     bad = udpo("diagnose", missing, "--out", missing + "_out", threads="many")
     assert f"udpo diagnose: error: {ENV} must be a whole number" in bad.stderr
+
+
+def test_the_busy_estimate_is_a_count_of_cpus():
+    from udpo.threads import _busy_now
+
+    busy = _busy_now(window=0.05)
+    assert 0.0 <= busy <= (os.cpu_count() or 1)

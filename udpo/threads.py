@@ -9,9 +9,10 @@ at every parallel region and an operation can take ten times as long (docs/train
 
 - ``cores``: the CPUs this process may run on (``os.sched_getaffinity``, so ``taskset`` and container
   limits count);
-- ``busy``: CPUs kept busy by other work when the process starts: the one-minute load average, rounded
-  (it trails the machine by about a minute, so this run's own processes, just started, are hardly in
-  it yet, while a run that has been working for a minute is);
+- ``busy``: CPUs kept busy by other work when the process starts, rounded: the smaller of the
+  one-minute load average and the CPUs busy during a quarter-second sample of ``/proc/stat`` while
+  this process sleeps. Both must see the work: the load average trails the machine by about a minute
+  (it still counts an install that just ended), a short sample can miss a process that pauses;
 - ``processes``: this run's processes on the machine (``LOCAL_WORLD_SIZE`` under torchrun and accelerate,
   else 1).
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -81,14 +83,39 @@ def _choose(env: Mapping[str, str]) -> ThreadChoice:
             return ThreadChoice(torch.get_num_threads(), f"{name}={env[name]} (set by the user)")
     cores = available_cores()
     processes = int(env.get("LOCAL_WORLD_SIZE", "1") or 1)
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):
-        load = 0.0
-    threads = choose_threads(cores, load, processes)
+    busy = min(_load_average(), _busy_now())
+    threads = choose_threads(cores, busy, processes)
     torch.set_num_threads(threads)
     return ThreadChoice(
         threads,
-        f"{cores} cores, about {min(cores, round(load))} busy with other work, {processes} process(es) of this "
+        f"{cores} cores, about {min(cores, max(0, round(busy)))} busy with other work, {processes} process(es) of this "
         f"run; set {ENV} to choose",
     )
+
+
+def _load_average() -> float:
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return 0.0
+
+
+def _busy_now(window: float = 0.25) -> float:
+    """CPUs busy over ``window`` seconds (from /proc/stat; the load average where it is missing)."""
+
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat", encoding="ascii") as fh:
+            values = [int(v) for v in fh.readline().split()[1:]]
+        idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+        return sum(values[:8]), idle  # user nice system idle iowait irq softirq steal
+
+    try:
+        total0, idle0 = sample()
+        time.sleep(window)
+        total1, idle1 = sample()
+    except (OSError, ValueError, IndexError):
+        return _load_average()
+    elapsed = total1 - total0
+    if elapsed <= 0:
+        return _load_average()
+    return (elapsed - (idle1 - idle0)) / elapsed * (os.cpu_count() or 1)
