@@ -19,8 +19,8 @@ from udpo.trainer import TrainingError, train
 
 def main() -> int:
     try:
-        config = parse_config()
-        configure_threads(announce=True)
+        config = parse_config(require_config=True)
+        configure_threads()
         train(config)
     except (ValueError, FileNotFoundError, TrainingError, CheckpointError, BackendError) as e:
         print(f"train_udpo.py: error: {e}", file=sys.stderr)

@@ -172,6 +172,28 @@ def test_udpo_train_forwards_arguments(capsys):
     assert "--questions_per_iteration" in capsys.readouterr().out
 
 
+def test_training_help_tells_the_truth(capsys):
+    with pytest.raises(SystemExit):
+        parse_config(["--help"], prog="udpo train")
+    text = " ".join(capsys.readouterr().out.split())
+    assert text.startswith("usage: udpo train [-h] [--config RECIPE.yaml]")
+    assert "--no_progress, --no-progress turn --progress off" in text
+    assert "--no_eval_at_start, --no-eval-at-start turn --eval_at_start off" in text
+    assert "(default: all). (default: None)" not in text and "training questions (default: all)." in text
+    assert "--max-tokens MAX_TOKENS Maximum new tokens per response. (default: 256)" in text
+    assert "$UDPO_DATA_DIR" in text  # where data is found, as docs/tasks.md says
+
+
+def test_training_entry_points_need_a_recipe(capsys, tmp_path):
+    assert udpo_main(["train", "--rounds", "2"]) == 2
+    assert "no --config given" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="recipes/quickstart.yaml"):
+        parse_config([], require_config=True)
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert parse_config(["--config", str(empty), "--rounds", "3"], require_config=True).rounds == 3
+
+
 def test_reference_table_lists_every_field_and_the_docs_show_it():
     table = reference_markdown()
     for name in TrainConfig.__dataclass_fields__:

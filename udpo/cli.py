@@ -28,7 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        configure_threads(announce=args.command == "train")
+        configure_threads()
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("interrupted; trajectories written so far are complete", file=sys.stderr)

@@ -11,6 +11,7 @@ docs/training.md embeds.
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import json
 import math
@@ -67,7 +68,10 @@ class TrainConfig:
         None,
         "Task constructor options, e.g. {difficulty: [1, 3], n_questions: 200} (JSON on the command line).",
     )
-    data_path: str | None = _f(None, "Data file or folder for the task (default: the task's own location).")
+    data_path: str | None = _f(
+        None,
+        "Data file or folder for the task (default: $UDPO_DATA_DIR, else ../shared/data beside the checkout).",
+    )
     train_split: str = _f("train", "Split the training and warm-up questions come from.")
     eval_split: str = _f("test", "Split of the held-out evaluation questions.")
     max_train_questions: int | None = _f(None, "Use at most this many training questions (default: all).")
@@ -759,18 +763,33 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def parse_config(argv: Sequence[str] | None = None, prog: str | None = None) -> TrainConfig:
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows a field's default once: only where its help does not already say it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "default" in text or action.default is None or isinstance(action, argparse._StoreFalseAction):
+            return text  # a --no_FIELD switch: its default is that of --FIELD
+        return super()._get_help_string(action)
+
+
+def parse_config(
+    argv: Sequence[str] | None = None, prog: str | None = None, require_config: bool = False
+) -> TrainConfig:
     """``--config FILE`` plus ``--field value`` overrides (the command line wins) -> TrainConfig.
 
     The recipe is read once, by :func:`load_yaml`; its ``env:`` variables are set, its values become the
     parser's defaults. The result is validated (``TrainConfig.validate``) and its paths checked
     (``TrainConfig.check_paths``) before anything loads. ``--help`` prints every field and exits.
+    ``require_config``: refuse to run without ``--config`` (the training entry points: a run of every
+    default is rarely what was meant).
     """
     from trl import TrlParser
 
     args = list(sys.argv[1:] if argv is None else argv)
     recipe: dict[str, Any] = {}
-    if "--config" in args:
+    given = "--config" in args
+    if given:
         at = args.index("--config")
         if at + 1 >= len(args):
             raise ConfigError("--config needs a YAML file path")
@@ -781,12 +800,29 @@ def parse_config(argv: Sequence[str] | None = None, prog: str | None = None) -> 
     unknown = [f for f in flags if f not in known]
     if unknown:
         raise _unknown_key_error(unknown, "command line")
+    if require_config and not given and "help" not in flags and "-h" not in args:
+        raise ConfigError(
+            "no --config given: name a recipe, e.g. --config recipes/quickstart.yaml, then --field value "
+            "overrides (an empty recipe file trains with every default)"
+        )
     for key, value in recipe.pop("env", {}).items():
         os.environ[key] = str(value)
-    parser = TrlParser(dataclass_types=[TrainConfig], prog=prog)
+    parser = TrlParser(dataclass_types=[TrainConfig], prog=prog, formatter_class=_HelpFormatter)
+    recipe_action = parser.add_argument(
+        "--config",
+        metavar="RECIPE.yaml",
+        help="YAML recipe of config fields (recipes/); the --field options below override it",
+    )
+    for actions in (parser._actions, parser._optionals._group_actions):  # listed first, after --help
+        actions.remove(recipe_action)
+        actions.insert(1, recipe_action)
+    for action in parser._actions:  # HfArgumentParser gives --no_FIELD the help of --FIELD
+        negated = [o for o in action.option_strings if o.startswith("--no_")]
+        if negated:
+            action.help = f"turn --{negated[0][5:]} off"
     parser.set_defaults_with_config(**recipe)
     try:
-        (config,) = parser.parse_args_into_dataclasses(args)
+        config, *_ = parser.parse_args_into_dataclasses(args)  # *_: the namespace holding --config
     except ConfigError:
         raise
     except ValueError as e:

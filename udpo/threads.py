@@ -23,7 +23,6 @@ An explicit choice wins and is left alone: ``UDPO_NUM_THREADS=k`` (applied as is
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -56,19 +55,11 @@ def choose_threads(cores: int, busy: float, processes: int) -> int:
     return max(1, (cores - busy_cores) // processes)
 
 
-def configure_threads(announce: bool = False, environ: Mapping[str, str] | None = None) -> ThreadChoice:
-    """Set torch's intra-op threads for this process (see the module docstring); returns the choice.
-    ``announce``: print it to stderr (on the first process of a distributed run only)."""
-    env = os.environ if environ is None else environ
-    choice = _choose(env)
-    if announce and env.get("RANK", "0") == "0":
-        print(f"torch threads: {choice.threads} ({choice.reason})", file=sys.stderr)
-    return choice
-
-
-def _choose(env: Mapping[str, str]) -> ThreadChoice:
+def configure_threads(environ: Mapping[str, str] | None = None) -> ThreadChoice:
+    """Set torch's intra-op threads for this process (see the module docstring); returns the choice."""
     import torch
 
+    env = os.environ if environ is None else environ
     if ENV in env:
         try:
             threads = int(env[ENV])

@@ -922,6 +922,10 @@ class Trainer:
         )
         if self.main:
             write_json(self.run_dir / "config.json", cfg.to_dict())
+            print(
+                f"torch threads per process: {torch.get_num_threads()} (UDPO_NUM_THREADS=k chooses)",
+                file=sys.stderr,
+            )
         if resumed is None:
             self.sync_adapters(0)
             record = self.calibrate()

@@ -26,5 +26,5 @@ def run(args: argparse.Namespace) -> int:
     from udpo.config import parse_config
     from udpo.trainer import train
 
-    train(parse_config(args.args, prog="udpo train"))
+    train(parse_config(args.args, prog="udpo train", require_config=True))
     return 0
