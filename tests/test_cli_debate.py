@@ -81,7 +81,7 @@ def test_debate_interrupt_resume_and_engine_failure(tmp_path, model_path):
 
     done = udpo("debate", *TINY, "--limit", "3", "--out", str(out), "--resume", "--no-progress")
     assert done.returncode == 0, done.stderr
-    assert "%|" not in done.stderr  # no tqdm bar
+    assert "debate:" not in done.stderr  # no debate progress bar
     trajs = read_trajectories(traj_file)
     assert traj_file.read_bytes().startswith(before)
     assert sorted(t.question_id for t in trajs) == sorted({t.question_id for t in trajs})
