@@ -34,13 +34,15 @@ METRICS = {
     "unparsed_rate": lambda t: float(np.mean([a is None for row in t.answers for a in row])),
 }
 CURVES = {
-    "mean reward r_i": ["reward/mean"],
-    "uncertainty terms (mean over agents)": [
+    "reward terms (mean over agents)": [
+        "reward/mean",
+        "reward/r_task",
         "reward/r_intra",
         "reward/r_inter",
         "reward/r_sys",
     ],
     "KL to the reference (update/kl)": ["update/kl"],
+    "share of samples outside the trust region (update/clip_frac)": ["update/clip_frac"],
 }
 
 
