@@ -38,6 +38,8 @@ def test_debate_interrupt_resume_and_engine_failure(tmp_path, model_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # a session started in the background by a shell (`... &`) ignores SIGINT, and so would the child
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.time() + 600
     while time.time() < deadline and proc.poll() is None:
