@@ -280,3 +280,41 @@ class Algorithm(abc.ABC):
             }
         )
         return out
+
+
+@torch.no_grad()
+def loss_metrics(
+    rho: Tensor | list[Tensor],
+    A: Tensor | list[Tensor],
+    l_clip: Tensor,
+    l_anchor: Tensor,
+    loss: Tensor,
+    eps: float,
+    c: float,
+) -> dict[str, float]:
+    """Statistics of a clipped-surrogate loss. ``rho``: one ratio per debate, or per-token ratios per
+    debate; ``A``: per debate, or per token like ``rho``. clip_frac: share of ratios outside the trust
+    region [1 - eps, 1 + eps]; dual_clip_frac: share where A < 0 and rho > c (the dual clip holds the
+    objective at c A)."""
+    shown = A if isinstance(A, Tensor) else torch.cat(A)  # advantage statistics: per debate, or per token
+    if isinstance(rho, list):
+        negative = torch.cat([a.expand_as(r) for r, a in zip(rho, A, strict=True)]) < 0
+        rho = torch.cat(rho)
+    else:
+        negative = A < 0
+    if not rho.numel():
+        rho, negative = torch.ones(1), torch.zeros(1, dtype=torch.bool)
+    if not shown.numel():
+        shown = torch.zeros(1)
+    return {
+        "loss": loss.item(),
+        "surrogate": l_clip.mean().item(),
+        "kl": l_anchor.mean().item(),
+        "ratio_mean": rho.mean().item(),
+        "ratio_min": rho.min().item(),
+        "ratio_max": rho.max().item(),
+        "clip_frac": ((rho - 1).abs() > eps).float().mean().item(),
+        "dual_clip_frac": (negative & (rho > c)).float().mean().item() if c else 0.0,
+        "advantage_mean": shown.mean().item(),
+        "advantage_abs_mean": shown.abs().mean().item(),
+    }

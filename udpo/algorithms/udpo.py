@@ -36,7 +36,16 @@ from udpo.env.trajectory import Trajectory
 from udpo.reward_functions import RewardFunction
 from udpo.rewards import Calibration, agent_rewards, debate_metrics
 
-from .base import Algorithm, RolloutBatch, clipped_surrogate, debate_mean, debate_sum, kl_estimate, ratio
+from .base import (
+    Algorithm,
+    RolloutBatch,
+    clipped_surrogate,
+    debate_mean,
+    debate_sum,
+    kl_estimate,
+    loss_metrics,
+    ratio,
+)
 
 
 @dataclass(frozen=True)
@@ -222,7 +231,7 @@ class UDPO(Algorithm):
         # eq. 6: replay-weighted clipped surrogate minus eta_i times the anchor
         objective = (batch.weights.to(A.device) * l_clip).mean() - eta * l_anchor.mean()
         loss = -objective
-        return loss, _metrics(rho, A, l_clip, l_anchor, loss, eps, c)
+        return loss, loss_metrics(rho, A, l_clip, l_anchor, loss, eps, c)
 
 
 def group_mean(r: Tensor, group_ids: Sequence[str]) -> Tensor:
@@ -252,31 +261,3 @@ def _checked_inputs(
                     "(compute them from batch.agent_sequences(agent) and batch.per_debate)"
                 )
     return behavior
-
-
-@torch.no_grad()
-def _metrics(
-    rho, A: Tensor, l_clip: Tensor, l_anchor: Tensor, loss: Tensor, eps: float, c: float
-) -> dict[str, float]:
-    """clip_frac: share of ratios outside the trust region [1 - eps, 1 + eps]; dual_clip_frac: share where
-    A < 0 and rho > c (the dual clip holds the objective at c A)."""
-    negative = (
-        torch.cat([a.expand_as(r) for r, a in zip(rho, A, strict=True)]) < 0
-        if isinstance(rho, list)
-        else A < 0
-    )
-    rho = torch.cat(rho) if isinstance(rho, list) else rho
-    if not rho.numel():
-        rho, negative = torch.ones(1), torch.zeros(1, dtype=torch.bool)
-    return {
-        "loss": loss.item(),
-        "surrogate": l_clip.mean().item(),
-        "kl": l_anchor.mean().item(),
-        "ratio_mean": rho.mean().item(),
-        "ratio_min": rho.min().item(),
-        "ratio_max": rho.max().item(),
-        "clip_frac": ((rho - 1).abs() > eps).float().mean().item(),
-        "dual_clip_frac": (negative & (rho > c)).float().mean().item() if c else 0.0,
-        "advantage_mean": A.mean().item(),
-        "advantage_abs_mean": A.abs().mean().item(),
-    }

@@ -1,0 +1,220 @@
+"""What the MAPPO and RMAAC baselines share (SPEC section 5): a team reward, a critic, GAE over rounds,
+a per-token clipped surrogate with each round's advantage, and a squared-error value loss.
+
+Names, for debate m, agent i and the rounds r = 0..K-1 the agent spoke in:
+
+- ``R = r_task + w_consensus (1 - C_T)``: the team reward, shared by every agent; ``C_T`` is the pairwise
+  conflict of the final answers (SPEC section 3), so ``1 - C_T`` rewards the consensus MAPPO is adapted
+  to optimize. It arrives after the last round: ``r_r = R`` for r = K-1 and 0 before.
+- ``s_r``: the state before round r, the question and the answers after round r-1 (the question alone
+  for r = 0), as text (:func:`udpo.env.protocols.adversary.critic_state`). MAPPO's is the same for every
+  agent (centralized); RMAAC's is what agent i observed, the adversary's swap included.
+- ``V(s_r)``: the critic (:class:`udpo.algorithms.critic.Critic`), scored before the update.
+- GAE (Schulman et al. 2016) over rounds: ``delta_r = r_r + gamma V(s_{r+1}) - V(s_r)`` with
+  ``V(s_K) = 0``; ``A_r = sum_l (gamma lambda)^l delta_{r+l}``; value targets ``G_r = A_r + V(s_r)``.
+  Advantages are then normalized over the batch (mean 0, std 1), as MAPPO does.
+- Actor loss of agent i: per token, ``min(rho A_r, clip(rho, 1-eps, 1+eps) A_r)`` (dual-clipped for
+  ``A_r < 0``) with ``rho`` the token's ratio and ``A_r`` its round's advantage, averaged over the agent's
+  tokens of each debate, then over debates; minus ``eta`` times the per-token KL to the reference
+  (the same anchor UDPO uses at ``ratio_level: token``). The loss is the negative.
+- Critic loss: ``mean (V(s_r) - G_r)^2`` over the states of the debates, with gradients to the critic only.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from udpo.env.trajectory import Trajectory
+from udpo.rewards import debate_metrics
+
+from .base import (
+    Algorithm,
+    RolloutBatch,
+    clipped_surrogate,
+    debate_mean,
+    kl_estimate,
+    loss_metrics,
+    ratio,
+)
+
+
+@dataclass
+class ActorCriticConfig:
+    """clip_eps, dual_clip: as UDPO's. eta: weight of the per-token KL anchor (0: none). w_consensus: weight
+    of ``1 - C_T`` in the team reward. gamma, lam: GAE's discount and lambda over rounds. normalize: scale
+    advantages to mean 0 and std 1 over the batch."""
+
+    clip_eps: float = 0.2
+    dual_clip: float = 3.0
+    eta: float = 0.01
+    w_consensus: float = 0.5
+    gamma: float = 1.0
+    lam: float = 0.95
+    normalize: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0 < self.clip_eps < 1:
+            raise ValueError(f"clip_eps must lie in (0, 1), got {self.clip_eps}")
+        if not (self.dual_clip == 0 or self.dual_clip > 1):
+            raise ValueError(f"dual_clip must be 0 (off) or > 1, got {self.dual_clip}")
+        for name in ("eta", "w_consensus"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        for name in ("gamma", "lam"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
+
+
+def team_rewards(trajectories: Sequence[Trajectory], w_consensus: float) -> tuple[Tensor, dict[str, Tensor]]:
+    """``R = r_task + w_consensus (1 - C_T)`` per debate [M], and the terms (``r_task``, ``consensus`` =
+    ``1 - C_T``, and UDPO's ``r_intra``, ``r_inter``, ``r_sys`` for logging beside it)."""
+    metrics = debate_metrics([t.answers for t in trajectories])
+    final_conflict = np.array([row[np.isfinite(row)][-1] for row in metrics.conflict])
+    r_task = np.array([float(t.correct) for t in trajectories])
+    consensus = 1.0 - final_conflict
+    terms = {
+        "r_task": r_task,
+        "consensus": consensus,
+        "r_intra": metrics.r_intra,
+        "r_inter": metrics.r_inter,
+        "r_sys": metrics.r_sys,
+    }
+    as_tensor = lambda x: torch.as_tensor(np.asarray(x, dtype=np.float32))  # noqa: E731
+    return as_tensor(r_task + w_consensus * consensus), {k: as_tensor(v) for k, v in terms.items()}
+
+
+def gae(values: Tensor, reward: Tensor, gamma: float, lam: float) -> tuple[Tensor, Tensor]:
+    """GAE over K rounds with the reward at the last one: ``values`` [..., K], ``reward`` [...].
+
+    Returns (advantages, value targets), both [..., K]."""
+    k = values.shape[-1]
+    advantages = torch.zeros_like(values)
+    running = torch.zeros_like(reward)
+    next_value = torch.zeros_like(reward)  # V(s_K) = 0: the debate has ended
+    for r in reversed(range(k)):
+        step_reward = reward if r == k - 1 else torch.zeros_like(reward)
+        delta = step_reward + gamma * next_value - values[..., r]
+        running = delta + gamma * lam * running
+        advantages[..., r] = running
+        next_value = values[..., r]
+    return advantages, advantages + values
+
+
+def per_token(advantages: Tensor, lengths: Sequence[int]) -> Tensor:
+    """Each round's advantage repeated over that round's ``lengths[r]`` tokens."""
+    return advantages[: len(lengths)].repeat_interleave(
+        torch.as_tensor(list(lengths), device=advantages.device)
+    )
+
+
+class ActorCritic(Algorithm):
+    """MAPPO-style actor-critic on debates; subclasses say what state each agent's critic value uses.
+
+    ``advantages`` returns [M, N, K] (K: the most rounds an agent spoke; rounds it did not speak are 0) and
+    keeps the value targets for :meth:`critic_loss` of the same batch."""
+
+    def __init__(self, critic, config: ActorCriticConfig | None = None):
+        self.critic = critic
+        self.config = config or ActorCriticConfig()
+        self.targets: dict[int, list[tuple[str, float]]] = {}  # debate -> (state, G) of its states
+
+    @abc.abstractmethod
+    def states(self, trajectory: Trajectory, agent: int) -> list[str]:
+        """The state before each of ``agent``'s rounds in ``trajectory``, as critic text."""
+
+    def rewards(self, trajectories: Sequence[Trajectory]) -> tuple[Tensor, dict[str, Tensor]]:
+        team, terms = team_rewards(trajectories, self.config.w_consensus)
+        n = trajectories[0].n_agents
+        return team[:, None].expand(-1, n).contiguous(), terms
+
+    def needs_reference(self, agent: int) -> bool:
+        return self.config.eta > 0
+
+    @torch.no_grad()
+    def advantages(self, batch: RolloutBatch) -> Tensor:
+        m, n = len(batch), batch.n_agents
+        states = [[self.states(t, i) for i in range(n)] for t in batch.trajectories]
+        k = max(len(s) for row in states for s in row)
+        unique = list(dict.fromkeys(s for row in states for per_agent in row for s in per_agent))
+        scored = dict(zip(unique, self.critic.values(unique).float().cpu().tolist(), strict=True))
+        values = torch.zeros(m, n, k)
+        mask = torch.zeros(m, n, k, dtype=torch.bool)
+        raw = torch.zeros(m, n, k)
+        targets = torch.zeros(m, n, k)
+        for d in range(m):
+            for i in range(n):
+                s = states[d][i]
+                v = torch.tensor([scored[x] for x in s])
+                a, g = gae(v, batch.rewards[d, i], self.config.gamma, self.config.lam)
+                values[d, i, : len(s)], raw[d, i, : len(s)], targets[d, i, : len(s)] = v, a, g
+                mask[d, i, : len(s)] = True
+        self.targets = {
+            d: list(
+                dict.fromkeys(  # a centralized state shared by the agents is one regression target
+                    (states[d][i][r], float(targets[d, i, r]))
+                    for i in range(n)
+                    for r in range(len(states[d][i]))
+                )
+            )
+            for d in range(m)
+        }
+        if self.config.normalize and mask.sum() > 1:
+            picked = raw[mask]
+            raw = torch.where(mask, (raw - picked.mean()) / (picked.std() + 1e-8), raw.new_zeros(()))
+        return raw
+
+    def loss(
+        self,
+        batch: RolloutBatch,
+        agent: int,
+        logp: list[Tensor],
+        ref_logp: list[Tensor] | None,
+        advantages: Tensor,
+    ) -> tuple[Tensor, dict[str, float]]:
+        cfg = self.config
+        behavior = batch.behavior_logprobs(agent, device=logp[0].device)
+        if cfg.eta > 0 and ref_logp is None:
+            raise ValueError(f"agent {agent}: the loss needs reference log-probs (eta > 0)")
+        # each token gets its round's advantage A_r, [tokens] per debate
+        A = [
+            per_token(advantages[d].to(logp[0].device), [len(c) for c in row[agent].completion_ids])
+            for d, row in enumerate(batch.turns)
+        ]
+        rho = [ratio(lp, b) for lp, b in zip(logp, behavior, strict=True)]
+        l_clip = debate_mean(
+            [clipped_surrogate(r, a, cfg.clip_eps, cfg.dual_clip) for r, a in zip(rho, A, strict=True)]
+        )
+        l_anchor = (
+            debate_mean(list(map(kl_estimate, logp, ref_logp))) if cfg.eta > 0 else torch.zeros_like(l_clip)
+        )
+        objective = (batch.weights.to(l_clip.device) * l_clip).mean() - cfg.eta * l_anchor.mean()
+        loss = -objective
+        return loss, loss_metrics(rho, A, l_clip, l_anchor, loss, cfg.clip_eps, cfg.dual_clip)
+
+    def critic_loss(self, debates: Sequence[int]) -> tuple[Tensor, dict[str, float]]:
+        """``mean (V(s) - G)^2`` over the states of ``debates`` (positions in the batch given to
+        :meth:`advantages`), with gradients to the critic."""
+        pairs = [p for d in debates for p in self.targets.get(d, [])]
+        if not pairs:
+            raise ValueError(
+                f"no value targets for debates {list(debates)[:5]}: call advantages() on the batch first"
+            )
+        v = self.critic.values([s for s, _ in pairs], grad=True)
+        g = torch.tensor([t for _, t in pairs], device=v.device)
+        loss = ((v - g) ** 2).mean()
+        return loss, {
+            "value_loss": loss.item(),
+            "value_mean": v.mean().item(),
+            "return_mean": g.mean().item(),
+        }
+
+
+def previous_answers(trajectory: Trajectory, rnd: int) -> list | None:
+    """Every agent's answer after round ``rnd - 1`` (None before round 0)."""
+    return None if rnd == 0 else [row[rnd - 1] for row in trajectory.answers]

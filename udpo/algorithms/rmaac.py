@@ -1,0 +1,37 @@
+"""RMAAC (He et al. 2023), adapted to debate as the UDPO paper does (SPEC section 5): the state an agent
+observes is the set of peer answers; during training rollouts an adversary swaps at most ``budget``
+peers' answers per round for the candidate the critic values lowest
+(:class:`udpo.env.protocols.adversary.RMAACAdversary`). The actors train on the debates they saw,
+perturbed prompts included, and the critic on the perturbed states (the swap is recorded in each turn's
+``details["adversary"]``). Advantages, losses and GAE are MAPPO's (:mod:`.actor_critic`)."""
+
+from __future__ import annotations
+
+from udpo.env.protocols.adversary import RMAACAdversary, critic_state, observed_answers
+from udpo.env.tasks.base import Task
+from udpo.env.trajectory import Trajectory
+
+from .actor_critic import ActorCritic, ActorCriticConfig, previous_answers
+
+
+class RMAAC(ActorCritic):
+    """Per-agent state: what the agent observed, the adversary's swap applied."""
+
+    name = "rmaac"
+
+    def __init__(self, critic, config: ActorCriticConfig | None = None, budget: int = 1):
+        super().__init__(critic, config)
+        self.budget = budget
+
+    def states(self, trajectory: Trajectory, agent: int) -> list[str]:
+        out = []
+        for turn in trajectory.turns[agent]:
+            answers = previous_answers(trajectory, turn.round)
+            if answers is not None:
+                answers = observed_answers(answers, (turn.details or {}).get("adversary"))
+            out.append(critic_state(trajectory.question, answers))
+        return out
+
+    def adversary(self, task: Task) -> RMAACAdversary:
+        """The protocol stage that perturbs training rollouts, scoring states with this critic."""
+        return RMAACAdversary(task, lambda texts: self.critic.values(texts).tolist(), self.budget)
