@@ -12,7 +12,7 @@ import sys
 
 from udpo.threads import configure_threads
 
-COMMANDS = ("debate", "detect", "uncertainty", "diagnose", "train", "eval", "export")
+COMMANDS = ("debate", "detect", "uncertainty", "diagnose", "train", "eval", "export", "report")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,7 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        configure_threads()
+        if getattr(args, "uses_torch", True):  # a command that never imports torch sets uses_torch=False
+            configure_threads()
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("interrupted; trajectories written so far are complete", file=sys.stderr)

@@ -1,0 +1,37 @@
+"""``udpo report``: one self-contained HTML page per run (or two runs side by side).
+
+:func:`write_report` reads run folders (:mod:`udpo.report.load`: debate runs, evaluation folders,
+training runs, ``udpo eval`` attack runs, collections of runs), renders the overview with inline SVG
+plots (:mod:`udpo.report.overview`, :mod:`udpo.report.svg`) and embeds every debate for the page's
+script to browse (:mod:`udpo.report.page`). Nothing here imports torch or transformers.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .load import DebateSet, NotARunError, Run, load_run
+from .page import render_page
+
+__all__ = ["DebateSet", "NotARunError", "Run", "load_run", "render_page", "write_report"]
+
+
+def write_report(
+    runs: list[str | os.PathLike], out: str | os.PathLike, lam: float = 0.5
+) -> tuple[Path, list[Run]]:
+    """Read one run (or two, compared side by side) and write the report page to ``out``.
+
+    Returns the page's path and the runs as read. Raises NotARunError for a path holding no run.
+    """
+    if not 1 <= len(runs) <= 2:
+        raise ValueError(f"give one run folder, or two to compare, not {len(runs)}")
+    loaded = [load_run(p, lam=lam) for p in runs]
+    if len(loaded) == 2 and loaded[0].label == loaded[1].label:
+        loaded[0].label, loaded[1].label = str(runs[0]), str(runs[1])
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(render_page(loaded), encoding="utf-8")
+    os.replace(tmp, out)
+    return out, loaded

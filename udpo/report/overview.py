@@ -1,0 +1,248 @@
+"""The overview part of a report, rendered as static HTML: per run its debate sets' accuracy and
+uncertainty, a training run's curves (``metrics.jsonl``), calibration and settings, an attack run's
+table, a collection's index. Every text from a file goes through :func:`html.escape`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Sequence
+from html import escape
+from typing import Any
+
+from .load import DebateSet, Run
+from .svg import line_plot
+
+#: the settings of a training run shown in its overview (the whole config is one click away)
+CONFIG_KEYS = (
+    "task",
+    "model",
+    "algorithm",
+    "n_agents",
+    "rounds",
+    "max_tokens",
+    "max_iterations",
+    "questions_per_iteration",
+    "learning_rate",
+    "eval_questions",
+    "eval_steps",
+    "seed",
+)
+KIND_NAMES = {
+    "debate": "debate run",
+    "evaluation": "evaluation folder",
+    "training": "training run",
+    "attack": "attack evaluation (udpo eval)",
+    "collection": "collection of runs",
+}
+_AGENT_KEY = re.compile(r"^agent_(\d+)/(.+)$")
+
+
+def number(x: Any, digits: int = 3) -> str:
+    """A number for a table cell; an en dash when missing or not finite."""
+    if isinstance(x, bool):
+        return str(x).lower()
+    if isinstance(x, int):
+        return str(x)
+    if isinstance(x, float) and math.isfinite(x):
+        return f"{x:.{digits}f}"
+    return "–" if x is None or isinstance(x, float) else escape(str(x))
+
+
+def anchor(label: str) -> str:
+    """An id for a run's section."""
+    return "run-" + re.sub(r"[^A-Za-z0-9_-]+", "-", label).strip("-")
+
+
+def run_overview(run: Run, tag: str = "") -> str:
+    """One run's overview section (a collection's children get theirs below its index)."""
+    head = f"{escape(tag)} {escape(run.label)}".strip()
+    parts = [
+        f'<div class="run" id="{anchor(tag + run.label)}">',
+        f'<h3>{head} <span class="kind">{escape(KIND_NAMES.get(run.kind, run.kind))}</span></h3>',
+        f'<p class="path">{escape(str(run.path))}</p>',
+    ]
+    if run.kind == "collection":
+        parts.append(collection_index(run, tag))
+        parts.extend(f'<p class="warn">skipped: {escape(note)}</p>' for note in run.skipped)
+    else:
+        parts.append(sets_table(run.sets))
+    if run.attack is not None:
+        parts.append(attack_table(run.attack))
+    if run.kind in ("debate", "evaluation") and run.sets and run.sets[0].common_meta:
+        parts.append(meta_list(run.sets[0].common_meta))
+    if run.kind == "training":
+        parts.append(training_section(run))
+    for child in run.children:
+        parts.append(run_overview(child, tag))
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def sets_table(sets: Sequence[DebateSet]) -> str:
+    """Debates, accuracy, mean U_intra / U_inter / U_sys and the unparsed rate of each debate set."""
+    rows = "".join(
+        f"<tr><td>{escape(s.name)}</td><td>{s.stats['n']}</td><td>{number(s.stats['accuracy'])}</td>"
+        f"<td>{number(s.stats['u_intra'])}</td><td>{number(s.stats['u_inter'])}</td>"
+        f"<td>{number(s.stats['u_sys'])}</td><td>{number(s.stats['unparsed_rate'])}</td></tr>"
+        for s in sets
+    )
+    return (
+        '<table class="stats"><thead><tr><th>debates</th><th>n</th><th>accuracy</th><th>U_intra</th>'
+        f"<th>U_inter</th><th>U_sys</th><th>unparsed rate</th></tr></thead><tbody>{rows}</tbody></table>"
+    )
+
+
+def meta_list(meta: dict[str, Any]) -> str:
+    """The settings every debate of a set shares, as a definition list."""
+    items = "".join(f"<dt>{escape(str(k))}</dt><dd>{escape(str(v))}</dd>" for k, v in meta.items())
+    return f'<dl class="meta">{items}</dl>'
+
+
+def collection_index(run: Run, tag: str) -> str:
+    """Links to each sub-run's overview, with its size and primary set's accuracy."""
+    items = []
+    for child in run.children:
+        primary = child.sets[child.primary] if child.sets else None
+        acc = f" · accuracy {number(primary.stats['accuracy'])} on {primary.stats['n']}" if primary else ""
+        items.append(
+            f'<li><a href="#{anchor(tag + child.label)}">{escape(child.label)}</a> '
+            f"({escape(KIND_NAMES.get(child.kind, child.kind))}{acc})</li>"
+        )
+    return f'<ul class="index">{"".join(items)}</ul>'
+
+
+def attack_table(summary: dict[str, Any]) -> str:
+    """An attack run's rows: compromised agents, accuracy and uncertainties, change from natural."""
+    keys = ("accuracy", "u_intra", "u_inter", "u_sys")
+    rows = []
+    for r in summary.get("rows", []):
+        if not isinstance(r, dict):
+            continue
+        delta = r.get("delta") or {}
+        compromised = ", ".join(str(i) for i in r.get("compromised") or []) or "none"
+        cells = "".join(f"<td>{number(r.get(k))}</td>" for k in keys)
+        deltas = "".join(f"<td>{number(delta.get(k)) if isinstance(delta, dict) else '–'}</td>" for k in keys)
+        rows.append(
+            f"<tr><td>{escape(str(r.get('name')))}</td><td>{escape(compromised)}</td>{cells}{deltas}</tr>"
+        )
+    attack = summary.get("attack")
+    title = escape(json.dumps(attack, ensure_ascii=False) if not isinstance(attack, str) else attack)
+    head = "".join(f"<th>{k}</th>" for k in keys) + "".join(f"<th>Δ {k}</th>" for k in keys)
+    return (
+        f'<p class="attack">attack: <code>{title}</code></p><table class="stats"><thead><tr><th>row</th>'
+        f"<th>compromised agents</th>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def training_section(run: Run) -> str:
+    """A training run's settings, curves and calibration."""
+    parts = []
+    if run.config:
+        shown = {k: run.config[k] for k in CONFIG_KEYS if k in run.config}
+        parts.append(meta_list(shown))
+        full = escape(json.dumps(run.config, indent=2, ensure_ascii=False, default=str))
+        parts.append(f"<details><summary>full config.json</summary><pre>{full}</pre></details>")
+    plots = training_plots(run.metrics)
+    if plots:
+        parts.append(f'<div class="plots">{"".join(plots)}</div>')
+    else:
+        parts.append("<p>No iterations in metrics.jsonl yet.</p>")
+    if run.calibration:
+        parts.append("<h4>Calibration (calibration.json)</h4>")
+        parts.append(calibration_tables(run.calibration))
+    return "".join(parts)
+
+
+def _series(records: Iterable[dict[str, Any]], key: str) -> list[tuple[float, float | None]]:
+    out = []
+    for r in records:
+        if key in r and isinstance(r.get("iteration"), int | float):
+            v = r[key]
+            out.append((float(r["iteration"]), float(v) if isinstance(v, int | float) else None))
+    return out
+
+
+def _agent_keys(records: Sequence[dict[str, Any]], metric: str) -> list[str]:
+    """``agent_i/<metric>`` keys present in any record, by agent number."""
+    found = {k for r in records for k in r if (m := _AGENT_KEY.match(k)) and m.group(2) == metric}
+    return sorted(found, key=lambda k: int(k.split("/")[0].split("_")[1]))
+
+
+def training_plots(metrics: Sequence[dict[str, Any]]) -> list[str]:
+    """SVG plots of metrics.jsonl: reward terms, KL, clip fraction, loss, training debates, and the
+    held-out evaluations' accuracy (with eval callbacks' accuracies) and uncertainty."""
+    train = [r for r in metrics if r.get("kind") == "train"]
+    evals = [r for r in metrics if r.get("kind") == "eval"]
+    callback_acc = sorted(
+        {k for r in evals for k in r if k.endswith("/accuracy") or k.endswith("/accuracy_drop")}
+    )
+    specs: list[tuple[str, Sequence[dict[str, Any]], list[str]]] = [
+        ("Held-out accuracy", evals, ["accuracy", *callback_acc]),
+        ("Held-out uncertainty", evals, ["u_intra", "u_inter", "u_sys", "unparsed_rate"]),
+        (
+            "Reward terms",
+            train,
+            ["reward/r_intra", "reward/r_inter", "reward/r_sys", "reward/r_task", "reward/mean"],
+        ),
+        ("KL to the reference", train, ["update/kl", *_agent_keys(train, "kl")]),
+        ("Clip fraction", train, ["update/clip_frac", *_agent_keys(train, "clip_frac")]),
+        ("Loss", train, ["update/loss", "update/surrogate"]),
+        (
+            "Training debates",
+            train,
+            ["train/accuracy", "train/u_intra", "train/u_inter", "train/u_sys", "train/unparsed_rate"],
+        ),
+    ]
+    plots = []
+    for title, records, keys in specs:
+        series = {k: s for k in keys if (s := _series(records, k))}
+        svg = line_plot(series, title) if series else ""
+        if svg:
+            plots.append(svg)
+    return plots
+
+
+def calibration_tables(calibration: dict[str, Any]) -> str:
+    """Per-agent tables for the coefficient and profile blocks, key/value tables for the rest."""
+    parts = []
+    for block, value in calibration.items():
+        if isinstance(value, dict) and value and all(_numbers(v) for v in value.values()):
+            n = max(len(v) for v in value.values())
+            head = "".join(f"<th>agent {i}</th>" for i in range(n))
+            rows = "".join(
+                f"<tr><th>{escape(str(k))}</th>{''.join(f'<td>{number(x)}</td>' for x in v)}</tr>"
+                for k, v in value.items()
+            )
+            parts.append(
+                f'<table class="stats calib"><caption>{escape(str(block))}</caption><thead><tr><th></th>{head}'
+                f"</tr></thead><tbody>{rows}</tbody></table>"
+            )
+        elif isinstance(value, dict):
+            flat = _flatten(value)
+            rows = "".join(f"<tr><th>{escape(k)}</th><td>{number(v)}</td></tr>" for k, v in flat.items())
+            parts.append(
+                f'<table class="stats calib"><caption>{escape(str(block))}</caption><tbody>{rows}</tbody></table>'
+            )
+        elif isinstance(value, list) and value:
+            parts.append(f"<p><b>{escape(str(block))}</b>: {escape(', '.join(map(str, value)))}</p>")
+    return f'<div class="calibration">{"".join(parts)}</div>'
+
+
+def _numbers(v: Any) -> bool:
+    return isinstance(v, list) and bool(v) and all(isinstance(x, int | float) for x in v)
+
+
+def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flatten(v, f"{name}."))
+        elif isinstance(v, list):
+            out[name] = ", ".join(number(x) if isinstance(x, float) else str(x) for x in v)
+        else:
+            out[name] = v
+    return out
