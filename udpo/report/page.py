@@ -56,7 +56,7 @@ def page_data(runs: list[Run]) -> dict[str, Any]:
     for tag, run in zip(tags, runs, strict=False):
         starts.append(len(sets))
         for s in run.sets:
-            name = s.name if s.name == run.label else f"{run.label}: {s.name}"
+            name = s.name if s.name == run.label or not tag else f"{run.label}: {s.name}"
             sets.append(
                 {
                     "name": f"{tag} · {name}" if tag else name,
