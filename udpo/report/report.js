@@ -259,6 +259,8 @@
     $("cmp-summary").textContent = text;
   }
 
+  function side(tag, name) { return name.indexOf(tag + " · ") === 0 ? name : tag + " · " + name; }
+
   function pairItem(pair) {
     var d = pair[0], e = pair[1];
     var change = d.c === e.c ? "same" : e.c ? "improved" : "regressed";
@@ -273,8 +275,8 @@
     item.appendChild(sum);
     lazy(item, function () {
       var both = el("div", "side-by-side");
-      both.appendChild(debateBody(d, "A · " + SETS[cmp.a].name));
-      both.appendChild(debateBody(e, "B · " + SETS[cmp.b].name));
+      both.appendChild(debateBody(d, side("A", SETS[cmp.a].name)));
+      both.appendChild(debateBody(e, side("B", SETS[cmp.b].name)));
       return both;
     });
     return item;
@@ -291,6 +293,7 @@
 
   if (cmp) {
     $("compare").hidden = false;
+    $("nav-compare").hidden = false;
     fillSelect($("cmp-a"), cmp.a);
     fillSelect($("cmp-b"), cmp.b);
     $("cmp-a").addEventListener("change", function () { cmp.a = Number(this.value); refreshPairs(); });
