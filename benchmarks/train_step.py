@@ -155,8 +155,8 @@ def old_update(trainer, batch, advantages, counts: list[int]) -> None:
         loss, _ = trainer.algorithm.loss(
             batch, agent, batch.per_debate(agent, flat), ref, advantages[:, agent]
         )
-        trainer._backward(loss)
-    trainer._optimizer_step(0)
+        trainer.updater._backward(loss)
+    trainer.updater.step(0, trainer._fail_non_finite)
 
 
 def bare_pass(policy, sequences_of) -> None:
@@ -183,7 +183,7 @@ def update_throughput(args, out: Path) -> dict[str, float]:
     from udpo.trainer import Trainer
 
     trainer = Trainer(bench_config(args, out / "update", 1))
-    trainer._use_calibration(trainer.calibrate())
+    trainer.use_calibration(trainer.calibrate())
     fresh = trainer.debate(trainer.schedule.for_iteration(1), {"phase": "benchmark"})
     batch = trainer.rollout_batch(fresh)
     advantages = trainer.algorithm.advantages(batch)

@@ -21,18 +21,10 @@ from pathlib import Path
 
 import numpy as np
 
-from udpo.env.trajectory import read_trajectories
-from udpo.rewards import uncertainty
+from udpo.results import METRICS, eval_iterations, per_question
 from udpo.rewards.statistics import paired_bootstrap
 from udpo.tracking import read_metrics
 
-METRICS = {
-    "accuracy": lambda t: float(t.correct),
-    "u_intra": lambda t: uncertainty(t.answers).u_intra,
-    "u_inter": lambda t: uncertainty(t.answers).u_inter,
-    "u_sys": lambda t: uncertainty(t.answers).u_sys,
-    "unparsed_rate": lambda t: float(np.mean([a is None for row in t.answers for a in row])),
-}
 CURVES = {
     "reward terms (mean over agents)": [
         "reward/mean",
@@ -44,16 +36,6 @@ CURVES = {
     "KL to the reference (update/kl)": ["update/kl"],
     "share of samples outside the trust region (update/clip_frac)": ["update/clip_frac"],
 }
-
-
-def per_question(run: Path, iteration: int) -> dict[str, dict[str, float]]:
-    """question id -> metric -> value, from ``run/eval/iter_<iteration>/trajectories.jsonl``."""
-    path = run / "eval" / f"iter_{iteration:06d}" / "trajectories.jsonl"
-    return {t.question_id: {m: f(t) for m, f in METRICS.items()} for t in read_trajectories(path)}
-
-
-def eval_iterations(run: Path) -> list[int]:
-    return sorted(int(p.name.removeprefix("iter_")) for p in (run / "eval").glob("iter_*") if p.is_dir())
 
 
 def compare(runs: list[Path]) -> dict:

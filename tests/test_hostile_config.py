@@ -80,8 +80,8 @@ def cases(tmp: Path) -> list[tuple[str, str, list[str]]]:
         ),
         ("vllm_gpu_memory_utilization: 5\n", "vllm_gpu_memory_utilization must be in (0, 1]", []),
         ("vllm_kv_cache_gib: -2\n", "vllm_kv_cache_gib must be a finite number > 0", []),
-        ("algorithm: mappo\n", "algorithm: mappo is not implemented yet", []),
-        ("algorithm: rmaac\n", "algorithm: rmaac is not implemented yet", []),
+        ("algorithm: mappo\nreplay: true\n", "replay belong to udpo", []),
+        ("algorithm: rmaac\nadversary_budget: 3\n", "adversary_budget must be in 0..n_agents-1", []),
         (
             "resume: /nonexistent/checkpoint\n",
             "resume: --resume /nonexistent/checkpoint: not a checkpoint",

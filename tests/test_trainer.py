@@ -187,7 +187,7 @@ def test_replayed_debates_keep_the_recomputed_behavior_logprobs(model_path, tmp_
         2: [],
     }  # iteration -> (trajectory, agent, behavior log-probs the loss saw)
     try:
-        trainer._use_calibration(trainer.calibrate())
+        trainer.use_calibration(trainer.calibrate())
         loss = trainer.algorithm.loss
 
         def recording_loss(batch, agent, *args):

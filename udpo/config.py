@@ -26,7 +26,7 @@ from typing import Any, Literal
 
 ALGORITHMS = ("udpo", "mappo", "rmaac")
 #: the algorithms a run can use today; the others are refused when the config is read
-IMPLEMENTED_ALGORITHMS = ("udpo",)
+IMPLEMENTED_ALGORITHMS = ("udpo", "mappo", "rmaac")
 TRACKERS = ("none", "jsonl", "wandb", "tensorboard")
 #: per-agent reward coefficients (paper eq. 4 and 6) that may be given explicitly instead of calibrated
 COEFFICIENTS = ("alpha", "beta", "gamma", "lambda_", "eta")
@@ -164,6 +164,16 @@ class TrainConfig:
         3.0,
         "c of dual clipping (Ye et al. 2020): for A < 0 the objective is max(min(rho A, clip(rho) A), c A), "
         "bounding stale samples' gradients; > 1, or 0 to turn it off.",
+    )
+    w_consensus: float = _f(
+        0.5,
+        "mappo, rmaac: team reward r_task + w_consensus (1 - C_T), C_T the final round's pairwise conflict.",
+    )
+    gae_gamma: float = _f(1.0, "mappo, rmaac: discount over rounds in GAE.")
+    gae_lambda: float = _f(0.95, "mappo, rmaac: lambda of GAE over rounds.")
+    normalize_advantages: bool = _f(True, "mappo, rmaac: scale advantages to mean 0, std 1 over the batch.")
+    adversary_budget: int = _f(
+        1, "rmaac: peers whose answer the adversary may swap, per agent and round (0: no adversary)."
     )
     behavior_logprobs: Literal["rollout", "recompute"] = _f(
         "recompute",
@@ -315,6 +325,7 @@ class TrainConfig:
             "kappa",
             "lambda_base",
             "eta_base",
+            "w_consensus",
             "replay_eta",
             "replay_beta",
         )
@@ -419,7 +430,7 @@ class TrainConfig:
                 f"give alpha_base, beta_base and gamma_base together (missing: {missing}), or none "
                 f"of them for Cohen's d weights"
             )
-        if self.warmup_fraction == 0 and not self.coefficients_explicit:
+        if self.warmup_fraction == 0 and not self.coefficients_explicit and self.algorithm == "udpo":
             missing = ", ".join(k for k in COEFFICIENTS if getattr(self, k) is None)
             raise ConfigError(
                 f"warmup_fraction: 0 leaves no warm-up debates to calibrate {missing}; "
@@ -480,12 +491,37 @@ class TrainConfig:
 
     def _validate_engine(self) -> None:
         """Algorithm, dtype and vLLM settings."""
-        from udpo.env.backends.hf import DTYPES
+        from udpo.env.backends.base import DTYPE_NAMES as DTYPES  # without torch: checked before it loads
 
         if self.algorithm not in IMPLEMENTED_ALGORITHMS:
             raise ConfigError(
                 f"algorithm: {self.algorithm} is not implemented yet; use algorithm: "
                 f"{' or '.join(IMPLEMENTED_ALGORITHMS)}"
+            )
+        if self.algorithm != "udpo":
+            udpo_only = {
+                "replay": self.replay,
+                "ablations": self.ablations,
+                "reward_functions": self.reward_functions,
+                "ratio_level: token": self.ratio_level == "token",
+                "baseline: group": self.baseline == "group",
+            }
+            given = [name for name, on in udpo_only.items() if on]
+            if given:
+                raise ConfigError(
+                    f"algorithm: {self.algorithm} trains on the team reward with per-token ratios and GAE; "
+                    f"{', '.join(given)} belong to udpo"
+                )
+            if self.eta is not None and len(self.eta) != 1:
+                raise ConfigError(
+                    f"algorithm: {self.algorithm} takes one eta (its KL weight), got {self.eta}"
+                )
+        for name in ("gae_gamma", "gae_lambda"):
+            if not 0 <= getattr(self, name) <= 1:
+                raise ConfigError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
+        if self.adversary_budget < 0 or self.adversary_budget >= max(self.n_agents, 1):
+            raise ConfigError(
+                f"adversary_budget must be in 0..n_agents-1 = 0..{self.n_agents - 1}, got {self.adversary_budget}"
             )
         if self.dtype != "auto" and self.dtype not in DTYPES:
             raise ConfigError(f"dtype must be auto, {', '.join(DTYPES)}; got {self.dtype!r}")

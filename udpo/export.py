@@ -2,7 +2,8 @@
 
 ``OUT/adapters/<name>/`` holds ``adapter_config.json`` + ``adapter_model.safetensors`` (loadable by
 ``PeftModel.from_pretrained`` and by vLLM as a ``LoRARequest``); ``OUT/team.json`` names the agents,
-their base model(s) and profiles. With ``merge=True`` every adapter is also folded into its base model,
+their base model(s) and profiles; ``OUT/critic/`` holds the centralized critic of a MAPPO or RMAAC
+run (its adapter and value head, :class:`udpo.algorithms.critic.Critic`). With ``merge=True`` every adapter is also folded into its base model,
 ``OUT/merged/<name>/`` (safetensors + tokenizer, loadable by ``AutoModelForCausalLM``). Trainer state
 (optimizer, replay buffer, ...) is left behind.
 """
@@ -21,7 +22,7 @@ from tqdm.auto import tqdm
 from udpo.team import ADAPTER_FILES, TEAM_FILE, TeamManifest
 
 #: what an export folder holds
-EXPORT_ENTRIES = (TEAM_FILE, "adapters", "merged")
+EXPORT_ENTRIES = (TEAM_FILE, "adapters", "merged", "critic")
 #: files and folders that mark a run directory (training or ``udpo debate`` / ``udpo eval``)
 RUN_MARKS = ("checkpoints", "trainer_state.json", "metrics.jsonl", "trajectories", "trajectories.jsonl")
 
@@ -65,6 +66,8 @@ def export_team(
             (staging / "adapters" / name).mkdir(parents=True)
             for f in ADAPTER_FILES:
                 shutil.copy2(Path(folder, f), staging / "adapters" / name / f)
+        if (source / "critic").is_dir():  # a baseline's critic travels with its team
+            shutil.copytree(source / "critic", staging / "critic")
         agents = [replace(a, adapter=f"adapters/{a.adapter_name}", merged=None) for a in team.agents]
         if merge:
             bases = {a.adapter_name: a.base_model or team.base_model for a in team.agents}

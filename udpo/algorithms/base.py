@@ -239,14 +239,22 @@ class Algorithm(abc.ABC):
     ``ref_logp[m]`` (under the reference, when ``needs_reference(i)``), then
     ``loss, metrics = algo.loss(batch, i, logp, ref_logp, A[:, i])`` and ``loss.backward()``.
     Per-round advantages (MAPPO-style critics) fit the same call: return [M, N, R] from ``advantages``
-    and split ``logp[m]`` by round with the completion lengths in ``batch.turns[m][i]``.
+    and split ``logp[m]`` by round with the completion lengths in ``batch.turns[m][i]``. An algorithm with
+    a ``critic`` also gets ``loss = algo.critic_loss(micro_batch)`` and ``loss.backward()`` per micro-batch;
+    the critic's parameters are an optimizer group of their own.
     """
 
     name = "algorithm"
+    #: a critic-based algorithm's critic (its parameters train with :meth:`critic_loss`); None otherwise
+    critic = None
+
+    @abc.abstractmethod
+    def rewards(self, trajectories: Sequence[Trajectory]) -> tuple[Tensor, dict[str, Tensor]]:
+        """Each agent's reward in each debate [M, N], and the named reward terms behind it (for logging)."""
 
     @abc.abstractmethod
     def advantages(self, batch: RolloutBatch) -> Tensor:
-        """Advantages of every agent in every debate, [M, N]."""
+        """Advantages of every agent in every debate, [M, N] (or per round, [M, N, R])."""
 
     @abc.abstractmethod
     def loss(
@@ -262,6 +270,10 @@ class Algorithm(abc.ABC):
     def needs_reference(self, agent: int) -> bool:
         """Whether ``loss`` uses reference log-probs for ``agent`` (the loop skips that forward pass if not)."""
         return True
+
+    def critic_loss(self, debates: Sequence[int]) -> tuple[Tensor, dict[str, float]]:
+        """The critic's loss on ``debates`` (positions in the batch last given to :meth:`advantages`)."""
+        raise NotImplementedError(f"{self.name} has no critic")
 
     def batch_metrics(self, batch: RolloutBatch, advantages: Tensor) -> dict[str, float]:
         """Reward, reward-term and advantage statistics of a batch, for logging."""

@@ -183,13 +183,24 @@ class UDPOConfig:
 
 
 class UDPO(Algorithm):
-    """The UDPO objective with agent-tailored coefficients (set ``coefficients`` after calibration)."""
+    """The UDPO objective with agent-tailored coefficients (set ``coefficients`` after calibration).
+    scope, functions: of the rewards (:func:`compute_rewards`)."""
 
     name = "udpo"
 
-    def __init__(self, coefficients: Coefficients, config: UDPOConfig | None = None):
+    def __init__(
+        self,
+        coefficients: Coefficients,
+        config: UDPOConfig | None = None,
+        scope: str = "trajectory",
+        functions: Sequence[RewardFunction] = (),
+    ):
         self.coefficients = coefficients
         self.config = config or UDPOConfig()
+        self.scope, self.functions = scope, list(functions)
+
+    def rewards(self, trajectories: Sequence[Trajectory]) -> tuple[Tensor, dict[str, Tensor]]:
+        return compute_rewards(trajectories, self.coefficients, self.scope, self.functions)
 
     def advantages(self, batch: RolloutBatch) -> Tensor:
         r = batch.rewards  # r_i(tau_m), eq. 4: [M, N]

@@ -1,0 +1,154 @@
+"""``udpo compare``: every method gets the same budget, the table's numbers come from the runs' evaluations,
+finished runs are kept, and a real compare of three methods runs end to end."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from train_helpers import TINY, read_jsonl
+
+from udpo import checkpoint as ckpt
+from udpo.compare import DONE, METHODS, CompareConfig, check_budgets, run_compare
+from udpo.config import ConfigError, TrainConfig
+from udpo.env.trajectory import Trajectory, TrajectoryWriter
+
+
+def write_compare(tmp_path: Path, model: str = "smollm2-135m-instruct", **config) -> Path:
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump({**TINY, "model": model}))
+    path = tmp_path / "compare.yaml"
+    path.write_text(yaml.safe_dump({"recipe": "recipe.yaml", "output_dir": str(tmp_path / "out"), **config}))
+    return path
+
+
+def test_every_method_gets_the_same_budget(tmp_path):
+    config = CompareConfig.load(write_compare(tmp_path, seeds=[3, 4], settings={"max_iterations": 5}))
+    assert config.methods == list(METHODS) and config.recipe == str(tmp_path / "recipe.yaml")
+    for seed in config.seeds:
+        configs = {m: config.train_config(m, seed) for m in config.trained()}
+        check_budgets(configs)
+        for method, tc in configs.items():
+            assert tc.seed == seed and tc.max_iterations == 5
+            assert tc.output_dir == str(tmp_path / "out" / method / f"seed_{seed}")
+            # only what defines the method (and where it writes) differs from UDPO's config
+            differ = {
+                f for f in TrainConfig.__dataclass_fields__ if getattr(tc, f) != getattr(configs["udpo"], f)
+            }
+            # (and, shared_start, whether it evaluates iteration 0: the first method's is Standard MAD)
+            assert differ <= {"algorithm", "ablations", "output_dir", "run_name", "eval_at_start"}, (
+                method,
+                differ,
+            )
+            assert tc.eval_at_start == (method == "mappo")
+    assert config.train_config("udpo_wo_sys", 3).ablations == ["sys"]
+    assert config.train_config("rmaac", 3).algorithm == "rmaac"
+    a, b = config.train_config("udpo", 3), config.train_config("mappo", 3)
+    b.max_iterations = 6
+    with pytest.raises(ConfigError, match="differ in budget settings"):
+        check_budgets({"udpo": a, "mappo": b})
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"methods": ["standard_mad"]}, "at least one trained method"),
+        ({"methods": ["udpo", "ppo"]}, "unknown method"),
+        ({"seeds": [0, 0]}, "must not repeat"),
+        ({"method_settings": {"mappo": {"max_tokens": 64}}}, "fix the method or its budget"),
+        ({"settings": {"seed": 1}}, "set by compare itself"),
+        ({"colour": "red"}, "unknown key"),
+    ],
+)
+def test_bad_compare_configs_are_refused(tmp_path, extra, message):
+    with pytest.raises(ConfigError, match=message):
+        CompareConfig.load(write_compare(tmp_path, **extra))
+
+
+def finished_run(run: Path, method: str, correct0: list[bool], correct1: list[bool]) -> None:
+    """A run folder as the trainer leaves it: eval/iter_000000 and iter_000001, metrics, a checkpoint."""
+    for it, correct in ((0, correct0), (1, correct1)):
+        with TrajectoryWriter(run / "eval" / f"iter_{it:06d}" / "trajectories.jsonl") as w:
+            w.write(
+                [
+                    Trajectory(f"q{k}", f"question {k}", "4", [["4", "4"], ["4" if c else "5"] * 2], "4", c)
+                    for k, c in enumerate(correct)
+                ]
+            )
+    records = [{"kind": "train", "iteration": 1, "debates": 2, "tokens": 30}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    staging = ckpt.staging_dir(run, 1)
+    ckpt.write_json(
+        staging / ckpt.STATE,
+        {"iteration": 1, "optimizer_steps": 1, "total_iterations": 1, "world_size": 1, "files": {}},
+    )
+    ckpt.commit(run, staging, 1)
+    (run / DONE).write_text(json.dumps({"method": method, "seed": 0, "final_eval": 1}))
+
+
+def test_tables_come_from_the_final_evaluations_and_finished_runs_are_kept(tmp_path):
+    config = CompareConfig.load(
+        write_compare(tmp_path, methods=["standard_mad", "udpo", "mappo"], seeds=[0], shared_start=False)
+    )
+    start = [True, False, False, False]
+    finished_run(config.run_dir("udpo", 0), "udpo", start, [True, True, True, False])
+    finished_run(config.run_dir("mappo", 0), "mappo", start, [True, False, True, False])
+
+    def must_not_train(tc):
+        raise AssertionError(f"{tc.output_dir} was done and trained again")
+
+    results = run_compare(config, train=must_not_train, progress=False)
+    acc = {m: results["methods"][m]["accuracy"] for m in config.methods}
+    assert acc["standard_mad"]["mean"] == pytest.approx(0.25)
+    assert acc["udpo"]["mean"] == pytest.approx(0.75) and acc["udpo"]["change"] == pytest.approx(0.5)
+    assert acc["mappo"]["mean"] == pytest.approx(0.5) and acc["mappo"]["change"] == pytest.approx(0.25)
+    assert acc["udpo"]["low"] <= 0.75 <= acc["udpo"]["high"]
+    out = tmp_path / "out"
+    table = (out / "table.md").read_text()
+    assert "| udpo | 0.750 [" in table and "+0.500 [" in table
+    rows = list(csv.DictReader((out / "table.csv").open()))
+    assert {(r["method"], r["metric"]) for r in rows} >= {("mappo", "u_sys"), ("standard_mad", "accuracy")}
+    budget = list(csv.DictReader((out / "budget.csv").open()))
+    assert [(r["method"], r["debates"], r["optimizer_steps"]) for r in budget] == [
+        ("udpo", "2", "1"),
+        ("mappo", "2", "1"),
+    ]
+    gains = json.loads((out / "diagnosis" / "summary.json").read_text())
+    assert "standard_mad" in json.dumps(gains)
+    # a method whose iteration 0 differs did not start from the same team on the same questions
+    finished_run(config.run_dir("mappo", 0), "mappo", [True, True, False, False], [True, False, True, False])
+    with pytest.raises(ValueError, match="iteration-0 evaluations of udpo and mappo differ"):
+        run_compare(config, train=must_not_train, progress=False)
+
+
+@pytest.mark.slow
+def test_a_real_compare_of_three_methods(model_path, tmp_path):
+    """Standard MAD, UDPO and MAPPO on the real model, one seed, one iteration each; then ``udpo compare``
+    again keeps every finished run and rewrites the tables."""
+    from udpo.cli import main
+
+    path = write_compare(
+        tmp_path,
+        model=model_path,
+        methods=["standard_mad", "udpo", "mappo"],
+        seeds=[0],
+        shared_start=False,  # both evaluate iteration 0; compare checks the debates agree
+        settings={"max_iterations": 1, "warmup_fraction": 0.1},
+    )
+    assert main(["compare", "--config", str(path), "--no-progress"]) == 0
+    out = tmp_path / "out"
+    budget = list(csv.DictReader((out / "budget.csv").open()))
+    assert {(r["debates"], r["optimizer_steps"], r["iterations"]) for r in budget} == {("2", "1", "1")}
+    assert [r["warmup_debates"] != "0" for r in budget] == [True, False]  # udpo calibrates, mappo does not
+    results = json.loads((out / "results.json").read_text())
+    assert list(results["methods"]) == ["standard_mad", "udpo", "mappo"]
+    assert results["methods"]["udpo"]["n_questions"] == TINY["eval_questions"]
+    assert (out / "diagnosis" / "summary.json").exists()
+    before = (out / "udpo" / "seed_0" / "metrics.jsonl").read_text()
+    assert main(["compare", "--config", str(path), "--no-progress"]) == 0
+    assert (out / "udpo" / "seed_0" / "metrics.jsonl").read_text() == before  # nothing trained again
+    assert read_jsonl(out / "mappo" / "seed_0" / "metrics.jsonl")
+    assert main(["compare", "--config", str(path), "--status"]) == 0

@@ -1,0 +1,404 @@
+"""``udpo compare``: train and evaluate several methods on the same questions, budget and seeds, then
+tabulate them as the UDPO paper's Table 1 and plot the gains over Standard MAD by difficulty (its
+Figure 5, through ``udpo diagnose``).
+
+Methods (:data:`METHODS`): ``standard_mad`` (the untrained team), ``mappo``, ``rmaac``, ``udpo`` and the
+ablations ``udpo_wo_intra``, ``udpo_wo_inter``, ``udpo_wo_sys``. Every trained method runs the same
+training recipe with the same seed, so it debates the same training questions in the same order for the
+same number of iterations, takes the same optimizer steps and is evaluated on the same held-out
+questions with the same ``eval_seed``; only the settings that define the method differ. Standard MAD is
+the iteration-0 evaluation: every method starts from the same adapters (LoRA's B = 0: the base model),
+evaluated on the same draws, so with ``shared_start`` (default) only the first trained method of each
+seed evaluates iteration 0; with ``shared_start: false`` every method does and compare checks that the
+debates agree. UDPO's warm-up calibration debates are the one extra cost, reported in the budget table.
+
+Layout of ``output_dir``::
+
+    <method>/seed_<s>/        a training run (resumable: a killed compare resumes it from its checkpoint)
+    <method>/seed_<s>/done.json   written when the run finished
+    table.md, table.csv       accuracy and U_intra / U_inter / U_sys per method: mean over seeds [95% CI]
+    budget.csv                debates, optimizer steps, generated tokens, warm-up debates per run
+    results.json              everything above, with the change of each metric over Standard MAD
+    diagnosis/                ``udpo diagnose`` of the final evaluations: gains by U_sys level (Figure 5)
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from udpo.config import ConfigError, TrainConfig, load_yaml
+from udpo.evaluate import write_json
+from udpo.results import METRICS, eval_iterations, per_question
+
+#: method -> the training settings that define it (None: not trained)
+METHODS: dict[str, dict[str, Any] | None] = {
+    "standard_mad": None,
+    "mappo": {"algorithm": "mappo"},
+    "rmaac": {"algorithm": "rmaac"},
+    "udpo": {"algorithm": "udpo", "ablations": []},
+    "udpo_wo_intra": {"algorithm": "udpo", "ablations": ["intra"]},
+    "udpo_wo_inter": {"algorithm": "udpo", "ablations": ["inter"]},
+    "udpo_wo_sys": {"algorithm": "udpo", "ablations": ["sys"]},
+}
+#: settings that fix a run's budget and questions: one value for every method
+BUDGET_FIELDS = (
+    "model",
+    "task",
+    "task_options",
+    "train_split",
+    "eval_split",
+    "data_path",
+    "max_train_questions",
+    "eval_questions",
+    "eval_seed",
+    "warmup_fraction",
+    "n_agents",
+    "rounds",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "questions_per_iteration",
+    "debates_per_question",
+    "max_iterations",
+    "num_train_epochs",
+    "update_epochs",
+    "gradient_accumulation_steps",
+    "seed",
+)
+TABLE_METRICS = ("accuracy", "u_intra", "u_inter", "u_sys")
+DONE = "done.json"
+
+
+@dataclass
+class CompareConfig:
+    """recipe: the training recipe every method shares (YAML, as for train_udpo.py). methods: which of
+    :data:`METHODS` to run (at least one trained). seeds: training seeds (each method runs once per seed).
+    output_dir: where runs and tables go. settings: training settings applied over the recipe for every
+    method. method_settings: extra settings per method (never a budget field). shared_start: only the
+    first trained method evaluates iteration 0 (Standard MAD); false: every method does, and they are
+    checked to agree."""
+
+    recipe: str
+    methods: list[str] = field(default_factory=lambda: list(METHODS))
+    seeds: list[int] = field(default_factory=lambda: [0, 1])
+    output_dir: str = "runs/compare"
+    settings: dict[str, Any] = field(default_factory=dict)
+    method_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    shared_start: bool = True
+
+    def __post_init__(self) -> None:
+        unknown = [m for m in [*self.methods, *self.method_settings] if m not in METHODS]
+        if unknown:
+            raise ConfigError(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}")
+        if not any(METHODS[m] is not None for m in self.methods):
+            raise ConfigError("compare needs at least one trained method (standard_mad is their iteration 0)")
+        if len(set(self.methods)) != len(self.methods) or len(set(self.seeds)) != len(self.seeds):
+            raise ConfigError(f"methods and seeds must not repeat, got {self.methods} and {self.seeds}")
+        if not self.seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in self.seeds):
+            raise ConfigError(f"seeds must be a non-empty list of integers, got {self.seeds}")
+        for method, extra in self.method_settings.items():
+            fixed = [k for k in extra if k in BUDGET_FIELDS or k in ("algorithm", "ablations", "output_dir")]
+            if fixed:
+                raise ConfigError(
+                    f"method_settings.{method} sets {fixed}: those fix the method or its budget and must be "
+                    f"the same for every method (put budget settings under settings:)"
+                )
+        for name in ("seed", "output_dir", "resume", "algorithm", "ablations"):
+            if name in self.settings:
+                raise ConfigError(
+                    f"settings: {name} is set by compare itself (seeds:, output_dir:, methods:)"
+                )
+
+    @classmethod
+    def load(cls, path: str | Path) -> CompareConfig:
+        """Read a compare YAML file (keys: the fields of this class); the recipe path is relative to the
+        current directory, or to the file's folder when it is not found there."""
+        import yaml
+
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"compare config not found: {path}")
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path}: not valid YAML ({' '.join(str(e).split())[:200]})") from None
+        known = {f.name for f in fields(cls)}
+        if not isinstance(data, dict) or "recipe" not in data:
+            raise ConfigError(
+                f"{path}: a compare config is a mapping with at least recipe: (a training recipe)"
+            )
+        unknown = [k for k in data if k not in known]
+        if unknown:
+            raise ConfigError(f"{path}: unknown key(s) {unknown}; known: {', '.join(sorted(known))}")
+        recipe = Path(data["recipe"])
+        if not recipe.is_file() and (path.parent / recipe).is_file():
+            data["recipe"] = str(path.parent / recipe)
+        return cls(**data)
+
+    def run_dir(self, method: str, seed: int) -> Path:
+        return Path(self.output_dir) / method / f"seed_{seed}"
+
+    def trained(self) -> list[str]:
+        return [m for m in self.methods if METHODS[m] is not None]
+
+    def train_config(self, method: str, seed: int) -> TrainConfig:
+        """The training config of one (method, seed): recipe, then ``settings``, the method's own settings,
+        the seed and the run folder."""
+        recipe = load_yaml(self.recipe)
+        recipe.pop("env", None)
+        values = {
+            **recipe,
+            **self.settings,
+            **self.method_settings.get(method, {}),
+            **METHODS[method],
+            "seed": seed,
+            "output_dir": str(self.run_dir(method, seed)),
+            "run_name": f"{method}-seed{seed}",
+        }
+        if self.shared_start and method != self.trained()[0]:
+            values["eval_at_start"] = False  # Standard MAD is the first method's iteration 0
+        return TrainConfig(**values)
+
+
+def check_budgets(configs: dict[str, TrainConfig]) -> None:
+    """Refuse configs whose budget fields differ between methods (ConfigError naming them)."""
+    first_name, first = next(iter(configs.items()))
+    for name, config in configs.items():
+        differ = [f for f in BUDGET_FIELDS if getattr(config, f) != getattr(first, f)]
+        if differ:
+            raise ConfigError(f"methods {first_name} and {name} differ in budget settings {differ}")
+
+
+def run_compare(
+    config: CompareConfig,
+    train: Callable[[TrainConfig], Any] | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Train every (method, seed) not yet done (resuming an interrupted one from its latest checkpoint),
+    then write the tables, the budget and the diagnosis. ``train``: how one run trains (default
+    :func:`udpo.trainer.train`). Returns the results."""
+    from tqdm.auto import tqdm
+
+    from udpo import checkpoint as ckpt
+
+    jobs = [(m, s) for s in config.seeds for m in config.trained()]
+    for seed in config.seeds:
+        check_budgets({m: config.train_config(m, seed) for m in config.trained()})
+    if train is None:
+        from udpo.trainer import train
+    bar = tqdm(jobs, desc="compare", unit="run", disable=not progress)
+    for method, seed in bar:
+        run = config.run_dir(method, seed)
+        bar.set_postfix_str(f"{method} seed {seed}")
+        if (run / DONE).exists():
+            continue
+        tc = config.train_config(method, seed)
+        resumable = bool(ckpt.list_checkpoints(run))
+        if resumable:
+            tc.resume = "latest"
+        bar.write(
+            f"[{jobs.index((method, seed)) + 1}/{len(jobs)}] {method}, seed {seed}"
+            f"{' (resuming its latest checkpoint)' if resumable else ''}: {run}"
+        )
+        train(tc)
+        last = max(eval_iterations(run), default=0)
+        write_json(run / DONE, {"method": method, "seed": seed, "final_eval": last})
+    bar.close()
+    return write_results(config)
+
+
+def method_runs(config: CompareConfig) -> dict[str, list[tuple[int, Path, int]]]:
+    """method -> [(seed, run folder, evaluated iteration)]: trained methods at their final evaluation,
+    standard_mad at iteration 0 of the first trained method's run."""
+    out: dict[str, list[tuple[int, Path, int]]] = {}
+    first = config.trained()[0]
+    for method in config.methods:
+        rows = []
+        for seed in config.seeds:
+            if METHODS[method] is None:
+                rows.append((seed, config.run_dir(first, seed), 0))
+            else:
+                run = config.run_dir(method, seed)
+                done = json.loads((run / DONE).read_text())
+                rows.append((seed, run, done["final_eval"]))
+        out[method] = rows
+    return out
+
+
+def check_same_start(config: CompareConfig) -> None:
+    """Without ``shared_start``, every trained method's iteration-0 evaluation of a seed must be the same
+    debates (same questions, same untrained team, same draws): Standard MAD is read from them."""
+    if config.shared_start:
+        return
+    for seed in config.seeds:
+        seen = {}
+        for method in config.trained():
+            answers = {q: m for q, m in per_question(config.run_dir(method, seed), 0).items()}
+            seen[method] = answers
+        first, ref = next(iter(seen.items()))
+        for method, answers in seen.items():
+            if answers != ref:
+                raise ValueError(
+                    f"seed {seed}: the iteration-0 evaluations of {first} and {method} differ; the methods did "
+                    "not start from the same team on the same questions"
+                )
+
+
+def write_results(config: CompareConfig) -> dict[str, Any]:
+    """Tables, budget, results.json and the diagnosis of finished runs."""
+    from udpo.rewards.statistics import paired_bootstrap
+
+    out = Path(config.output_dir)
+    check_same_start(config)
+    runs = method_runs(config)
+    values = {
+        method: [per_question(run, it) for _, run, it in rows] for method, rows in runs.items()
+    }  # method -> per seed: question -> metric -> value
+    baseline = [per_question(config.run_dir(config.trained()[0], s), 0) for s in config.seeds]
+    results: dict[str, Any] = {"seeds": config.seeds, "methods": {}, "budget": budget_rows(config)}
+    for method, per_seed in values.items():
+        entry = {}
+        for metric in METRICS:
+            rows = [[q[qid][metric] for qid in sorted(q)] for q in per_seed]
+            base = [[b[qid][metric] for qid in sorted(q)] for b, q in zip(baseline, per_seed, strict=True)]
+            level = paired_bootstrap([np.zeros(len(r)) for r in rows], rows, shared_questions=False)
+            change = paired_bootstrap(base, rows, shared_questions=False)
+            entry[metric] = {
+                "mean": level.after,
+                "low": level.low,
+                "high": level.high,
+                "per_seed": [float(np.mean(r)) for r in rows],
+                "change": change.delta,
+                "change_low": change.low,
+                "change_high": change.high,
+            }
+        entry["n_questions"] = sum(len(q) for q in per_seed)
+        results["methods"][method] = entry
+    write_json(out / "results.json", results)
+    (out / "table.md").write_text(markdown_table(results) + "\n")
+    write_csv(out / "table.csv", results)
+    with (out / "budget.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(results["budget"][0]))
+        writer.writeheader()
+        writer.writerows(results["budget"])
+    diagnose_gains(config, runs)
+    return results
+
+
+def budget_rows(config: CompareConfig) -> list[dict[str, Any]]:
+    """What each run spent, measured from its files."""
+    from udpo import checkpoint as ckpt
+    from udpo.tracking import read_metrics
+
+    rows = []
+    for method in config.trained():
+        for seed in config.seeds:
+            run = config.run_dir(method, seed)
+            train = read_metrics(run, kind="train")
+            state = ckpt.read_state(ckpt.resolve(run, "latest"))
+            warmup = run / "trajectories" / "warmup.jsonl"
+            rows.append(
+                {
+                    "method": method,
+                    "seed": seed,
+                    "iterations": state["iteration"],
+                    "debates": int(sum(r.get("debates", 0) for r in train)),
+                    "optimizer_steps": state["optimizer_steps"],
+                    "generated_tokens": int(sum(r.get("tokens", 0) for r in train)),
+                    "warmup_debates": sum(1 for line in warmup.read_text().splitlines() if line.strip())
+                    if warmup.exists()
+                    else 0,
+                }
+            )
+    return rows
+
+
+def markdown_table(results: dict[str, Any]) -> str:
+    """Table 1: each metric's mean over seeds and 95% interval (questions resampled within each seed),
+    and accuracy's change over Standard MAD with its paired interval."""
+    head = "| method | " + " | ".join(TABLE_METRICS) + " | accuracy change vs Standard MAD |"
+    lines = [head, "|---" * (len(TABLE_METRICS) + 2) + "|"]
+    for method, entry in results["methods"].items():
+        cells = [
+            f"{entry[m]['mean']:.3f} [{entry[m]['low']:.3f}, {entry[m]['high']:.3f}]" for m in TABLE_METRICS
+        ]
+        acc = entry["accuracy"]
+        change = (
+            "-"
+            if METHODS[method] is None
+            else f"{acc['change']:+.3f} [{acc['change_low']:+.3f}, {acc['change_high']:+.3f}]"
+        )
+        lines.append(f"| {method} | " + " | ".join(cells) + f" | {change} |")
+    return "\n".join(lines)
+
+
+def write_csv(path: Path, results: dict[str, Any]) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(
+            ["method", "metric", "mean", "low", "high", "change", "change_low", "change_high", "per_seed"]
+        )
+        for method, entry in results["methods"].items():
+            for metric in METRICS:
+                e = entry[metric]
+                writer.writerow(
+                    [
+                        method,
+                        metric,
+                        e["mean"],
+                        e["low"],
+                        e["high"],
+                        e["change"],
+                        e["change_low"],
+                        e["change_high"],
+                        " ".join(f"{v:.6g}" for v in e["per_seed"]),
+                    ]
+                )
+
+
+def diagnose_gains(config: CompareConfig, runs: dict[str, list[tuple[int, Path, int]]]) -> None:
+    """``udpo diagnose`` of every method's evaluations, seeds pooled (question ids prefixed with the seed, so
+    each is paired within its seed): the gains over Standard MAD by U_sys level (Figure 5)."""
+    from udpo.diagnose import diagnose
+    from udpo.env.trajectory import TrajectoryWriter, read_trajectories
+
+    out = Path(config.output_dir) / "diagnosis"
+    pooled = out / "pooled"
+    files = []
+    for method, rows in runs.items():
+        path = pooled / f"{method}.jsonl"
+        path.unlink(missing_ok=True)
+        with TrajectoryWriter(path) as writer:
+            for seed, run, it in rows:
+                trajectories = read_trajectories(run / "eval" / f"iter_{it:06d}" / "trajectories.jsonl")
+                for t in trajectories:
+                    t.question_id = f"s{seed}/{t.question_id}"
+                writer.write(trajectories)
+        files.append(str(path))
+    labels = list(runs)
+    diagnose(files, str(out), labels=labels, baseline="standard_mad" if "standard_mad" in labels else None)
+
+
+def format_progress(config: CompareConfig) -> Sequence[str]:
+    """One line per (method, seed): done, started (with its latest checkpoint) or waiting."""
+    from udpo import checkpoint as ckpt
+
+    lines = []
+    for seed in config.seeds:
+        for method in config.trained():
+            run = config.run_dir(method, seed)
+            if (run / DONE).exists():
+                state = "done"
+            elif ckpt.list_checkpoints(run):
+                state = f"started, latest checkpoint {ckpt.resolve(run, 'latest').name}"
+            else:
+                state = "waiting"
+            lines.append(f"{method:14s} seed {seed}: {state}")
+    return lines

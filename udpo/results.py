@@ -1,0 +1,37 @@
+"""Per-question metrics of a training run's held-out evaluations, what learning studies and
+``udpo compare`` measure: correctness, U_intra, U_inter, U_sys and the share of unparsed answers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from udpo.env.trajectory import Trajectory, read_trajectories
+from udpo.rewards import uncertainty
+
+METRICS: dict[str, Callable[[Trajectory], float]] = {
+    "accuracy": lambda t: float(t.correct),
+    "u_intra": lambda t: uncertainty(t.answers).u_intra,
+    "u_inter": lambda t: uncertainty(t.answers).u_inter,
+    "u_sys": lambda t: uncertainty(t.answers).u_sys,
+    "unparsed_rate": lambda t: float(np.mean([a is None for row in t.answers for a in row])),
+}
+
+
+def eval_folder(run: Path, iteration: int) -> Path:
+    return Path(run) / "eval" / f"iter_{iteration:06d}"
+
+
+def per_question(run: Path, iteration: int) -> dict[str, dict[str, float]]:
+    """question id -> metric -> value, from ``run/eval/iter_<iteration>/trajectories.jsonl``."""
+    path = eval_folder(run, iteration) / "trajectories.jsonl"
+    return {t.question_id: {m: f(t) for m, f in METRICS.items()} for t in read_trajectories(path)}
+
+
+def eval_iterations(run: Path) -> list[int]:
+    """The iterations with an evaluation folder, ascending."""
+    return sorted(
+        int(p.name.removeprefix("iter_")) for p in (Path(run) / "eval").glob("iter_*") if p.is_dir()
+    )

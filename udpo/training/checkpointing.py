@@ -1,0 +1,150 @@
+"""Checkpoints of a training run: everything it needs to resume exactly (adapters, the critic, optimizer,
+schedule, generators, replay buffer, calibration) written atomically, and read back after every file
+was checked (udpo.checkpoint: nothing in a checkpoint is unpickled)."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from udpo import checkpoint as ckpt
+from udpo import distributed as dist
+from udpo.team import save_team
+
+if TYPE_CHECKING:
+    from udpo.trainer import Trainer
+
+TRAIN_FILE = "trajectories/train.jsonl"
+METRICS_FILE = "metrics.jsonl"
+#: rewound to a checkpoint's marks when a run resumes from it
+APPEND_ONLY = (TRAIN_FILE, METRICS_FILE)
+#: settings a resumed run may change without a note
+RESUMABLE_CHANGES = {
+    "resume",
+    "max_iterations",
+    "num_train_epochs",
+    "eval_steps",
+    "save_steps",
+    "progress",
+    "report_to",
+}
+
+
+def verify(trainer: Trainer, path: Path) -> None:
+    """Check the checkpoint at ``path`` whole before anything is loaded (CheckpointError names the file)."""
+    cfg = trainer.config
+    ckpt.verify(path, replay=cfg.replay, reference=cfg.reference == "lagged", deepspeed=trainer.deepspeed)
+    if trainer.critic_needed and not (path / "critic").is_dir():
+        raise ckpt.CheckpointError(f"{path} has no critic/ (not written by a {cfg.algorithm} run)")
+
+
+def save(trainer: Trainer, iteration: int) -> Path:
+    """Write checkpoint ``iteration`` atomically (all processes call this)."""
+    t, cfg = trainer, trainer.config
+    rng_states = dist.gather_objects(ckpt.rng_state())
+    final = ckpt.checkpoints_dir(t.run_dir) / ckpt.checkpoint_name(iteration)
+    staging = ckpt.staging_dir(t.run_dir, iteration) if t.main else None
+    dist.barrier()
+    if t.deepspeed:
+        t.accelerator.save_state(
+            str(ckpt.checkpoints_dir(t.run_dir) / f".staging-{final.name}" / "deepspeed")
+        )
+    if t.main:
+        assert staging is not None
+        save_team(t.policy, staging, cfg.task, [s.profile for s in t.rollouts.agent_specs()], iteration)
+        if cfg.reference == "lagged":
+            t.policy.save_adapters(staging / "reference", reference=True)
+        if t.critic is not None:
+            t.critic.save(staging / "critic")
+        if not t.deepspeed:
+            ckpt.save_state(staging / "optimizer", t.updater.optimizer.state_dict())
+            ckpt.save_state(staging / "scheduler", t.updater.scheduler.state_dict())
+        ckpt.save_state(staging / "rng", rng_states)
+        if t.replay is not None:
+            ckpt.save_state(staging / "replay", t.replay.state_dict())
+        ckpt.write_json(staging / "calibration.json", t.calibration)
+        state = {
+            "iteration": iteration,
+            "optimizer_steps": t.updater.steps,
+            "total_iterations": t.data.total_iterations,
+            "world_size": t.world,
+            "files": ckpt.file_marks(t.run_dir, list(APPEND_ONLY)),
+            "history": t.history,
+            "config": cfg.to_dict(),
+        }
+        ckpt.write_json(staging / ckpt.STATE, state)
+        ckpt.commit(t.run_dir, staging, iteration)
+        ckpt.prune(t.run_dir, cfg.save_total_limit)
+    dist.barrier()
+    return final
+
+
+def load(trainer: Trainer, path: Path) -> None:
+    """Restore everything :func:`save` wrote and rewind the append-only files.
+
+    A file that does not fit this run is a CheckpointError naming it."""
+    t = trainer
+    verify(t, path)
+    state = ckpt.read_state(path)
+    changed = sorted(
+        k
+        for k, v in state.get("config", {}).items()
+        if k not in RESUMABLE_CHANGES and getattr(t.config, k, v) != v
+    )
+    if changed and t.main:
+        print(f"note: resuming {path} with changed settings: {', '.join(changed)}", file=sys.stderr)
+    if state["world_size"] != t.world:
+        print(
+            f"note: checkpoint written by {state['world_size']} processes, resuming with {t.world}; "
+            f"sampling differs from an uninterrupted run",
+            file=sys.stderr,
+        )
+    with names_file(path / "adapters"):
+        t.policy.load_adapters(path / "adapters")
+    if t.config.reference == "lagged":
+        with names_file(path / "reference"):
+            t.policy.load_adapters(path / "reference", reference=True)
+    if t.critic is not None:
+        with names_file(path / "critic"):
+            t.critic.load(path / "critic")
+    if t.deepspeed:
+        t.accelerator.load_state(str(path / "deepspeed"))
+    else:
+        with names_file(path / "optimizer.json"):
+            t.updater.optimizer.load_state_dict(ckpt.load_state(path / "optimizer"))
+        with names_file(path / "scheduler.json"):
+            t.updater.scheduler.load_state_dict(ckpt.load_state(path / "scheduler"))
+    with names_file(path / "calibration.json"):
+        t.use_calibration(ckpt.read_json(path / "calibration.json"))  # builds the replay buffer
+    if t.replay is not None:
+        with names_file(path / "replay.json"):
+            t.replay.load_state_dict(ckpt.load_state(path / "replay"))
+    with names_file(path / "rng.json"):
+        rng_states = ckpt.load_state(path / "rng")
+        ckpt.set_rng_state(rng_states[t.rank % len(rng_states)])
+    t.iteration = state["iteration"]
+    t.updater.steps = state["optimizer_steps"]
+    t.history = state.get("history", {})
+    dist.barrier()
+    if t.main:
+        ckpt.rewind_files(t.run_dir, state["files"])
+        for folder in (t.run_dir / "eval").glob("iter_*"):
+            if int(folder.name.split("_")[1]) > t.iteration:
+                shutil.rmtree(folder)
+    dist.barrier()
+    t.rollouts.sync_adapters(t.iteration)
+
+
+@contextmanager
+def names_file(path: Path) -> Iterator[None]:
+    """Re-raise what goes wrong while loading a checkpoint file as a CheckpointError naming the file."""
+    try:
+        yield
+    except ckpt.CheckpointError:
+        raise
+    except Exception as e:  # a damaged or foreign file fails in many ways inside torch, PEFT, safetensors
+        raise ckpt.CheckpointError(f"{path}: does not fit this run ({ckpt.brief(e, 300)})") from None

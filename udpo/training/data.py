@@ -1,0 +1,167 @@
+"""A run's questions: training (in a per-epoch shuffled order), warm-up (calibration) and held-out
+evaluation, and the number of iterations they make."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
+
+import numpy as np
+
+from udpo.config import ConfigError, TrainConfig
+from udpo.env.debate import AgentSpec, DebateConfig
+from udpo.env.tasks import get_task
+from udpo.env.tasks.base import Question, Task
+
+
+class QuestionSchedule:
+    """Which training questions iteration k debates: consecutive slices of a per-epoch shuffle.
+
+    A pure function of (seed, k), so a resumed run debates exactly the questions it would have.
+    """
+
+    def __init__(self, questions: Sequence[Question], per_iteration: int, seed: int):
+        self.questions = list(questions)
+        self.per_iteration = per_iteration
+        self.seed = seed
+
+    def epoch_order(self, epoch: int) -> np.ndarray:
+        return np.random.default_rng([self.seed, epoch]).permutation(len(self.questions))
+
+    def for_iteration(self, k: int) -> list[Question]:
+        n, start = len(self.questions), (k - 1) * self.per_iteration
+        out = []
+        for pos in range(start, start + self.per_iteration):
+            out.append(self.questions[int(self.epoch_order(pos // n)[pos % n])])
+        return out
+
+    def epoch_of(self, k: int) -> float:
+        return k * self.per_iteration / len(self.questions)
+
+
+def split_warmup(
+    questions: Sequence[Question], fraction: float, seed: int
+) -> tuple[list[Question], list[Question]]:
+    """(warm-up, training) questions: a seeded ``fraction`` held out for calibration, disjoint from training."""
+    if fraction == 0:
+        return [], list(questions)
+    order = np.random.default_rng([seed, 10_007]).permutation(len(questions))
+    n_warm = max(1, round(fraction * len(questions)))
+    if n_warm >= len(questions):
+        raise ValueError(
+            f"warmup_fraction {fraction} of {len(questions)} training questions leaves none to train on"
+        )
+    return [questions[i] for i in order[:n_warm]], [questions[i] for i in order[n_warm:]]
+
+
+@dataclass
+class TrainingData:
+    """task; train_set, warmup_set, eval_set; schedule of train_set; total_iterations; warmup_steps (of
+    the learning-rate schedule, in optimizer steps)."""
+
+    task: Task
+    train_set: list[Question]
+    warmup_set: list[Question]
+    eval_set: list[Question]
+    schedule: QuestionSchedule
+    total_iterations: int
+    warmup_steps: int
+
+
+def load_training_data(config: TrainConfig, world: int) -> TrainingData:
+    """The run's questions, checked against the processes that share each iteration's debates and
+    against the model's context (:func:`check_context`)."""
+    task = get_task(config.task, **(config.task_options or {}))
+    train_all = task.load(
+        config.train_split, config.data_path, limit=config.max_train_questions, seed=config.seed
+    )
+    eval_set = (
+        task.load(config.eval_split, config.data_path, limit=config.eval_questions, seed=config.seed)
+        if config.eval_questions
+        else []
+    )
+    # every algorithm holds out the same warm-up questions, so all train on the same ones
+    fraction = 0.0 if config.coefficients_explicit else config.warmup_fraction
+    warmup_set, train_set = split_warmup(train_all, fraction, config.seed)
+    total = config.max_iterations or math.ceil(
+        config.num_train_epochs * len(train_set) / config.questions_per_iteration
+    )
+    check_context(config, task, [*train_set, *warmup_set, *eval_set])
+    debates = config.questions_per_iteration * config.debates_per_question
+    if debates < world * config.gradient_accumulation_steps:
+        raise ValueError(
+            f"questions_per_iteration x debates_per_question = {debates} debates cannot be shared by "
+            f"{world} processes with gradient_accumulation_steps={config.gradient_accumulation_steps} "
+            f"micro-batches each; raise questions_per_iteration"
+        )
+    return TrainingData(
+        task=task,
+        train_set=train_set,
+        warmup_set=warmup_set,
+        eval_set=eval_set,
+        schedule=QuestionSchedule(train_set, config.questions_per_iteration, config.seed),
+        total_iterations=total,
+        warmup_steps=config.warmup_for(total * config.update_epochs),
+    )
+
+
+def agent_profiles(config: TrainConfig) -> list[str | None]:
+    """Each agent's system prompt (None: the task's default): ``profiles`` repeated over the N agents."""
+    profiles = config.profiles or [None]
+    return [profiles[i % len(profiles)] for i in range(config.n_agents)]
+
+
+def debate_config(config: TrainConfig, agents: list[AgentSpec]) -> DebateConfig:
+    """The run's debate settings for ``agents``."""
+    from udpo.env.backends.base import SamplingParams
+
+    sampling = SamplingParams(
+        temperature=config.temperature, top_p=config.top_p, max_tokens=config.max_tokens
+    )
+    return DebateConfig(
+        n_agents=config.n_agents,
+        rounds=config.rounds,
+        sampling=sampling,
+        agents=agents,
+        batch_size=config.debate_batch_size,
+    )
+
+
+def check_context(config: TrainConfig, task: Task, questions: Sequence[Question]) -> None:
+    """Refuse, before any model loads, a debate whose last round could outgrow the engine's context
+    (the prompt carries every earlier answer of the agent and its peers at up to max_tokens each)."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    from udpo.env.backends.chat import chat_prompt_ids
+    from udpo.env.debate import worst_case_prompt_tokens
+    from udpo.env.models import resolve_model
+
+    cfg = config
+    if cfg.backend == "openai" or not questions:
+        return  # a remote server's context is its own business
+    longest = sorted(questions, key=lambda q: len(task.prompt(q)), reverse=True)[:5]
+    debate = debate_config(cfg, [AgentSpec(profile=p) for p in agent_profiles(cfg)])
+    for base in dict.fromkeys(cfg.agent_models or [cfg.model]):
+        path = resolve_model(base)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        if cfg.backend == "vllm":
+            limit, name = cfg.vllm_max_model_len, "vllm_max_model_len"
+        else:
+            limit = getattr(AutoConfig.from_pretrained(path), "max_position_embeddings", None)
+            name = f"{base}'s max_position_embeddings"
+        if not limit:
+            continue
+        encode = partial(chat_prompt_ids, tokenizer, template_kwargs=cfg.chat_template_kwargs)
+        for q in longest:
+            need = worst_case_prompt_tokens(
+                task, q, debate, encode, reads_pool=cfg.protocol == "interventions"
+            )
+            if need > limit:
+                raise ConfigError(
+                    f"a debate of question {q.id} can reach {need} tokens (n_agents={cfg.n_agents}, "
+                    f"rounds={cfg.rounds}, max_tokens={cfg.max_tokens}: the last round carries every earlier "
+                    f"answer), more than {name}={limit}; lower max_tokens or rounds"
+                    + (", or raise vllm_max_model_len" if cfg.backend == "vllm" else "")
+                )

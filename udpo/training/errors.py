@@ -1,0 +1,30 @@
+"""Errors that stop training, with what to change."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+
+from udpo.config import TrainConfig
+
+
+class TrainingError(RuntimeError):
+    """Training cannot go on (non-finite loss, out of memory, a run directory in the way)."""
+
+
+@contextmanager
+def explain_oom(config: TrainConfig) -> Iterator[None]:
+    """Re-raise a CUDA out-of-memory error with the settings that lower memory use."""
+    try:
+        yield
+    except torch.cuda.OutOfMemoryError as e:
+        raise TrainingError(
+            f"out of GPU memory ({str(e).splitlines()[0] if str(e) else 'no details'}). To fit: lower "
+            f"questions_per_iteration (now {config.questions_per_iteration}) or max_tokens (now "
+            f"{config.max_tokens}); raise gradient_accumulation_steps (now {config.gradient_accumulation_steps}) "
+            f"or lower logprob_token_budget (now {config.logprob_token_budget}); set gradient_checkpointing: true "
+            f"(now {str(config.gradient_checkpointing).lower()}); with backend: vllm set a lower "
+            f"vllm_gpu_memory_utilization (now {config.vllm_gpu_memory_utilization or 'unset: 0.9'})"
+        ) from e

@@ -1,0 +1,148 @@
+"""The run's debate engine: the rollout backend, the protocol, the agents (one adapter each), debates
+shared by the processes, the generators of evaluations, and handing updated adapters to the engine."""
+
+from __future__ import annotations
+
+import random
+import shutil
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from udpo import checkpoint as ckpt
+from udpo import distributed as dist
+from udpo.config import TrainConfig
+from udpo.env.backends.base import Backend
+from udpo.env.debate import AgentSpec, DebateConfig, DebateEnv
+from udpo.env.protocols import Protocol, build_protocol
+from udpo.env.tasks.base import Question, Task
+from udpo.env.trajectory import Trajectory
+
+from .data import agent_profiles, debate_config
+from .errors import explain_oom
+
+
+class Rollouts:
+    """Debates with the policy's current adapters.
+
+    backend: a running engine of kind ``config.backend`` to use instead of starting one (it is never
+    closed here); otherwise one is started for the policy."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        task: Task,
+        policy,
+        rank: int,
+        world: int,
+        run_dir: Path,
+        backend: Backend | None = None,
+    ):
+        self.config, self.task, self.policy = config, task, policy
+        self.rank, self.world, self.main = rank, world, rank == 0
+        self.run_dir = run_dir
+        self.own_backend = backend is None
+        self.backend = backend if backend is not None else self._make_backend()
+        self._protocol: Protocol | None = None
+        self._sync_dirs: list[Path] = []
+
+    def _make_backend(self) -> Backend:
+        cfg = self.config
+        if cfg.backend == "hf":
+            return self.policy.rollout_backend(
+                max_batch=max(cfg.debate_batch_size * cfg.n_agents, 1),
+                chat_template_kwargs=cfg.chat_template_kwargs,
+            )
+        from udpo.env.backends import make_backend
+        from udpo.env.models import resolve_model
+
+        if cfg.backend == "vllm":
+            return make_backend(
+                "vllm",
+                model=resolve_model(cfg.model),
+                max_loras=cfg.vllm_max_loras or len(dict.fromkeys(self.policy.adapter_names)),
+                max_lora_rank=max(16, cfg.lora_r),
+                gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
+                kv_cache_gib=cfg.vllm_kv_cache_gib,
+                max_model_len=cfg.vllm_max_model_len,
+                seed=cfg.seed + self.rank,
+                chat_template_kwargs=cfg.chat_template_kwargs,
+            )
+        # an OpenAI-compatible vLLM server that loads adapters at run time from this file system
+        return make_backend("openai", base_url=cfg.base_url, chat_template_kwargs=cfg.chat_template_kwargs)
+
+    def agent_specs(self) -> list[AgentSpec]:
+        """The debate's agents: profile, adapter (served name) and base model of each."""
+        cfg, names = self.config, self.policy.adapter_names
+        return [
+            AgentSpec(
+                profile=profile, adapter=names[i], model=cfg.agent_models[i] if cfg.agent_models else None
+            )
+            for i, profile in enumerate(agent_profiles(cfg))
+        ]
+
+    def debate_config(self) -> DebateConfig:
+        return debate_config(self.config, self.agent_specs())
+
+    def protocol(self) -> Protocol:
+        """The protocol of rollouts and evaluations (``protocol``, ``protocol_options``), built on first use."""
+        if self._protocol is None:
+            self._protocol = build_protocol(self.config.protocol_config(), self.task, self.backend)
+        return self._protocol
+
+    def debate(
+        self,
+        questions: Sequence[Question],
+        meta: dict[str, Any],
+        progress: bool = False,
+        protocol: Protocol | None = None,
+    ) -> list[Trajectory]:
+        """Debate ``questions`` (all processes together, each a shard); every process gets all of them.
+        ``protocol``: instead of the run's (e.g. with RMAAC's adversary appended)."""
+        idx = dist.shard(len(questions), self.rank, self.world)
+        env = DebateEnv(
+            self.task, self.backend, self.debate_config(), protocol=protocol or self.protocol(), meta=meta
+        )
+        with explain_oom(self.config):
+            local = env.run([questions[i] for i in idx], progress=progress and self.main)
+        return dist.gather_in_order(local, idx, len(questions))
+
+    @contextmanager
+    def eval_rng(self) -> Iterator[None]:
+        """Run a block on random generators seeded with ``eval_seed`` (+ rank), then give training its own
+        generators back as they were: evaluations compare on the same draws and leave training unchanged."""
+        devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
+        py, np_state = random.getstate(), np.random.get_state()
+        with torch.random.fork_rng(devices=devices):
+            seed = self.config.eval_seed + self.rank
+            torch.manual_seed(seed)
+            random.seed(seed)
+            np.random.seed(seed)
+            try:
+                yield
+            finally:
+                random.setstate(py)
+                np.random.set_state(np_state)
+
+    def sync_adapters(self, k: int) -> None:
+        """Give the rollout engine the current adapters (hf: nothing to do, it serves the live model)."""
+        if self.config.backend == "hf":
+            return
+        folder = self.run_dir / "sync" / f"rank{self.rank}" / ckpt.checkpoint_name(k)
+        paths = self.policy.save_adapters(folder)
+        for name, path in paths.items():
+            self.backend.load_adapter(name, path)
+        self._sync_dirs.append(folder)
+        while len(self._sync_dirs) > 2:  # the engine may still read the previous files
+            shutil.rmtree(self._sync_dirs.pop(0), ignore_errors=True)
+
+    def close(self) -> None:
+        """Stop the engine started here (a backend passed in stays open) and the protocol's own models."""
+        if self._protocol is not None:
+            self._protocol.close()
+        if self.own_backend:
+            self.backend.close()

@@ -1,0 +1,243 @@
+"""The optimizer and one update: per epoch, agent and micro-batch, the agent's log-probs, the
+algorithm's loss and backward; then the critic's loss (critic-based algorithms); gradients summed over
+processes, each adapter's (and the critic's) norm clipped on its own, one AdamW step."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+
+from udpo import distributed as dist
+from udpo.algorithms.base import Algorithm, RolloutBatch
+from udpo.config import TrainConfig
+
+#: on_non_finite(iteration, what, metrics): stop the run (save the last good state, raise)
+NonFinite = Callable[[int, str, dict[str, Any]], None]
+
+
+class Updater:
+    """Owns the optimizer (one parameter group per adapter, plus ``critic``) and its schedule.
+
+    params: every trainable parameter, summed over processes before each step. ``accelerator``: the
+    run's (autocast, DeepSpeed's backward)."""
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        policy,
+        accelerator,
+        total_steps: int,
+        warmup_steps: int,
+        critic=None,
+        deepspeed: bool = False,
+    ):
+        from transformers import get_scheduler
+
+        self.config, self.policy, self.accelerator = config, policy, accelerator
+        self.deepspeed = deepspeed
+        self.rank, self.world = accelerator.process_index, accelerator.num_processes
+        adapters = list(dict.fromkeys(policy.adapter_names))  # distinct adapters, agent order
+        groups = [
+            {"params": policy.parameters_of(policy.adapter_names.index(a)), "adapter": a} for a in adapters
+        ]
+        if critic is not None:
+            groups.append({"params": critic.parameters(), "adapter": "critic"})
+        self.params = [p for g in groups for p in g["params"]]
+        dist.broadcast_parameters(self.params)  # identical start on every process
+        self.optimizer = torch.optim.AdamW(
+            groups,
+            lr=config.learning_rate,
+            betas=(config.adam_beta1, config.adam_beta2),
+            eps=config.adam_epsilon,
+            weight_decay=config.weight_decay,
+        )
+        name = "constant_with_warmup" if config.lr_scheduler_type == "constant" else config.lr_scheduler_type
+        self.scheduler = get_scheduler(
+            name, self.optimizer, num_warmup_steps=warmup_steps, num_training_steps=total_steps
+        )
+        self.steps = 0
+        if deepspeed:
+            self._prepare_deepspeed(critic)
+
+    def _prepare_deepspeed(self, critic) -> None:
+        """DeepSpeed (ZeRO-2/3) owns the optimizer step: it needs the model, optimizer and scheduler."""
+        if critic is not None:
+            raise ValueError(
+                "mappo and rmaac do not run under DeepSpeed (the critic's head is outside the model)"
+            )
+        if len(self.policy.models) != 1:
+            raise ValueError("DeepSpeed training supports one base model; agent_models lists several")
+        (base,) = self.policy.models
+        # every backward (one per agent and micro-batch) accumulates; DeepSpeed steps after the last one
+        self.accelerator.gradient_accumulation_steps = (
+            self.config.n_agents * self.config.gradient_accumulation_steps
+        )
+        model, self.optimizer, self.scheduler = self.accelerator.prepare(
+            self.policy.models[base], self.optimizer, self.scheduler
+        )
+        self._ds_model = model
+
+    def micro_batches(self, local: list[int]) -> list[list[int]]:
+        """This process's debates split into ``gradient_accumulation_steps`` micro-batches."""
+        ga = self.config.gradient_accumulation_steps
+        if len(local) < ga:
+            raise ValueError(
+                f"gradient_accumulation_steps={ga} is more than this process's {len(local)} debates per "
+                f"update; lower it or raise questions_per_iteration"
+            )
+        return [chunk.tolist() for chunk in np.array_split(np.asarray(local), ga)]
+
+    def scoring(self) -> dict[str, Any]:
+        """How the policy scores log-probs in training: the sampling temperature and the pass sizes."""
+        cfg = self.config
+        return {
+            "temperature": cfg.temperature,
+            "batch_size": cfg.logprob_batch_size,
+            "token_budget": cfg.logprob_token_budget,
+        }
+
+    def update(
+        self,
+        algorithm: Algorithm,
+        batch: RolloutBatch,
+        advantages: torch.Tensor,
+        fresh_count: int,
+        iteration: int,
+        on_non_finite: NonFinite,
+    ) -> dict[str, float]:
+        """``update_epochs`` optimizer steps on the batch; returns per-agent loss statistics.
+
+        The reference log-probs of this process's debates come first, from no-grad passes (with
+        ``reference: base`` all agents share them: one model, adapters off). Then per epoch, agent and
+        micro-batch: the agent's log-probs with gradients, its loss, backward. In epoch 0 the adapters have
+        not moved, so with ``behavior_logprobs: recompute`` those log-probs are also the fresh debates'
+        behavior log-probs: they are written into the stored trajectories (what replay keeps) and shared
+        with the other processes.
+        """
+        cfg, total = self.config, len(batch.trajectories)
+        local = dist.shard(total, self.rank, self.world)
+        chunks = self.micro_batches(local)
+        self.policy.forward_stats.reset()
+        with self.accelerator.autocast():
+            reference = self._reference_logprobs(algorithm, batch, local)
+        recompute = cfg.behavior_logprobs == "recompute" and fresh_count > 0
+        stats: dict[str, list[float]] = {}
+
+        def record(prefix: str, loss: torch.Tensor, info: dict[str, float], what: str) -> None:
+            if not torch.isfinite(loss):
+                on_non_finite(iteration, f"{what} is {loss.item()}", info)
+            for key, value in {**info, "loss": float(loss.detach())}.items():
+                stats.setdefault(f"{prefix}/{key}", []).append(float(value))
+
+        for epoch in range(cfg.update_epochs):
+            for agent in range(cfg.n_agents):
+                for chunk in chunks:
+                    sub = batch.select(chunk)
+                    prompts, completions = sub.agent_sequences(agent)
+                    with self.accelerator.autocast():
+                        flat = self.policy.token_logprobs(agent, prompts, completions, **self.scoring())
+                    if epoch == 0 and recompute:
+                        _set_behavior(sub, agent, [m for m, g in enumerate(chunk) if g < fresh_count], flat)
+                    loss, info = algorithm.loss(
+                        sub,
+                        agent,
+                        sub.per_debate(agent, flat),
+                        [reference[agent, g] for g in chunk] if algorithm.needs_reference(agent) else None,
+                        advantages[chunk, agent],
+                    )
+                    record(f"agent_{agent}", loss, info, f"loss of agent {agent}")
+                    self._backward(loss * len(chunk) / total)
+            if algorithm.critic is not None:
+                for chunk in chunks:
+                    with self.accelerator.autocast():
+                        loss, info = algorithm.critic_loss(chunk)
+                    record("critic", loss, info, "the critic's loss")
+                    self._backward(loss * len(chunk) / total)
+            if epoch == 0 and recompute and self.world > 1:
+                _share_behavior(batch, [g for g in local if g < fresh_count])
+            stats.update(self.step(iteration, on_non_finite))
+        means = {key: float(np.mean(v)) for key, v in stats.items()}
+        means["update/padding"] = self.policy.forward_stats.padding
+        means = dist.mean_over_processes(means)
+        for key in {k.split("/", 1)[1] for k in means if k.startswith("agent_")}:
+            values = [means[f"agent_{i}/{key}"] for i in range(cfg.n_agents) if f"agent_{i}/{key}" in means]
+            means[f"update/{key}"] = float(np.mean(values))
+        return means
+
+    @torch.no_grad()
+    def _reference_logprobs(
+        self, algorithm: Algorithm, batch: RolloutBatch, debates: list[int]
+    ) -> dict[tuple[int, int], torch.Tensor]:
+        """(agent, batch position) -> the agent's reference log-probs in that debate, for ``debates`` and every
+        agent whose loss needs them, from one :meth:`~udpo.policy.MultiAgentPolicy.reference_logprobs` call."""
+        agents = [i for i in range(self.config.n_agents) if algorithm.needs_reference(i)]
+        sub = batch.select(debates)
+        sequences = [sub.agent_sequences(i) for i in agents]
+        flat = self.policy.reference_logprobs(
+            [i for i, (prompts, _) in zip(agents, sequences, strict=True) for _ in prompts],
+            [p for prompts, _ in sequences for p in prompts],
+            [c for _, completions in sequences for c in completions],
+            **self.scoring(),
+        )
+        out, k = {}, 0
+        for i, (prompts, _) in zip(agents, sequences, strict=True):
+            for g, lp in zip(debates, sub.per_debate(i, flat[k : k + len(prompts)]), strict=True):
+                out[i, g] = lp
+            k += len(prompts)
+        return out
+
+    def _backward(self, loss: torch.Tensor) -> None:
+        if self.deepspeed:
+            # DeepSpeed divides by its accumulation steps and averages over processes; undo both so the
+            # gradient is the same batch mean as on the plain path
+            with self.accelerator.accumulate(self._ds_model):
+                self.accelerator.backward(loss * self.accelerator.gradient_accumulation_steps * self.world)
+        else:
+            loss.backward()
+
+    def step(self, iteration: int, on_non_finite: NonFinite) -> dict[str, list[float]]:
+        """Sum gradients over processes, clip each group's norm, step; returns the norms."""
+        cfg, norms = self.config, {}
+        if not self.deepspeed:
+            dist.sum_gradients(self.params)
+            for group in self.optimizer.param_groups:
+                limit = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
+                norm = torch.nn.utils.clip_grad_norm_(group["params"], limit)
+                norms[group["adapter"]] = float(norm)
+            bad = [a for a, n in norms.items() if not math.isfinite(n)]
+            if bad:
+                self.zero_grad()
+                on_non_finite(iteration, f"gradient norm of adapter(s) {bad} is not finite", {})
+            self.optimizer.step()
+        self.scheduler.step()
+        self.zero_grad()
+        self.steps += 1
+        return {f"grad_norm/{a}": [n] for a, n in norms.items()}
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+
+def _set_behavior(batch: RolloutBatch, agent: int, debates: list[int], flat: list[torch.Tensor]) -> None:
+    """Make ``flat`` (per-round tensors ordered as ``batch.agent_sequences(agent)``) the behavior log-probs
+    of ``debates`` (positions in ``batch``), in the batch and in the stored trajectories."""
+    starts = np.cumsum([0, *(len(row[agent].completion_ids) for row in batch.turns)])
+    for m in debates:
+        for r, lp in enumerate(flat[starts[m] : starts[m + 1]]):
+            batch.set_behavior_logprobs(m, agent, r, lp.detach().float().cpu().tolist())
+
+
+def _share_behavior(batch: RolloutBatch, local: list[int]) -> None:
+    """Give every process the behavior log-probs each recomputed for its own ``local`` debates, so every
+    process's stored trajectories (and replay buffer) hold the same numbers."""
+    mine = {m: [row.behavior_logprobs for row in batch.turns[m]] for m in local}
+    for theirs in dist.gather_objects(mine):
+        for m, agents in theirs.items():
+            if m not in mine:
+                for agent, rounds in enumerate(agents):
+                    for r, values in enumerate(rounds):
+                        batch.set_behavior_logprobs(m, agent, r, values)
