@@ -497,10 +497,26 @@ def test_collection_folder_indexes_its_runs(known_run, attack_run, tmp_path):
     shutil.copytree(attack_run, root / "attacked")
     (root / "unfinished").mkdir()
     (root / "unfinished" / "trajectories.jsonl").write_text("")
+    # a training run two levels down, as `udpo compare` writes <method>/seed_<s>/: evaluations only
+    trained = root / "udpo" / "seed_0"
+    write_run(trained / "eval" / "iter_000000", KNOWN)
+    with TrajectoryWriter(trained / "trajectories" / "train.jsonl") as w:
+        w.write(KNOWN)
+    (trained / "metrics.jsonl").write_text(
+        json.dumps({"iteration": 0, "kind": "eval", "accuracy": 0.5}) + "\n"
+    )
+    (root / "diagnosis").mkdir()
+    (root / "diagnosis" / "summary.json").write_text("{}")
     run = load_run(root)
     assert run.kind == "collection"
-    assert [c.label for c in run.children] == ["attacked", "standard_mad"]
-    assert [s.name for s in run.sets] == ["attacked/natural", "attacked/m1-agents-2", "standard_mad"]
+    assert [c.label for c in run.children] == ["attacked", "standard_mad", "udpo/seed_0"]
+    assert [s.name for s in run.sets] == [
+        "attacked/natural",
+        "attacked/m1-agents-2",
+        "standard_mad",
+        "udpo/seed_0/eval/iter_000000",
+    ]
+    assert [s.name for s in load_run(trained).sets] == ["eval/iter_000000", "trajectories/train"]
     html = report(tmp_path, root).read_text(encoding="utf-8")
     assert 'href="#run-standard_mad"' in html and 'id="run-standard_mad"' in html
     assert "skipped" in html and "unfinished" in html

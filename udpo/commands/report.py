@@ -20,7 +20,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run_b", nargs="?", metavar="RUN_DIR_B", help="a second run to compare with the first")
     p.add_argument("--out", default="report.html", help="the HTML file to write (default: report.html)")
     p.add_argument("--lam", type=float, default=0.5, help="weight of the flip rate in U_intra (default: 0.5)")
-    p.set_defaults(func=run, uses_torch=False)
+    p.set_defaults(func=run, check=check_args, uses_torch=False)
 
 
 def check_args(args: argparse.Namespace) -> list[Path]:

@@ -8,8 +8,9 @@ A folder is recognised by what it holds:
   evaluations ``eval/iter_*/``, the attack evaluations ``eval/attack/iter_*/<row>/``, and the
   warm-up and training debates under ``trajectories/``;
 - *attack run* (``udpo eval --out``): ``summary.json`` with ``rows``, one sub-folder per row;
-- *collection* (e.g. a ``udpo compare`` folder): any folder whose sub-folders (two levels deep at
-  most) are runs; each becomes a child run.
+- *collection* (e.g. a ``udpo compare`` folder, ``<method>/seed_<s>/`` training runs): any folder
+  whose sub-folders (two levels deep at most) are runs; each becomes a child run (training runs with
+  their evaluations only).
 
 Only files inside the run folder are read; nothing else is ever embedded in a page.
 """
@@ -76,8 +77,12 @@ class Run:
     skipped: list[str] = field(default_factory=list)
 
 
-def load_run(path: str | Path, label: str | None = None, lam: float = 0.5) -> Run:
-    """Read the run at ``path`` (any kind in the module docstring); NotARunError when it is none."""
+def load_run(path: str | Path, label: str | None = None, lam: float = 0.5, rollouts: bool = True) -> Run:
+    """Read the run at ``path`` (any kind in the module docstring); NotARunError when it is none.
+
+    rollouts: include a training run's warm-up and training debates (a collection's training runs
+    never do: comparisons are about their evaluations, and a page of many runs' rollouts grows large).
+    """
     path = Path(path)
     if not path.exists():
         raise NotARunError(f"{path}: no such file or folder")
@@ -90,13 +95,13 @@ def load_run(path: str | Path, label: str | None = None, lam: float = 0.5) -> Ru
     if kind in ("debate", "evaluation"):
         return Run(label, path, kind, sets=[load_set(path / TRAJECTORIES, label, lam)])
     if kind == "training":
-        return load_training(path, label, lam)
+        return load_training(path, label, lam, rollouts)
     if kind == "attack":
         return load_attack(path, label, lam)
     children, skipped = [], []
     for sub in sub_runs(path):
         try:
-            children.append(load_run(sub, _relative(sub, path), lam))
+            children.append(load_run(sub, _relative(sub, path), lam, rollouts=False))
         except NotARunError as e:  # one empty or unfinished sub-run does not hide the others
             skipped.append(str(e))
     if not children:
@@ -136,8 +141,9 @@ def sub_runs(folder: Path, depth: int = COLLECTION_DEPTH) -> list[Path]:
     return found
 
 
-def load_training(folder: Path, label: str, lam: float) -> Run:
-    """A training run: its metrics, config, calibration and every evaluation's and rollout's debates."""
+def load_training(folder: Path, label: str, lam: float, rollouts: bool = True) -> Run:
+    """A training run: its metrics, config, calibration, every evaluation's debates and (with
+    ``rollouts``) its warm-up and training debates."""
     run = Run(
         label,
         folder,
@@ -154,7 +160,7 @@ def load_training(folder: Path, label: str, lam: float) -> Run:
     for it, d in iteration_dirs(folder / "eval" / "attack"):
         for row in sorted(p for p in d.iterdir() if (p / TRAJECTORIES).is_file()):
             run.sets.append(load_set(row / TRAJECTORIES, f"eval/attack/iter_{it:06d}/{row.name}", lam))
-    for name in ("warmup", "train"):
+    for name in ("warmup", "train") if rollouts else ():
         file = folder / "trajectories" / f"{name}.jsonl"
         if file.is_file() and file.stat().st_size > 0:
             run.sets.append(load_set(file, f"trajectories/{name}", lam))
