@@ -10,17 +10,22 @@ Arguments are the fields of :class:`udpo.config.TrainConfig` (``--help`` lists t
 
 import sys
 
-from udpo.checkpoint import CheckpointError
 from udpo.config import parse_config
 from udpo.env.backends.base import BackendError
 from udpo.threads import configure_threads
-from udpo.trainer import TrainingError, train
 
 
 def main() -> int:
-    try:
+    try:  # the config is checked before torch is imported: a mistake answers at once
         config = parse_config(require_config=True)
-        configure_threads()
+    except (ValueError, FileNotFoundError) as e:
+        print(f"train_udpo.py: error: {e}", file=sys.stderr)
+        return 2
+    configure_threads()
+    from udpo.checkpoint import CheckpointError
+    from udpo.trainer import TrainingError, train
+
+    try:
         train(config)
     except (ValueError, FileNotFoundError, TrainingError, CheckpointError, BackendError) as e:
         print(f"train_udpo.py: error: {e}", file=sys.stderr)

@@ -13,11 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from tqdm.auto import tqdm
-
 from udpo.rewards import majority_vote
 
 from .backends.base import Backend, ChatRequest, SamplingParams
+from .progress import DebateProgress, as_progress
 from .protocols.base import DebateState, Message, Stage, peer_message
 from .protocols.protocol import Protocol
 from .protocols.rewrite import MessageRewrite, MessageTransform
@@ -25,7 +24,7 @@ from .protocols.stopping import UnanimityStop
 from .tasks.base import Question, Task
 from .trajectory import Trajectory, TrajectoryWriter, Turn
 
-__all__ = ["AgentSpec", "DebateConfig", "DebateEnv", "MessageTransform", "peer_message"]
+__all__ = ["AgentSpec", "DebateConfig", "DebateEnv", "DebateProgress", "MessageTransform", "peer_message"]
 
 
 @dataclass
@@ -100,27 +99,47 @@ class DebateEnv:
         self,
         questions: Sequence[Question],
         writer: TrajectoryWriter | None = None,
-        progress: bool = True,
+        progress: bool | DebateProgress = True,
     ) -> list[Trajectory]:
-        """Debate every question; trajectories of each finished batch are appended to ``writer``."""
+        """Debate every question; trajectories of each finished batch are appended to ``writer``.
+
+        progress: True draws a line that moves as rounds, turns and tokens go by (``udpo.env.progress``),
+        False draws nothing; a :class:`DebateProgress` is reported to and left open (the caller's line:
+        several runs on one line, or a line under the training bar).
+        """
         out: list[Trajectory] = []
         bs = self.config.batch_size
-        bar = tqdm(total=len(questions), desc="debate", unit="q", disable=not progress)
+        reporter, owned = as_progress(progress)
+        budget = (
+            max((a.sampling or self.config.sampling).max_tokens for a in self.agents) if self.agents else 0
+        )
+        reporter.add_work(len(questions), len(questions) * self.turns_per_question, budget)
+        n_batches = -(-len(questions) // bs)
         try:
-            for start in range(0, len(questions), bs):
-                batch = self.debate_batch(list(questions[start : start + bs]))
-                if writer is not None:
-                    writer.write(batch)
-                out.extend(batch)
-                bar.update(len(batch))
-                bar.set_postfix(acc=f"{sum(t.correct for t in out) / len(out):.2f}")
+            with reporter.counting():
+                for b, start in enumerate(range(0, len(questions), bs)):
+                    reporter.start_batch(b, n_batches)
+                    batch = self.debate_batch(list(questions[start : start + bs]), reporter)
+                    if writer is not None:
+                        writer.write(batch)
+                    out.extend(batch)
+                    reporter.finish_questions(len(batch), sum(bool(t.correct) for t in batch))
         finally:
-            bar.close()
+            if owned:
+                reporter.close()
         return out
 
-    def debate_batch(self, questions: list[Question]) -> list[Trajectory]:
-        """Debate a batch of questions together, one backend call per round."""
+    @property
+    def turns_per_question(self) -> int:
+        """Agent turns of one debate that runs every round: N x (T + 1)."""
+        return self.config.n_agents * (self.config.rounds + 1)
+
+    def debate_batch(
+        self, questions: list[Question], progress: DebateProgress | None = None
+    ) -> list[Trajectory]:
+        """Debate a batch of questions together, one backend call per round (reported to ``progress``)."""
         cfg, protocol = self.config, self.protocol
+        turns_run = 0
         states = [DebateState(q, k, self.agents) for k, q in enumerate(questions)]
         convs = [[self._opening(q, a) for a in self.agents] for q in questions]
         for t in range(cfg.rounds + 1):
@@ -131,6 +150,8 @@ class DebateEnv:
                 protocol.outgoing(live, t - 1)
                 protocol.select(live, t)
             protocol.supply(live, t)
+            if progress is not None:
+                progress.start_round(t, cfg.rounds)
             speaking = [(s, i) for s in live for i in s.speakers()]
             for s, i in speaking:
                 if t > 0:
@@ -186,6 +207,10 @@ class DebateEnv:
                 s.turns[i].append(turn)
                 s.sent[(i, t)] = turn.text
                 convs[s.index][i].append({"role": "assistant", "content": turn.text})
+            turns_run += len(speaking)
+            if progress is not None:
+                tokens = sum(len(c.completion_ids) or len(c.logprobs) for c in completions)
+                progress.finish_turns(len(speaking), len(completions), tokens)
             for s in states:  # agents that did not speak, and stopped debates, carry their answers forward
                 for i in range(s.n_agents):
                     s.answers[i].append(
@@ -197,6 +222,8 @@ class DebateEnv:
         for s in states:
             for row in s.answers:
                 row.extend([row[-1]] * (cfg.rounds + 1 - len(row)))
+        if progress is not None:
+            progress.skip_turns(len(questions) * self.turns_per_question - turns_run)  # stopped early
         return [self._trajectory(s) for s in states]
 
     def _opening(self, question: Question, agent: AgentSpec) -> list[dict[str, str]]:

@@ -203,11 +203,15 @@ def test_attack_eval_hook(setup, tmp_path):
             "index 7 is out of range: agents are 0..2",
         ),
         (["--compromised", "1"], "also pass --attack"),
-        (["--attack", "autoinject", "--p-message", "2"], "p_message must be in [0, 1]"),
+        (["--attack", "autoinject", "--p-message", "2"], "argument --p-message: must be in [0, 1], got 2"),
     ],
 )
 def test_cli_bad_input(args, message, tmp_path, capsys):
-    code = main(["eval", "--task", "arithmetic", "--agents", "3", "--out", str(tmp_path / "out"), *args])
+    argv = ["eval", "--task", "arithmetic", "--agents", "3", "--out", str(tmp_path / "out"), *args]
+    try:
+        code = main(argv)
+    except SystemExit as e:  # refused by the parser itself
+        code = e.code
     assert code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()

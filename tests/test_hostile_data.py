@@ -193,26 +193,26 @@ def test_resume_refuses_debates_of_other_settings_before_the_engine_starts(
 @pytest.mark.parametrize(
     ("extra", "needle"),
     [
-        (["--temperature", "-1"], "temperature must be a finite number >= 0, got -1.0"),
-        (["--temperature", "nan"], "temperature must be a finite number >= 0, got nan"),
-        (["--top-p", "0"], "top_p must be in (0, 1], got 0.0"),
-        (["--max-tokens", "0"], "max_tokens must be >= 1, got 0"),
-        (["--rounds", "-1"], "rounds must be >= 0, got -1"),
-        (["--batch-size", "0"], "batch_size must be >= 1, got 0"),
-        (["--limit", "-1"], "limit must be >= 0, got -1"),
+        (["--temperature", "-1"], "argument --temperature: must be >= 0, got -1"),
+        (["--temperature", "nan"], "argument --temperature: expected a finite number, got 'nan'"),
+        (["--top-p", "0"], "argument --top-p: must be in (0, 1], got 0"),
+        (["--max-tokens", "0"], "argument --max-tokens: must be >= 1, got 0"),
+        (["--rounds", "-1"], "argument --rounds: must be >= 0, got -1"),
+        (["--batch-size", "0"], "argument --batch-size: must be >= 1, got 0"),
+        (["--limit", "-1"], "argument --limit: must be >= 1, got -1"),
         (["--api-key", "sk-secret"], None),
     ],
 )
 def test_bad_debate_settings_are_refused_before_the_engine_starts(tmp_path, scripted, capsys, extra, needle):
-    if needle is None:  # argparse refuses it (exit 2) and never echoes the key
-        with pytest.raises(SystemExit) as e:
-            debate(tmp_path / "run", *extra)
-        err = capsys.readouterr().err
-        assert e.value.code == 2 and "--api-key-file" in err and "sk-secret" not in err
+    """The parser refuses them (exit 2, usage and one error line), before anything is imported or made."""
+    with pytest.raises(SystemExit) as e:
+        debate(tmp_path / "run", *extra)
+    err = capsys.readouterr().err
+    assert e.value.code == 2
+    if needle is None:  # never echoes the key
+        assert "--api-key-file" in err and "sk-secret" not in err
     else:
-        assert debate(tmp_path / "run", *extra) == 2
-        err = capsys.readouterr().err
-        assert err.strip().splitlines() == [f"udpo debate: error: {needle}"]
+        assert err.strip().splitlines()[-1] == f"udpo debate: error: {needle}"
     assert not scripted and not (tmp_path / "run").exists()
 
 

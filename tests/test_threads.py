@@ -65,10 +65,11 @@ def udpo(*args: str, threads: str) -> subprocess.CompletedProcess:
 
 
 def test_the_cli_sets_threads(tmp_path):
-    missing = str(tmp_path / "missing")
-    diagnosed = udpo("diagnose", missing, "--out", missing + "_out", threads="1")  # fails after choosing
-    assert diagnosed.stdout.split() == ["1"] and "missing" in diagnosed.stderr
-    bad = udpo("diagnose", missing, "--out", missing + "_out", threads="many")
+    empty = tmp_path / "empty.jsonl"  # passes the argument checks, fails after the threads are chosen
+    empty.write_text("\n")
+    diagnosed = udpo("diagnose", str(empty), "--out", str(tmp_path / "out"), threads="1")
+    assert diagnosed.stdout.split() == ["1"] and "no debates in this file" in diagnosed.stderr
+    bad = udpo("diagnose", str(empty), "--out", str(tmp_path / "out"), threads="many")
     assert f"udpo diagnose: error: {ENV} must be a whole number" in bad.stderr
 
 

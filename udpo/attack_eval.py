@@ -39,6 +39,7 @@ from udpo.env.attacks import (
 )
 from udpo.env.backends.base import Backend
 from udpo.env.debate import AgentSpec, DebateConfig
+from udpo.env.progress import DebateProgress
 from udpo.env.protocols import Protocol
 from udpo.env.tasks.base import Question, Task
 from udpo.evaluate import previous_debates, run_debates, write_json
@@ -86,7 +87,7 @@ def evaluate_attacks(
     meta: dict[str, Any] | None = None,
     natural: bool = True,
     resume: bool = False,
-    progress: bool = True,
+    progress: bool | DebateProgress = True,
     protocol: Protocol | None = None,
 ) -> dict[str, Any]:
     """Debate ``questions`` naturally (when ``natural``) and under ``attack`` for each compromised set.
@@ -96,7 +97,8 @@ def evaluate_attacks(
     Returns the summary: ``{"attack", "run", "rows": [{"name", "m", "compromised", accuracy, u_intra,
     u_inter, u_sys, n_questions, "delta": {...}, "details": {...}}]}`` (delta only with a natural row).
     All attacks are prepared (AutoTransform profiles generated or read from the cache) before the
-    first debate, so an attacker failure writes nothing.
+    first debate, so an attacker failure writes nothing. progress: True draws one progress line per row,
+    labelled with the row's name; a DebateProgress gets every row's work (it is not closed).
     """
     sets = [check_compromised(s, debate_config.n_agents) for s in sets]
     if attack.name == "none":
@@ -145,12 +147,15 @@ def _run_row(
     out: Path | None,
     meta: dict[str, Any],
     resume: bool,
-    progress: bool,
+    progress: bool | DebateProgress,
 ) -> dict[str, Any]:
     """One row: the team's config under the protocol with the attack's stages added."""
     config, protocol = run
     compromised = plan.meta["compromised"]
     name = row_name(compromised)
+    if progress is True:
+        with DebateProgress(desc=name) as line:
+            return _run_row(task, backend, questions, plan, run, out, meta, resume, line)
     row_meta = {**meta, **plan.meta}
     base = {"name": name, "m": len(compromised), "compromised": compromised}
     if out is None:

@@ -1,7 +1,9 @@
 """The ``udpo`` command: one subcommand per module in ``udpo.commands``.
 
 Each command module defines ``add_parser(subparsers)`` (registering its arguments and setting
-``func``); the CLI only parses and calls library functions.
+``func``, and ``check`` for the argument checks argparse cannot make alone); the CLI only parses and
+calls library functions. Order: parse (``type=`` checks), ``check(args)``, choose threads (imports
+torch), ``func(args)``: a mistake on the command line is answered before anything heavy is imported.
 """
 
 from __future__ import annotations
@@ -28,6 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        check = getattr(args, "check", None)  # a command's cheap checks, before torch and models load
+        if check is not None:
+            check(args)
         if getattr(args, "uses_torch", True):  # a command that never imports torch sets uses_torch=False
             configure_threads()
         return int(args.func(args) or 0)

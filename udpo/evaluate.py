@@ -13,6 +13,7 @@ import numpy as np
 
 from udpo.env.backends.base import Backend
 from udpo.env.debate import DebateConfig, DebateEnv
+from udpo.env.progress import DebateProgress
 from udpo.env.protocols import Protocol, Stage
 from udpo.env.tasks.base import Question, Task
 from udpo.env.trajectory import Trajectory, TrajectoryWriter, iter_numbered_records
@@ -92,7 +93,7 @@ def run_debates(
     debate_config: DebateConfig,
     out_dir: str | os.PathLike | None = None,
     meta: dict[str, Any] | None = None,
-    progress: bool = True,
+    progress: bool | DebateProgress = True,
     protocol: Protocol | Sequence[Stage] | None = None,
     resume: bool = False,
 ) -> tuple[list[Trajectory], dict[str, Any]]:
@@ -101,7 +102,8 @@ def run_debates(
 
     An ``out_dir`` that already holds debates is refused unless ``resume``: then the questions
     already debated there (with the same settings, see :func:`previous_debates`) are skipped and the
-    summary covers the whole file.
+    summary covers the whole file. progress: as :meth:`DebateEnv.run` takes it (True: a line that
+    moves with rounds, turns and tokens; a DebateProgress: the caller's line).
     """
     env = DebateEnv(task, backend, debate_config, protocol=protocol, meta=meta)
     if out_dir is None:

@@ -13,6 +13,10 @@ import abc
 import math
 from dataclasses import dataclass, field, replace
 
+#: weight dtypes a backend accepts besides "auto" (the hf backend maps them to torch dtypes); listed here,
+#: without torch, so settings are checked before anything heavy is imported
+DTYPE_NAMES = ("bf16", "bfloat16", "fp16", "float16", "fp32", "float32")
+
 
 class BackendError(RuntimeError):
     """An inference engine or server failed; the message says which and why."""

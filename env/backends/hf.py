@@ -8,8 +8,11 @@ quantity the trainer's importance ratio compares against.
 
 from __future__ import annotations
 
+import time
+
 import torch
 
+from ..progress import DebateProgress, active_progress
 from .base import Backend, BackendError, ChatRequest, Completion, SamplingParams, ScoreRequest
 from .chat import chat_prompt_ids, prompt_ids_of, sampling_temperature
 
@@ -123,6 +126,13 @@ class HFBackend(Backend):
         input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
         attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
         kwargs = self._adapter_kwargs([r.adapter for r in requests])
+        stops = {self.tokenizer.eos_token_id, pad, *self._extra_stops()}
+        reporter = active_progress()
+        counter = _token_counter(reporter, stops, len(requests)) if reporter else None
+        if counter is not None:
+            from transformers import StoppingCriteriaList
+
+            kwargs["stopping_criteria"] = StoppingCriteriaList([counter])
         if sp.seed is not None:
             torch.manual_seed(sp.seed)
         was_training = self.model.training
@@ -145,6 +155,8 @@ class HFBackend(Backend):
             raise BackendError(f"hf generate failed: {e}") from e
         finally:
             self.model.train(was_training)
+            if counter is not None:
+                counter.flush()
         seqs = gen.sequences[:, width:].tolist()
         logps = None
         if sp.logprobs:
@@ -152,7 +164,6 @@ class HFBackend(Backend):
             logits = torch.stack(gen.logits, dim=1).float() / sampling_temperature(sp.temperature)
             chosen = gen.sequences[:, width:].unsqueeze(-1)
             logps = (torch.log_softmax(logits, dim=-1).gather(-1, chosen).squeeze(-1)).tolist()
-        stops = {self.tokenizer.eos_token_id, pad, *self._extra_stops()}
         out = []
         for b, seq in enumerate(seqs):
             n, finish = len(seq), "length"
@@ -287,3 +298,40 @@ class HFBackend(Backend):
 
     def close(self) -> None:
         self.model = None
+
+
+#: seconds between the token counts a generate call hands to the progress reporter
+COUNT_INTERVAL = 0.25
+
+
+def _token_counter(reporter: DebateProgress, stops: set[int], rows: int):
+    """A transformers stopping criterion that never stops: once per decoding step it adds the rows still
+    generating (their new token included; finished rows only pad) to a count on the device, and hands the
+    count to ``reporter`` at most every ``COUNT_INTERVAL`` seconds (one device sync each) and at
+    ``flush()``. The total equals the completions' lengths as ``_generate`` cuts them."""
+    from transformers import StoppingCriteria
+
+    class TokenCounter(StoppingCriteria):
+        def __init__(self) -> None:
+            self.stops = torch.tensor(sorted(s for s in stops if s is not None))
+            self.alive = torch.ones(rows, dtype=torch.bool)
+            self.pending = torch.zeros((), dtype=torch.long)
+            self.last = time.monotonic()
+
+        def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
+            if self.alive.device != input_ids.device:  # the model's device, known at the first step
+                self.stops, self.alive = self.stops.to(input_ids.device), self.alive.to(input_ids.device)
+                self.pending = self.pending.to(input_ids.device)
+            self.pending += self.alive.sum()
+            self.alive &= ~torch.isin(input_ids[:, -1], self.stops)
+            if time.monotonic() - self.last >= COUNT_INTERVAL:
+                self.flush()
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+        def flush(self) -> None:
+            n = int(self.pending.item())
+            self.pending.zero_()
+            self.last = time.monotonic()
+            reporter.add_tokens(n)
+
+    return TokenCounter()

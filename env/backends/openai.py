@@ -33,6 +33,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 
 import httpx
 
+from ..progress import DebateProgress, active_progress
 from .base import Backend, BackendError, ChatRequest, Completion
 
 #: answers worth another try: request timeout, conflict, too early, rate limit, server errors
@@ -172,8 +173,9 @@ class OpenAIBackend(Backend):
             return []
         payloads = [self._payload(r, k) for k, r in enumerate(requests)]
         workers = min(self.max_concurrency, len(payloads))
+        reporter = active_progress()  # read here: worker threads do not inherit the context
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="udpo-openai") as pool:
-            futures = [pool.submit(self._complete, p) for p in payloads]
+            futures = [pool.submit(self._complete_reported, p, reporter) for p in payloads]
             done, pending = wait(futures, return_when=FIRST_EXCEPTION)
             failed = next((f for f in futures if f in done and f.exception() is not None), None)
             if failed is not None:
@@ -200,6 +202,14 @@ class OpenAIBackend(Backend):
         if self.chat_template_kwargs:
             payload["chat_template_kwargs"] = self.chat_template_kwargs
         return payload
+
+    def _complete_reported(self, payload: dict, reporter: DebateProgress | None) -> Completion:
+        """One response, its completion tokens reported as it arrives (counted by their log-probs when the
+        server returns no token ids)."""
+        completion = self._complete(payload)
+        if reporter is not None:
+            reporter.add_tokens(len(completion.completion_ids) or len(completion.logprobs))
+        return completion
 
     def _complete(self, payload: dict) -> Completion:
         url = f"{self.base_url}/chat/completions"

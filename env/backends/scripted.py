@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..progress import report_tokens
 from .base import Backend, ChatRequest, Completion
 
 
@@ -33,6 +34,7 @@ class ScriptedBackend(Backend):
             self._n += 1
             ids = [ord(c) % 256 for c in text]
             out.append(Completion(text=text, prompt_ids=[], completion_ids=ids, logprobs=[0.0] * len(ids)))
+        report_tokens(sum(len(c.completion_ids) for c in out))
         return out
 
     def load_adapter(self, name: str, path: str) -> None:

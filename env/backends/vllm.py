@@ -27,6 +27,7 @@ import json
 import os
 from pathlib import Path
 
+from ..progress import report_tokens
 from .base import Backend, BackendError, ChatRequest, Completion, SamplingParams
 from .chat import chat_prompt_ids, prompt_ids_of
 
@@ -237,7 +238,11 @@ class VLLMBackend(Backend):
         ]
         params = [self._sampling(r.sampling, k) for k, r in enumerate(requests)]
         outputs = self._run(prompts, params, loras)
-        return [self._completion(o) for o in outputs]
+        completions = [self._completion(o) for o in outputs]
+        report_tokens(
+            sum(len(c.completion_ids) for c in completions)
+        )  # the offline engine answers all at once
+        return completions
 
     def completion_logprobs(
         self,

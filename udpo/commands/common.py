@@ -5,15 +5,48 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import sys
 
 import numpy as np
 
 from udpo.env.backends import BACKEND_NAMES, Backend, SamplingParams, make_backend
+from udpo.env.backends.base import DTYPE_NAMES
 from udpo.env.backends.openai import read_api_key_file
 from udpo.env.debate import DebateConfig
 from udpo.env.models import DEFAULT_MODEL
 from udpo.env.protocols import PROTOCOL_NAMES, ProtocolConfig
 from udpo.env.tasks import TASK_NAMES, Question, Task, get_task
+
+from .argtypes import (
+    existing_file,
+    finite_float,
+    nonnegative_float,
+    nonnegative_int,
+    positive_int,
+    probability,
+    seed,
+    top_p,
+)
+
+#: completion cap per reply when the model runs on this machine's CPU and ``--max-tokens`` is not given:
+#: enough for SmolLM2's step-by-step answer to a short question (arithmetic, multiple choice), more for
+#: GSM8K's word problems and ReaLMistake's critiques; a 2-core CPU generates about 10-40 tokens/s
+CPU_MAX_TOKENS = {
+    "arithmetic": 96,
+    "du-arithmetic": 96,
+    "commonsenseqa": 96,
+    "truthfulqa": 96,
+    "gsm8k": 192,
+    "realmistake": 128,
+}
+#: CPU cap of a task not listed above
+CPU_MAX_TOKENS_OTHER = 128
+#: completion cap on a GPU or an OpenAI-compatible server when ``--max-tokens`` is not given
+GPU_MAX_TOKENS = 256
+MAX_TOKENS_HELP = (
+    "completion length cap per reply (default: 256 on a GPU or server; on CPU 96 for arithmetic, "
+    "du-arithmetic, commonsenseqa and truthfulqa, 192 for gsm8k, 128 for realmistake)"
+)
 
 
 def add_task_args(p: argparse.ArgumentParser, default_task: str | None = None) -> None:
@@ -27,8 +60,8 @@ def add_task_args(p: argparse.ArgumentParser, default_task: str | None = None) -
     )
     g.add_argument("--split", default="test", help="data split (default: test)")
     g.add_argument("--data", default=None, help="data file, folder in the shared/data layout, or Hub name")
-    g.add_argument("--limit", type=int, default=None, help="debate only the first K questions")
-    g.add_argument("--seed", type=int, default=0, help="seed for data shuffles and sampling (default: 0)")
+    g.add_argument("--limit", type=positive_int, default=None, help="debate only the first K questions")
+    g.add_argument("--seed", type=seed, default=0, help="seed for data shuffles and sampling (default: 0)")
 
 
 def add_backend_args(p: argparse.ArgumentParser) -> None:
@@ -36,12 +69,24 @@ def add_backend_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--model", default=DEFAULT_MODEL, help=f"alias, folder or Hub id (default: {DEFAULT_MODEL})"
     )
-    g.add_argument("--backend", default="hf", choices=[b for b in BACKEND_NAMES if b != "scripted"])
+    g.add_argument(
+        "--backend",
+        default="hf",
+        choices=[b for b in BACKEND_NAMES if b != "scripted"],
+        help="hf: transformers, CPU or GPU (default); vllm: offline engine; openai: a server at --base-url",
+    )
     g.add_argument("--device", default=None, help="hf: torch device (default: cuda if available, else cpu)")
-    g.add_argument("--dtype", default="auto", help="auto | bf16 | fp16 | fp32 (default: auto)")
+    g.add_argument(
+        "--dtype",
+        default="auto",
+        choices=("auto", *DTYPE_NAMES),
+        metavar="DTYPE",
+        help="auto (bf16 on GPU, fp32 on CPU), bf16, fp16 or fp32 (default: auto)",
+    )
     g.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="openai: server URL")
     g.add_argument(
         "--api-key-file",
+        type=existing_file,
         default=None,
         metavar="FILE",
         help="openai: file whose first line is the API key (default: $UDPO_API_KEY, else $OPENAI_API_KEY)",
@@ -79,15 +124,27 @@ def json_object(text: str) -> dict:
 
 def add_debate_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("debate")
-    g.add_argument("--agents", type=int, default=3, help="number of agents N (default: 3)")
+    g.add_argument("--agents", type=positive_int, default=3, help="number of agents N (default: 3)")
     g.add_argument(
-        "--rounds", type=int, default=2, help="debate rounds T after the initial answer (default: 2)"
+        "--rounds",
+        type=nonnegative_int,
+        default=2,
+        help="debate rounds T after the initial answer (default: 2)",
     )
-    g.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (default: 0.7)")
-    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default: 1.0)")
-    g.add_argument("--max-tokens", type=int, default=256, help="completion length cap (default: 256)")
-    g.add_argument("--batch-size", type=int, default=16, help="questions debated together (default: 16)")
+    add_sampling_args(g)
+    g.add_argument(
+        "--batch-size", type=positive_int, default=16, help="questions debated together (default: 16)"
+    )
     g.add_argument("--early-stop", action="store_true", help="stop a debate once all agents agree")
+
+
+def add_sampling_args(g: argparse._ArgumentGroup) -> None:
+    """--temperature, --top-p and --max-tokens (default None: :func:`resolve_max_tokens` picks one)."""
+    g.add_argument(
+        "--temperature", type=nonnegative_float, default=0.7, help="sampling temperature (default: 0.7)"
+    )
+    g.add_argument("--top-p", type=top_p, default=1.0, help="nucleus sampling mass in (0, 1] (default: 1.0)")
+    g.add_argument("--max-tokens", type=positive_int, default=None, metavar="N", help=MAX_TOKENS_HELP)
 
 
 def _names(text: str) -> list[str]:
@@ -121,9 +178,11 @@ def add_protocol_args(p: argparse.ArgumentParser) -> None:
         "peers each round (seeded by --seed); dig / digra: peers chosen by information gain (ratio); "
         "interventions: pruning and misconception refutation of the pool of past responses",
     )
-    g.add_argument("--degree", type=float, default=None, help="sparse: D, the fraction of peers read (0.5)")
     g.add_argument(
-        "--alpha", type=float, default=None, help="digra: alpha of the information-gain ratio (0.2)"
+        "--degree", type=finite_float, default=None, help="sparse: D, the fraction of peers read (0.5)"
+    )
+    g.add_argument(
+        "--alpha", type=finite_float, default=None, help="digra: alpha of the information-gain ratio (0.2)"
     )
     g.add_argument(
         "--entropy-model",
@@ -149,11 +208,13 @@ def add_protocol_args(p: argparse.ArgumentParser) -> None:
         metavar="OP[,OP...]",
         help="interventions: qp, dp and/or mr in the order applied (default: qp,dp,mr)",
     )
-    g.add_argument("--qp-fraction", type=float, default=None, help="share of candidates QP keeps (0.5)")
+    g.add_argument("--qp-fraction", type=probability, default=None, help="share of candidates QP keeps (0.5)")
     g.add_argument(
-        "--dp-k", type=int, default=None, help="responses DP keeps (default: the number of agents)"
+        "--dp-k", type=positive_int, default=None, help="responses DP keeps (default: the number of agents)"
     )
-    g.add_argument("--mr-max-tokens", type=int, default=None, help="completion cap of each MR call (256)")
+    g.add_argument(
+        "--mr-max-tokens", type=positive_int, default=None, help="completion cap of each MR call (256)"
+    )
     g.add_argument(
         "--embedding-model", default=None, help="sentence-transformers folder (default: packaged MiniLM)"
     )
@@ -167,6 +228,7 @@ def add_protocol_args(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument(
         "--inject-file",
+        type=existing_file,
         default=None,
         help="JSONL of injected responses ({question_id, correct, wrong}); default: written from the gold",
     )
@@ -178,11 +240,59 @@ def protocol_config_from_args(args: argparse.Namespace) -> ProtocolConfig:
 
 
 def seed_everything(seed: int) -> None:
+    """Seed random, numpy and torch (this imports torch: call it after the arguments are checked)."""
     import torch
 
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def check_run_args(args: argparse.Namespace) -> None:
+    """The checks that need more than one argument, or a look at the disk, made right after parsing and
+    before anything heavy loads: the task has ``--split``, ``--model`` can name a model (hf and vllm;
+    an openai server names its own). Raises ValueError (the CLI prints it and exits with 2)."""
+    from udpo.env.models import check_model
+
+    get_task(args.task).check_split(args.split)
+    if args.backend != "openai":
+        check_model(args.model or DEFAULT_MODEL)
+
+
+def runs_on_cpu(args: argparse.Namespace) -> bool:
+    """Whether the model of this command runs on this machine's CPU: the hf backend on ``--device cpu``
+    or, without ``--device``, on a machine torch sees no GPU on; vllm likewise (its CPU build). An openai
+    server is taken to have a GPU. Imports torch when it has to ask."""
+    if args.backend == "openai":
+        return False
+    device = getattr(args, "device", None)
+    if device is not None:
+        return str(device).startswith("cpu")
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def default_max_tokens(task: str, on_cpu: bool) -> int:
+    """The completion cap when ``--max-tokens`` is not given (see ``CPU_MAX_TOKENS``)."""
+    return CPU_MAX_TOKENS.get(task, CPU_MAX_TOKENS_OTHER) if on_cpu else GPU_MAX_TOKENS
+
+
+def resolve_max_tokens(args: argparse.Namespace) -> str | None:
+    """Set ``args.max_tokens`` to the device's default for the task when it was not given; returns the
+    line that says so (None when the user chose), for the command to print once nothing can fail early."""
+    if args.max_tokens is not None:
+        return None
+    on_cpu = runs_on_cpu(args)
+    args.max_tokens = default_max_tokens(args.task, on_cpu)
+    where = "CPU" if on_cpu else "GPU / server"
+    return f"max tokens per reply: {args.max_tokens} ({where} default for {args.task}; --max-tokens N changes it)"
+
+
+def say(note: str | None) -> None:
+    """Print a note about the run's settings on stderr (nothing for None)."""
+    if note:
+        print(note, file=sys.stderr)
 
 
 def load_questions(args: argparse.Namespace) -> tuple[Task, list[Question]]:

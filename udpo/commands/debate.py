@@ -15,9 +15,12 @@ from .common import (
     add_protocol_args,
     add_task_args,
     backend_from_args,
+    check_run_args,
     debate_config_from_args,
     load_questions,
     protocol_config_from_args,
+    resolve_max_tokens,
+    say,
     seed_everything,
 )
 
@@ -35,15 +38,27 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_protocol_args(p)
     p.add_argument("--out", default="runs/debate", help="output folder (default: runs/debate)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    p.set_defaults(func=run)
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="hide the progress line (rounds, agents' turns, tokens, tokens/s, time left)",
+    )
+    p.set_defaults(func=run, check=check)
+
+
+def check(args: argparse.Namespace) -> None:
+    """The checks made before torch and the model load (the CLI runs it first; ``run`` repeats it)."""
+    check_run_args(args)
+    protocol_config_from_args(args)
+    if not args.resume:
+        previous_debates(args.out, resume=False)  # an --out that holds debates is refused
 
 
 def run(args: argparse.Namespace) -> int:
-    seed_everything(args.seed)
-    config = debate_config_from_args(args)
+    check(args)
     protocol_config = protocol_config_from_args(args)
-    task, questions = load_questions(args)
+    note = resolve_max_tokens(args)
+    config = debate_config_from_args(args)
     meta = {
         "task": args.task,
         "model": args.model,
@@ -51,9 +66,13 @@ def run(args: argparse.Namespace) -> int:
         "split": args.split,
         "n_agents": args.agents,
         "rounds": args.rounds,
+        "max_tokens": args.max_tokens,
         "seed": args.seed,
     }
     previous_debates(args.out, args.resume, config, meta)  # refused before the model loads
+    seed_everything(args.seed)
+    task, questions = load_questions(args)
+    say(note)  # the default chosen, now that nothing is refused early
     with backend_from_args(args) as backend, build_protocol(protocol_config, task, backend) as protocol:
         meta["protocol"] = protocol.describe()
         _, summary = run_debates(

@@ -12,7 +12,18 @@ from udpo.env.protocols.error_detection import PROTOCOLS, DetectionConfig, binar
 from udpo.evaluate import previous_debates
 from udpo.runs import run_to_folder
 
-from .common import add_backend_args, add_task_args, backend_from_args, load_questions, seed_everything
+from .argtypes import existing_path, nonnegative_int, positive_int
+from .common import (
+    add_backend_args,
+    add_sampling_args,
+    add_task_args,
+    backend_from_args,
+    check_run_args,
+    load_questions,
+    resolve_max_tokens,
+    say,
+    seed_everything,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -28,12 +39,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_task_args(p, default_task="realmistake")
     add_backend_args(p)
     g = p.add_argument_group("protocol")
-    g.add_argument("--rounds", type=int, default=2, help="debate rounds after the first answers (default: 2)")
-    g.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (default: 0.7)")
-    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default: 1.0)")
-    g.add_argument("--max-tokens", type=int, default=256, help="length cap of each reply (default: 256)")
-    g.add_argument("--word-limit", type=int, default=150, help="words asked per debate turn (default: 150)")
-    g.add_argument("--batch-size", type=int, default=16, help="items handled together (default: 16)")
+    g.add_argument(
+        "--rounds", type=nonnegative_int, default=2, help="debate rounds after the first answers (default: 2)"
+    )
+    add_sampling_args(g)
+    g.add_argument(
+        "--word-limit", type=positive_int, default=150, help="words asked per debate turn (default: 150)"
+    )
+    g.add_argument("--batch-size", type=positive_int, default=16, help="items handled together (default: 16)")
     g.add_argument(
         "--debater-models",
         default=None,
@@ -45,15 +58,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--compare",
         nargs="+",
+        type=existing_path,
         metavar="RUN",
         default=None,
         help="print a Markdown table of the F1/F2 of finished run folders and exit",
     )
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, check=check)
 
 
-def config_from_args(args: argparse.Namespace) -> DetectionConfig:
-    """The protocol settings of the command line (per-role models only with the openai backend)."""
+def role_models(args: argparse.Namespace) -> list[str | None]:
+    """The debaters' served models (per-role models only with the openai backend); ValueError otherwise."""
     models = [m.strip() for m in args.debater_models.split(",")] if args.debater_models else [None, None]
     if len(models) != 2:
         raise ValueError(f"--debater-models needs two comma-separated names, got {args.debater_models!r}")
@@ -61,6 +75,12 @@ def config_from_args(args: argparse.Namespace) -> DetectionConfig:
         raise ValueError(
             "--debater-models and --judge-model need --backend openai (the hf and vllm backends serve one model)"
         )
+    return models
+
+
+def config_from_args(args: argparse.Namespace) -> DetectionConfig:
+    """The protocol settings of the command line (``--max-tokens`` resolved: :func:`resolve_max_tokens`)."""
+    models = role_models(args)
     return DetectionConfig(
         rounds=args.rounds,
         sampling=SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens),
@@ -72,15 +92,25 @@ def config_from_args(args: argparse.Namespace) -> DetectionConfig:
     )
 
 
+def check(args: argparse.Namespace) -> None:
+    """The checks made before torch and the model load (the CLI runs it first; ``run`` repeats it)."""
+    if args.compare:
+        return
+    check_run_args(args)
+    role_models(args)
+    previous_debates(args.out, args.resume)  # refused before the model loads
+
+
 def run(args: argparse.Namespace) -> int:
     if args.compare:
         print(comparison_table([load_summary(r) for r in args.compare], labels=args.compare))
         return 0
-    seed_everything(args.seed)
+    check(args)
+    note = resolve_max_tokens(args)
     config = config_from_args(args)
+    seed_everything(args.seed)
     task, questions = load_questions(args)
     positive, _ = binary_labels(task)
-    previous_debates(args.out, args.resume)  # refused before the model loads
     meta = {
         "protocol": args.protocol,
         "task": args.task,
@@ -92,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
         "temperature": args.temperature,
         "seed": args.seed,
     }
+    say(note)  # the default chosen, now that nothing is refused early
     with backend_from_args(args) as backend:
         detector = make_detector(args.protocol, task, backend, config, meta=meta)
         _, summary = run_to_folder(

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from udpo.diagnose import diagnose, format_woozle
+from udpo.diagnose import diagnose, format_woozle, trajectory_file
+
+from .argtypes import probability
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -17,7 +19,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "runs) accuracy gains over the baseline by U_sys bin.",
     )
     p.add_argument(
-        "runs", nargs="+", metavar="RUN", help="run folder holding trajectories.jsonl, or a .jsonl file"
+        "runs",
+        nargs="+",
+        metavar="RUN",
+        help="run folder holding trajectories.jsonl, or a .jsonl file",
     )
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument(
@@ -31,13 +36,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="label of the Standard MAD run for stratified gains (default: a run labelled mad or "
         "standard_mad, else the first run)",
     )
-    p.add_argument("--lam", type=float, default=0.5, help="weight of the flip rate in U_intra (default: 0.5)")
+    p.add_argument(
+        "--lam", type=probability, default=0.5, help="weight of the flip rate in U_intra (default: 0.5)"
+    )
     p.add_argument("--no-plots", action="store_true", help="write only summary.json and the CSV tables")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, check=check)
+
+
+def check(args: argparse.Namespace) -> list[str] | None:
+    """The checks made before torch loads (the CLI runs it first; ``run`` repeats it): every RUN is a
+    trajectory file or a run folder holding one, one label per RUN. Returns the labels (None: default)."""
+    for run_path in args.runs:
+        trajectory_file(run_path)
+    labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
+    if labels is not None and len(labels) != len(args.runs):
+        raise ValueError(f"--labels: got {len(labels)} labels for {len(args.runs)} runs")
+    return labels
 
 
 def run(args: argparse.Namespace) -> int:
-    labels = [s.strip() for s in args.labels.split(",")] if args.labels else None
+    labels = check(args)
     summary = diagnose(
         args.runs, args.out, labels=labels, baseline=args.baseline, lam=args.lam, plots=not args.no_plots
     )

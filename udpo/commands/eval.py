@@ -10,32 +10,28 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 from udpo.attack_eval import check_out_dir, compromised_sets, evaluate_attacks, format_table
 from udpo.env.attacks import ATTACK_NAMES, AttackConfig
-from udpo.env.protocols import build_protocol
+from udpo.env.protocols import ProtocolConfig, build_protocol
 
+from .argtypes import existing_path, int_list, nonnegative_float, positive_int, probability, seed
 from .common import (
     add_backend_args,
     add_debate_args,
     add_protocol_args,
     add_task_args,
     backend_from_args,
+    check_run_args,
     debate_config_from_args,
     load_questions,
     model_name,
     protocol_config_from_args,
+    resolve_max_tokens,
+    say,
     seed_everything,
 )
-
-
-def _int_list(text: str) -> list[int]:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers like 1,2,3, got {text!r}"
-        ) from None
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -50,6 +46,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_backend_args(p)
     p.add_argument(
         "--checkpoint",
+        type=existing_path,
         default=None,
         help="team folder with team.json and adapters/ (e.g. RUN/checkpoints/iter_000100), or a run folder "
         "(its latest checkpoint); its base model "
@@ -69,7 +66,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument(
         "--compromised",
         dest="m_values",
-        type=_int_list,
+        type=int_list(minimum=1),
         default=None,
         metavar="M[,M...]",
         help="numbers of compromised agents to sweep, one attacked row per m, the last m agents each "
@@ -78,7 +75,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument(
         "--compromised-agents",
         dest="agent_sets",
-        type=_int_list,
+        type=int_list(minimum=0),
         action="append",
         default=None,
         metavar="I[,J...]",
@@ -100,22 +97,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="server of an openai attacker backend (default: http://127.0.0.1:8000/v1; key from "
         "UDPO_API_KEY or OPENAI_API_KEY)",
     )
-    g.add_argument("--attack-seed", type=int, default=0, help="seed of the attack (default: 0)")
-    g.add_argument("--p-message", type=float, default=0.5, help="AutoInject Pm: chance a message is attacked")
+    g.add_argument("--attack-seed", type=seed, default=0, help="seed of the attack (default: 0)")
+    g.add_argument(
+        "--p-message", type=probability, default=0.5, help="AutoInject Pm: chance a message is attacked"
+    )
     g.add_argument(
         "--p-sentence",
-        type=float,
+        type=probability,
         default=0.5,
         help="AutoInject Pe: chance a sentence of an attacked message is rewritten",
     )
     g.add_argument(
         "--attacker-temperature",
-        type=float,
+        type=nonnegative_float,
         default=None,
         help="attacker sampling temperature (default: 0.7 AutoTransform, 0 AutoInject)",
     )
     g.add_argument(
-        "--attacker-max-tokens", type=int, default=256, help="attacker completion cap (default: 256)"
+        "--attacker-max-tokens", type=positive_int, default=256, help="attacker completion cap (default: 256)"
     )
     g.add_argument(
         "--attack-cache",
@@ -125,12 +124,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
     p.add_argument("--out", default="runs/eval", help="output folder (default: runs/eval)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted evaluation in --out")
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
-    p.set_defaults(func=run)
+    p.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="hide the progress lines (per row: rounds, agents' turns, tokens, tokens/s, time left)",
+    )
+    p.set_defaults(func=run, check=check)
 
 
-def run(args: argparse.Namespace) -> int:
+def check(args: argparse.Namespace) -> tuple[Any, AttackConfig, list[list[int]], ProtocolConfig]:
+    """The checks made before torch and the model load (the CLI runs it first; ``run`` repeats it):
+    the checkpoint's team (its base model replaces --model), the agents, the attack and its compromised
+    sets, the protocol, the output folder. Returns (team or None, attack, compromised sets, protocol)."""
     team = _load_team(args)
+    check_run_args(args)
     n_agents = args.agents if args.agents is not None else (team.n_agents if team else 3)
     if team is not None and n_agents != team.n_agents:
         raise ValueError(
@@ -154,16 +161,23 @@ def run(args: argparse.Namespace) -> int:
             "--compromised / --compromised-agents choose the agents to attack; "
             "also pass --attack autotransform|autoinject"
         )
-    config = debate_config_from_args(args)
     protocol_config = protocol_config_from_args(args)
-    if team is not None:
-        config = dataclasses.replace(config, agents=team.agent_specs())
     sets = (
         compromised_sets(n_agents, m_values=args.m_values, compromised=args.agent_sets)
         if attack.name != "none"
         else []
     )
     check_out_dir(Path(args.out), args.resume)
+    return team, attack, sets, protocol_config
+
+
+def run(args: argparse.Namespace) -> int:
+    team, attack, sets, protocol_config = check(args)
+    n_agents = args.agents
+    note = resolve_max_tokens(args)  # may import torch to ask for a GPU: after the cheap checks
+    config = debate_config_from_args(args)
+    if team is not None:
+        config = dataclasses.replace(config, agents=team.agent_specs())
     seed_everything(args.seed)
     task, questions = load_questions(args)
     meta = {
@@ -174,8 +188,10 @@ def run(args: argparse.Namespace) -> int:
         "split": args.split,
         "n_agents": n_agents,
         "rounds": args.rounds,
+        "max_tokens": args.max_tokens,
         "seed": args.seed,
     }
+    say(note)  # the default chosen, now that nothing is refused early
     with backend_from_args(args) as backend, build_protocol(protocol_config, task, backend) as protocol:
         meta["protocol"] = protocol.describe()
         if team is not None:

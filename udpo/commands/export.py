@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from udpo.export import export_team
+from udpo.export import export_team, find_checkpoint
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -15,7 +15,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "and OUT/team.json; with --merge also OUT/merged/<name> (full models for AutoModelForCausalLM).",
     )
     p.add_argument(
-        "checkpoint", help="checkpoint folder (with team.json) or run directory (latest checkpoint)"
+        "checkpoint",
+        help="checkpoint folder (with team.json) or run directory (latest checkpoint)",
     )
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--merge", action="store_true", help="also write one merged full model per adapter")
@@ -26,7 +27,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="dtype of merged models (default: auto, the base model's stored dtype)",
     )
     p.add_argument("--overwrite", action="store_true", help="replace a non-empty --out")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, check=check)
+
+
+def check(args: argparse.Namespace) -> None:
+    """The checks made before torch loads (the CLI runs it first): the checkpoint holds a team."""
+    find_checkpoint(args.checkpoint)
 
 
 def run(args: argparse.Namespace) -> int:

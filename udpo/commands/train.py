@@ -19,12 +19,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         prefix_chars="\0",  # take every argument as it is and hand it on
     )
     p.add_argument("args", nargs=argparse.REMAINDER, help="--config FILE and --field value overrides")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, check=check)
+
+
+def check(args: argparse.Namespace) -> None:
+    """Read and check the config (recipe, overrides, paths) before torch is imported and threads are
+    chosen: a mistake answers at once, and a recipe's ``env:`` (e.g. OMP_NUM_THREADS) is set in time."""
+    from udpo.config import parse_config
+
+    args.config = parse_config(args.args, prog="udpo train", require_config=True)
 
 
 def run(args: argparse.Namespace) -> int:
-    from udpo.config import parse_config
     from udpo.trainer import train
 
-    train(parse_config(args.args, prog="udpo train", require_config=True))
+    if getattr(args, "config", None) is None:
+        check(args)
+    train(args.config)
     return 0

@@ -10,7 +10,18 @@ from udpo.evaluate import previous_debates
 from udpo.runs import run_to_folder
 from udpo.uncertainty_eval import format_table, summarize_uncertainty
 
-from .common import add_backend_args, add_task_args, backend_from_args, load_questions, seed_everything
+from .argtypes import positive_int
+from .common import (
+    add_backend_args,
+    add_sampling_args,
+    add_task_args,
+    backend_from_args,
+    check_run_args,
+    load_questions,
+    resolve_max_tokens,
+    say,
+    seed_everything,
+)
 
 METHODS = ("diverse-agent-entropy", "self-consistency")
 
@@ -30,33 +41,49 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_task_args(p)
     add_backend_args(p)
     g = p.add_argument_group("method")
-    g.add_argument("--agents", type=int, default=5, help="DiverseAgentEntropy: agents n (default: 5)")
-    g.add_argument("--max-rounds", type=int, default=4, help="DiverseAgentEntropy: round cap R* (default: 4)")
     g.add_argument(
-        "--aspects", type=int, default=5, help="DiverseAgentEntropy: perspectives asked for (default: 5)"
+        "--agents", type=positive_int, default=5, help="DiverseAgentEntropy: agents n (default: 5)"
+    )
+    g.add_argument(
+        "--max-rounds", type=positive_int, default=4, help="DiverseAgentEntropy: round cap R* (default: 4)"
+    )
+    g.add_argument(
+        "--aspects",
+        type=positive_int,
+        default=5,
+        help="DiverseAgentEntropy: perspectives asked for (default: 5)",
     )
     g.add_argument(
         "--per-aspect",
-        type=int,
+        type=positive_int,
         default=3,
         help="DiverseAgentEntropy: questions per perspective (default: 3)",
     )
-    g.add_argument("--samples", type=int, default=5, help="self-consistency: samples k (default: 5)")
+    g.add_argument("--samples", type=positive_int, default=5, help="self-consistency: samples k (default: 5)")
     g.add_argument(
-        "--min-votes", type=int, default=3, help="self-consistency: SC(m/k) majority m (default: 3)"
+        "--min-votes", type=positive_int, default=3, help="self-consistency: SC(m/k) majority m (default: 3)"
     )
     g.add_argument("--cluster-judge", action="store_true", help="also merge answers an LLM judges equivalent")
-    g.add_argument("--temperature", type=float, default=0.7, help="sampling temperature (default: 0.7)")
-    g.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default: 1.0)")
-    g.add_argument("--max-tokens", type=int, default=256, help="length cap of each reply (default: 256)")
-    g.add_argument("--batch-size", type=int, default=8, help="questions handled together (default: 8)")
+    add_sampling_args(g)
+    g.add_argument(
+        "--batch-size", type=positive_int, default=8, help="questions handled together (default: 8)"
+    )
     p.add_argument("--out", default="runs/uncertainty", help="output folder (default: runs/uncertainty)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, check=check)
+
+
+def check(args: argparse.Namespace) -> None:
+    """The checks made before torch and the model load (the CLI runs it first; ``run`` repeats it)."""
+    check_run_args(args)
+    if args.method == "self-consistency" and args.min_votes > args.samples:
+        raise ValueError(f"--min-votes {args.min_votes} cannot exceed --samples {args.samples}")
+    previous_debates(args.out, args.resume)  # refused before the model loads
 
 
 def run(args: argparse.Namespace) -> int:
-    seed_everything(args.seed)
+    check(args)
+    note = resolve_max_tokens(args)
     sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens)
     common = {
         "sampling": sampling,
@@ -76,8 +103,8 @@ def run(args: argparse.Namespace) -> int:
     else:
         config = SCConfig(samples=args.samples, min_votes=args.min_votes, **common)
         method_args = {"samples": args.samples, "min_votes": args.min_votes}
+    seed_everything(args.seed)
     task, questions = load_questions(args)
-    previous_debates(args.out, args.resume)  # refused before the model loads
     meta = {
         "method": args.method.replace("-", "_"),
         "task": args.task,
@@ -89,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
         "seed": args.seed,
         **method_args,
     }
+    say(note)  # the default chosen, now that nothing is refused early
     with backend_from_args(args) as backend:
         cls = DiverseAgentEntropy if args.method == "diverse-agent-entropy" else SelfConsistency
         procedure = cls(task, backend, config, meta=meta)

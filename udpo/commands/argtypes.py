@@ -1,0 +1,139 @@
+"""argparse ``type=`` functions: a bad value is refused while the command line is parsed, before any
+model, engine or torch is imported (``udpo debate --agents 0`` answers at once).
+
+Each function takes the text of one argument and returns the value or raises
+``argparse.ArgumentTypeError`` with a message argparse prints as ``argument --x: <message>``.
+Only the standard library is imported here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+__all__ = [
+    "at_least",
+    "existing_file",
+    "existing_path",
+    "finite_float",
+    "int_list",
+    "nonnegative_float",
+    "nonnegative_int",
+    "positive_int",
+    "probability",
+    "seed",
+    "top_p",
+]
+
+#: seeds numpy, random and torch all accept
+SEED_LIMIT = 2**32
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def _float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def at_least(minimum: int) -> Callable[[str], int]:
+    """An integer >= ``minimum``."""
+
+    def parse(text: str) -> int:
+        value = _int(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {minimum}"  # argparse names the type in some messages
+    return parse
+
+
+positive_int = at_least(1)
+nonnegative_int = at_least(0)
+
+
+def seed(text: str) -> int:
+    """A seed in [0, 2**32)."""
+    value = _int(text)
+    if not 0 <= value < SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"must be in [0, 2**32), got {value}")
+    return value
+
+
+def finite_float(text: str) -> float:
+    """Any finite number."""
+    return _float(text)
+
+
+def nonnegative_float(text: str) -> float:
+    """A finite number >= 0 (temperatures, weights)."""
+    value = _float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value:g}")
+    return value
+
+
+def probability(text: str) -> float:
+    """A number in [0, 1]."""
+    value = _float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {value:g}")
+    return value
+
+
+def top_p(text: str) -> float:
+    """A nucleus mass in (0, 1]."""
+    value = _float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {value:g}")
+    return value
+
+
+def int_list(minimum: int = 0) -> Callable[[str], list[int]]:
+    """Comma-separated integers, each >= ``minimum`` (``1,2,3``)."""
+
+    def parse(text: str) -> list[int]:
+        try:
+            values = [int(x) for x in text.split(",") if x.strip()]
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated integers like 1,2,3, got {text!r}"
+            ) from None
+        if not values:
+            raise argparse.ArgumentTypeError(f"expected at least one integer, got {text!r}")
+        low = [v for v in values if v < minimum]
+        if low:
+            raise argparse.ArgumentTypeError(f"each value must be >= {minimum}, got {low[0]}")
+        return values
+
+    parse.__name__ = "integer list"
+    return parse
+
+
+def existing_path(text: str) -> str:
+    """A file or folder that exists (returned as given)."""
+    if not Path(text).expanduser().exists():
+        raise argparse.ArgumentTypeError(f"{text}: no such file or folder")
+    return text
+
+
+def existing_file(text: str) -> str:
+    """A file that exists (returned as given)."""
+    path = Path(text).expanduser()
+    if not path.is_file():
+        what = "is a folder, not a file" if path.is_dir() else "no such file"
+        raise argparse.ArgumentTypeError(f"{text}: {what}")
+    return text
