@@ -101,7 +101,7 @@ def render_page(runs: list[Run]) -> str:
 <header>
 <h1>udpo report <span class="title">{escape(title)}</span></h1>
 <p class="sub">{n_debates} debates · written {when} by <code>udpo report</code> ·
-<a href="#overview">overview</a> · <a href="#compare" id="nav-compare" hidden>side by side ·</a> <a href="#browse">debates</a></p>
+<a href="#overview">overview</a> · <span id="nav-compare" hidden><a href="#compare">side by side</a> · </span><a href="#browse">debates</a></p>
 </header>
 <noscript><p class="warn">The debates need JavaScript; the overview does not.</p></noscript>
 <section id="overview">
