@@ -138,8 +138,16 @@ class Timer:
         return out
 
 
-def progress_bar(total: int, initial: int, enabled: bool) -> tqdm:
-    """The run's iteration bar (shown on the main process only)."""
+def progress_bar(total: int, initial: int, enabled: bool, position: int | None = None) -> tqdm:
+    """The run's iteration bar (shown on the main process only). position: its tqdm line (e.g. 1 under
+    ``udpo compare``'s bar of runs); the rollout's :class:`~udpo.env.progress.DebateProgress` goes on the
+    line below it."""
     return tqdm(
-        total=total, initial=initial, desc="train", unit="it", disable=not enabled, dynamic_ncols=True
+        total=total,
+        initial=initial,
+        desc="train",
+        unit="it",
+        disable=not enabled,
+        dynamic_ncols=True,
+        position=position,
     )
