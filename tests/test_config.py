@@ -151,9 +151,16 @@ def test_explicit_coefficients_need_no_warmup():
 def test_every_shipped_recipe_parses():
     recipes = sorted((REPO / "recipes").rglob("*.yaml"))
     recipes = [r for r in recipes if "accelerate" not in r.parts]
-    assert len(recipes) >= 28  # quickstart + the 27-recipe paper grid
+    assert len(recipes) >= 29  # quickstart + the 27-recipe paper grid + a compare config
     for recipe in recipes:
-        parse_config(["--config", str(recipe)])
+        if "compare" in recipe.parts:  # udpo compare configs: every method's training config builds
+            from udpo.compare import CompareConfig, check_budgets
+
+            config = CompareConfig.load(recipe)
+            for seed in config.seeds:
+                check_budgets({m: config.train_config(m, seed) for m in config.trained()})
+        else:
+            parse_config(["--config", str(recipe)])
 
 
 def test_paper_grid_is_up_to_date():

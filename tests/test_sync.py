@@ -49,7 +49,7 @@ def test_updated_adapters_reach_vllm(vllm_backend, model_path, tmp_path, monkeyp
         ours = trainer.policy.token_logprobs(agent, [prompt], [completion])[0].detach().tolist()
         return engine, ours
 
-    trainer.sync_adapters(0)
+    trainer.rollouts.sync_adapters(0)
     ids_before = [vllm_backend.lora_id(n) for n in trainer.policy.adapter_names]
     before = [scores(i) for i in range(2)]
     trainer.train()  # rollouts through vLLM, one update, adapters synced as files with new LoRA ids

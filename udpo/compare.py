@@ -180,15 +180,21 @@ def run_compare(
     config: CompareConfig,
     train: Callable[[TrainConfig], Any] | None = None,
     progress: bool = True,
-) -> dict[str, Any]:
+    seeds: Sequence[int] | None = None,
+) -> dict[str, Any] | None:
     """Train every (method, seed) not yet done (resuming an interrupted one from its latest checkpoint),
     then write the tables, the budget and the diagnosis. ``train``: how one run trains (default
-    :func:`udpo.trainer.train`). Returns the results."""
+    :func:`udpo.trainer.train`). ``seeds``: train only these (e.g. one process per seed, side by side).
+    Returns the results, or None while runs of other seeds are not done."""
     from tqdm.auto import tqdm
 
     from udpo import checkpoint as ckpt
 
-    jobs = [(m, s) for s in config.seeds for m in config.trained()]
+    chosen = config.seeds if seeds is None else list(seeds)
+    unknown = [s for s in chosen if s not in config.seeds]
+    if unknown:
+        raise ConfigError(f"seed(s) {unknown} are not among the config's seeds {config.seeds}")
+    jobs = [(m, s) for s in chosen for m in config.trained()]
     for seed in config.seeds:
         check_budgets({m: config.train_config(m, seed) for m in config.trained()})
     if train is None:
@@ -211,6 +217,8 @@ def run_compare(
         last = max(eval_iterations(run), default=0)
         write_json(run / DONE, {"method": method, "seed": seed, "final_eval": last})
     bar.close()
+    if not all((config.run_dir(m, s) / DONE).exists() for s in config.seeds for m in config.trained()):
+        return None
     return write_results(config)
 
 

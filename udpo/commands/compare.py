@@ -21,6 +21,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--output_dir", default=None, help="instead of the config's output_dir")
     p.add_argument(
+        "--seed",
+        type=int,
+        action="append",
+        default=None,
+        help="train only this seed's runs (repeatable; e.g. one process per seed side by side); the tables "
+        "are written once every seed's runs are done",
+    )
+    p.add_argument(
         "--status", action="store_true", help="show which runs are done, started or waiting, then exit"
     )
     p.add_argument(
@@ -40,11 +48,11 @@ def check(args: argparse.Namespace):
     for seed in config.seeds:
         configs = {m: config.train_config(m, seed) for m in config.trained()}
         check_budgets(configs)
-        for tc in configs.values():
-            if not (tc.eval_questions and tc.eval_at_start):
-                raise ValueError(
-                    "compare needs eval_questions > 0 and eval_at_start: true (Standard MAD is iteration 0)"
-                )
+        first = configs[config.trained()[0]]
+        if not (first.eval_questions and first.eval_at_start):
+            raise ValueError(
+                "compare needs eval_questions > 0 and eval_at_start: true (Standard MAD is iteration 0)"
+            )
     return config
 
 
@@ -55,9 +63,20 @@ def run(args: argparse.Namespace) -> int:
     if args.status:
         print("\n".join(format_progress(config)))
         return 0
-    results = (
-        write_results(config) if args.tables_only else run_compare(config, progress=not args.no_progress)
-    )
+    if args.tables_only:
+        results = write_results(config)
+    else:
+        results = run_compare(config, progress=not args.no_progress, seeds=args.seed)
+    if results is None:
+        print(
+            "\n".join(
+                [
+                    "runs of other seeds are not done yet; the tables follow when they are:",
+                    *format_progress(config),
+                ]
+            )
+        )
+        return 0
     print(markdown_table(results))
     print(f"wrote {config.output_dir}/table.md, table.csv, budget.csv, results.json and diagnosis/")
     return 0
