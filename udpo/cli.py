@@ -14,7 +14,7 @@ import sys
 
 from udpo.threads import configure_threads
 
-COMMANDS = ("debate", "detect", "uncertainty", "diagnose", "train", "eval", "export", "report")
+COMMANDS = ("debate", "detect", "uncertainty", "diagnose", "train", "eval", "compare", "export", "report")
 
 
 def build_parser() -> argparse.ArgumentParser:

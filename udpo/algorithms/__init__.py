@@ -13,7 +13,9 @@ from .rmaac import RMAAC
 from .udpo import UDPO, Coefficients, UDPOConfig, compute_rewards
 
 
-def build_algorithm(config, calibration: dict[str, Any], critic=None, reward_functions: Sequence = ()) -> Algorithm:
+def build_algorithm(
+    config, calibration: dict[str, Any], critic=None, reward_functions: Sequence = ()
+) -> Algorithm:
     """The algorithm a run's ``config`` (a :class:`udpo.config.TrainConfig`) names. UDPO takes its per-agent
     coefficients from the ``calibration`` record; MAPPO and RMAAC need the run's ``critic``."""
     if config.algorithm == "udpo":
