@@ -272,10 +272,8 @@ class Trainer:
     def debate_protocol(self) -> Protocol:
         return self.rollouts.protocol()
 
-    def debate(
-        self, questions: Sequence[Question], meta: dict[str, Any], progress: bool = False
-    ) -> list[Trajectory]:
-        return self.rollouts.debate(questions, meta, progress)
+    def debate(self, questions: Sequence[Question], meta: dict[str, Any]) -> list[Trajectory]:
+        return self.rollouts.debate(questions, meta)
 
     def calibrate(self) -> dict[str, Any]:
         """The calibration record of this run (:func:`udpo.training.calibration.calibrate`)."""
@@ -288,9 +286,7 @@ class Trainer:
         Writes eval/iter_<k>/{trajectories.jsonl, summary.json}; returns the summary (plus callback
         results under their function names)."""
         with self.rollouts.eval_rng():
-            trajectories = self.debate(
-                self.eval_set, {"phase": "eval", "iteration": iteration}, self.config.progress
-            )
+            trajectories = self.debate(self.eval_set, {"phase": "eval", "iteration": iteration})
             summary = summarize(trajectories)
             if self.main:
                 out = self.run_dir / "eval" / ckpt.checkpoint_name(iteration)
@@ -422,19 +418,23 @@ class Trainer:
                 f"torch threads per process: {torch.get_num_threads()} (UDPO_NUM_THREADS=k chooses)",
                 file=sys.stderr,
             )
-        if resumed is None:
-            self.rollouts.sync_adapters(0)
-            record = self.calibrate()
-            self.use_calibration(record)
-            if self.main:
-                write_json(self.run_dir / "calibration.json", record)
-                print(calibration.describe(record), file=sys.stderr)
-            self.tracker.log({"coefficients": calibration.flat_coefficients(record)}, 0, kind="calibration")
-            if cfg.eval_at_start and self.eval_set:
-                self.history["before"] = self._evaluate_and_log(0)
-            self.save_checkpoint(0)
+        # the iteration bar first, so that the debates' progress line (warm-up, evaluations, rollouts)
+        # goes below it
         bar = progress_bar(total, self.iteration, cfg.progress and self.main)
         try:
+            if resumed is None:
+                self.rollouts.sync_adapters(0)
+                record = self.calibrate()
+                self.use_calibration(record)
+                if self.main:
+                    write_json(self.run_dir / "calibration.json", record)
+                    bar.write(calibration.describe(record), file=sys.stderr)
+                self.tracker.log(
+                    {"coefficients": calibration.flat_coefficients(record)}, 0, kind="calibration"
+                )
+                if cfg.eval_at_start and self.eval_set:
+                    self.history["before"] = self._evaluate_and_log(0)
+                self.save_checkpoint(0)
             for k in range(self.iteration + 1, total + 1):
                 metrics = self.run_iteration(k)
                 self.iteration = k

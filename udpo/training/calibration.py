@@ -26,7 +26,7 @@ def calibrate(
 ) -> dict[str, Any]:
     """The calibration record (what RUN_DIR/calibration.json holds): ``coefficients`` per agent (empty
     for the baselines), ``explicit`` (those given in the config), ``ablations``, and for a calibrated
-    run the warm-up statistics. ``debate(questions, meta, progress)`` runs the warm-up debates; the main
+    run the warm-up statistics. ``debate(questions, meta)`` runs the warm-up debates; the main
     process writes them to RUN_DIR/trajectories/warmup.jsonl."""
     from udpo.rewards import calibrate as calibrate_coefficients
 
@@ -34,7 +34,7 @@ def calibrate(
     if cfg.algorithm != "udpo":
         return {"coefficients": {}, "explicit": [], "ablations": [], "algorithm": cfg.algorithm}
     if warmup_set:
-        trajectories = debate(warmup_set, {"phase": "warmup"}, cfg.progress)
+        trajectories = debate(warmup_set, {"phase": "warmup"})
         if main:
             (run_dir / WARMUP_FILE).unlink(missing_ok=True)
             with TrajectoryWriter(run_dir / WARMUP_FILE) as writer:

@@ -18,6 +18,7 @@ from udpo import distributed as dist
 from udpo.config import TrainConfig
 from udpo.env.backends.base import Backend
 from udpo.env.debate import AgentSpec, DebateConfig, DebateEnv
+from udpo.env.progress import DebateProgress
 from udpo.env.protocols import Protocol, build_protocol
 from udpo.env.tasks.base import Question, Task
 from udpo.env.trajectory import Trajectory
@@ -49,6 +50,9 @@ class Rollouts:
         self.backend = backend if backend is not None else self._make_backend()
         self._protocol: Protocol | None = None
         self._sync_dirs: list[Path] = []
+        # one line that moves during every debate of the run (warm-up, rollouts, evaluations), drawn
+        # below the iteration bar on the main process when ``progress`` is on
+        self.line = DebateProgress(desc="rollout", enabled=config.progress and self.main, leave=False)
 
     def _make_backend(self) -> Backend:
         cfg = self.config
@@ -98,17 +102,18 @@ class Rollouts:
         self,
         questions: Sequence[Question],
         meta: dict[str, Any],
-        progress: bool = False,
         protocol: Protocol | None = None,
     ) -> list[Trajectory]:
         """Debate ``questions`` (all processes together, each a shard); every process gets all of them.
-        ``protocol``: instead of the run's (e.g. with RMAAC's adversary appended)."""
+        ``protocol``: instead of the run's (e.g. with RMAAC's adversary appended). The progress line is
+        labelled by ``meta``'s phase and iteration."""
         idx = dist.shard(len(questions), self.rank, self.world)
         env = DebateEnv(
             self.task, self.backend, self.debate_config(), protocol=protocol or self.protocol(), meta=meta
         )
         with explain_oom(self.config):
-            local = env.run([questions[i] for i in idx], progress=progress and self.main)
+            self.line.reset(desc=" ".join(str(meta[k]) for k in ("phase", "iteration") if k in meta))
+            local = env.run([questions[i] for i in idx], progress=self.line)
         return dist.gather_in_order(local, idx, len(questions))
 
     @contextmanager
@@ -142,6 +147,7 @@ class Rollouts:
 
     def close(self) -> None:
         """Stop the engine started here (a backend passed in stays open) and the protocol's own models."""
+        self.line.close()
         if self._protocol is not None:
             self._protocol.close()
         if self.own_backend:
