@@ -522,6 +522,73 @@ def test_collection_folder_indexes_its_runs(known_run, attack_run, tmp_path):
     assert "skipped" in html and "unfinished" in html
 
 
+def compare_folder(root: Path, done: bool = True) -> tuple[Path, dict | None]:
+    """A ``udpo compare`` folder of finished runs (test_compare's), standard_mad, udpo and mappo on seed 0;
+    with ``done``, its tables written by compare itself, else mappo still running."""
+    from test_compare import finished_run
+
+    from udpo.compare import DONE, CompareConfig, write_results
+
+    config = CompareConfig("unused.yaml", ["standard_mad", "udpo", "mappo"], [0], str(root))
+    start = [True, False, False, False]
+    finished_run(config.run_dir("udpo", 0), "udpo", start, [True, True, True, False])
+    finished_run(config.run_dir("mappo", 0), "mappo", start, [True, False, True, False])
+    if not done:
+        (config.run_dir("mappo", 0) / DONE).unlink()
+        return root, None
+    return root, write_results(config)
+
+
+def table_cells(results: dict) -> dict[str, list[str]]:
+    """method -> the cells the report's compare table shows, formatted as compare's table.md."""
+
+    def cell(e: dict, key: str = "", sign: str = "") -> str:
+        k = f"{key}_" if key else ""
+        return f"{e[key or 'mean']:{sign}.3f} [{e[k + 'low']:{sign}.3f}, {e[k + 'high']:{sign}.3f}]"
+
+    return {
+        m: [
+            *(cell(e[k]) for k in ("accuracy", "u_intra", "u_inter", "u_sys")),
+            "–" if m == "standard_mad" else cell(e["accuracy"], "change", "+"),
+            str(e["n_questions"]),
+        ]
+        for m, e in results["methods"].items()
+    }
+
+
+def test_compare_folder_shows_its_table_or_which_runs_are_done(tmp_path):
+    root, _ = compare_folder(tmp_path / "running", done=False)
+    html = report(tmp_path, root, name="running.html").read_text(encoding="utf-8")
+    assert (
+        "No results.json yet" in html and "1 of 2 runs done (udpo/seed_0); not done yet: mappo/seed_0" in html
+    )
+    root, results = compare_folder(tmp_path / "finished")
+    assert json.loads((root / "results.json").read_text()) == results
+    html = report(tmp_path, root).read_text(encoding="utf-8")
+    assert "No results.json yet" not in html and '<table class="stats compare">' in html
+    assert html.index("stats compare") < html.index('class="index"')  # the table comes first
+    for method, cells in table_cells(results).items():
+        assert f"<tr><td>{method}</td>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>" in html
+    assert "0.750 [" in html and "+0.500 [" in html  # udpo: 3 of 4 right, 1 of 4 at iteration 0
+
+
+def test_compare_table_in_the_browser(browser, tmp_path):
+    root, results = compare_folder(tmp_path / "compare")
+    page = report(tmp_path, root)
+    assert open_page(browser, page) == []
+    from selenium.webdriver.common.by import By
+
+    table = browser.find_element(By.CSS_SELECTOR, "#overview table.compare")
+    head = [th.text for th in table.find_elements(By.CSS_SELECTOR, "thead th")]
+    assert head[:5] == ["method", "accuracy", "U_intra", "U_inter", "U_sys"]
+    rows = {
+        r.find_element(By.TAG_NAME, "td").text: [c.text for c in r.find_elements(By.TAG_NAME, "td")[1:]]
+        for r in table.find_elements(By.CSS_SELECTOR, "tbody tr")
+    }
+    assert rows == table_cells(results)
+    assert list(rows) == ["standard_mad", "udpo", "mappo"]
+
+
 def test_errors_name_the_problem_and_nothing_heavy_is_imported(tmp_path, capsys):
     assert main(["report", str(tmp_path / "missing")]) == 2
     assert "no run folder or trajectory file" in capsys.readouterr().err

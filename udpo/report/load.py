@@ -10,7 +10,8 @@ A folder is recognised by what it holds:
 - *attack run* (``udpo eval --out``): ``summary.json`` with ``rows``, one sub-folder per row;
 - *collection* (e.g. a ``udpo compare`` folder, ``<method>/seed_<s>/`` training runs): any folder
   whose sub-folders (two levels deep at most) are runs; each becomes a child run (training runs with
-  their evaluations only).
+  their evaluations only). Of a compare folder it also reads the table ``udpo compare`` wrote
+  (``results.json``), or while there is none, which ``<method>/seed_<s>/`` runs are done (``done.json``).
 
 Only files inside the run folder are read; nothing else is ever embedded in a page.
 """
@@ -30,6 +31,10 @@ SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
 CONFIG = "config.json"
 CALIBRATION = "calibration.json"
+#: ``udpo compare``'s table (written once every run is done) and a finished run's mark
+RESULTS = "results.json"
+DONE = "done.json"
+SEED_DIR = re.compile(r"^seed_\d+$")
 ITERATION_DIR = re.compile(r"^iter_(\d+)$")
 #: how deep below a collection folder sub-runs are looked for
 COLLECTION_DEPTH = 2
@@ -62,6 +67,7 @@ class Run:
     sets in display order; ``primary`` indexes the one shown first (a training run's latest
     evaluation). metrics / config / calibration: a training run's files; attack: an attack run's
     summary; children: a collection's sub-runs (their sets are also in ``sets``, prefixed).
+    results: a compare folder's ``results.json``; done: its ``<method>/seed_<s>`` runs -> finished.
     """
 
     label: str
@@ -75,6 +81,8 @@ class Run:
     attack: dict[str, Any] | None = None
     children: list[Run] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    results: dict[str, Any] | None = None
+    done: dict[str, bool] = field(default_factory=dict)
 
 
 def load_run(path: str | Path, label: str | None = None, lam: float = 0.5, rollouts: bool = True) -> Run:
@@ -111,6 +119,14 @@ def load_run(path: str | Path, label: str | None = None, lam: float = 0.5, rollo
             + (f" with debates ({'; '.join(skipped)})" if skipped else "")
         )
     run = Run(label, path, "collection", children=children, skipped=skipped)
+    results = read_json(path / RESULTS)
+    if isinstance(results, dict) and isinstance(results.get("methods"), dict):
+        run.results = results
+    run.done = {
+        _relative(d, path): (d / DONE).is_file()
+        for d in sorted(path.glob("*/seed_*"))
+        if d.is_dir() and SEED_DIR.match(d.name)
+    }
     for child in children:
         for s in child.sets:
             s.name = f"{child.label}/{s.name}" if s.name != child.label else child.label

@@ -1,6 +1,7 @@
 """The overview part of a report, rendered as static HTML: per run its debate sets' accuracy and
 uncertainty, a training run's curves (``metrics.jsonl``), calibration and settings, an attack run's
-table, a collection's index. Every text from a file goes through :func:`html.escape`.
+table, a collection's index (a ``udpo compare`` folder's table first). Every text from a file goes
+through :func:`html.escape`.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ KIND_NAMES = {
     "attack": "attack evaluation (udpo eval)",
     "collection": "collection of runs",
 }
+#: ``udpo compare``'s table: results.json's metric keys -> column names, and the method changes are over
+COMPARE_METRICS = {"accuracy": "accuracy", "u_intra": "U_intra", "u_inter": "U_inter", "u_sys": "U_sys"}
+BASELINE = "standard_mad"
 _AGENT_KEY = re.compile(r"^agent_(\d+)/(.+)$")
 
 
@@ -65,6 +69,10 @@ def run_overview(run: Run, tag: str = "") -> str:
         f'<p class="path">{escape(str(run.path))}</p>',
     ]
     if run.kind == "collection":
+        if run.results is not None:
+            parts.append(compare_table(run.results))
+        elif run.done:
+            parts.append(compare_progress(run.done))
         parts.append(collection_index(run, tag))
         parts.extend(f'<p class="warn">skipped: {escape(note)}</p>' for note in run.skipped)
     else:
@@ -112,6 +120,56 @@ def collection_index(run: Run, tag: str) -> str:
             f"({escape(KIND_NAMES.get(child.kind, child.kind))}{acc})</li>"
         )
     return f'<ul class="index">{"".join(items)}</ul>'
+
+
+def interval(mean: Any, low: Any, high: Any, sign: str = "") -> str:
+    """``mean [low, high]`` to three decimals, as ``udpo compare``'s table.md (``sign="+"``: signed)."""
+
+    def f(x: Any) -> str:
+        usable = isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+        return f"{x:{sign}.3f}" if usable else "–"
+
+    return "–" if f(mean) == "–" else f"{f(mean)} [{f(low)}, {f(high)}]"
+
+
+def compare_table(results: dict[str, Any]) -> str:
+    """``udpo compare``'s table as its results.json holds it: per method each metric's mean over seeds
+    with its 95% interval, and accuracy's change over Standard MAD with its paired interval."""
+    rows = []
+    for method, entry in results["methods"].items():
+        entry = entry if isinstance(entry, dict) else {}
+        stats = {m: e if isinstance(e := entry.get(m), dict) else {} for m in COMPARE_METRICS}
+        cells = "".join(
+            f"<td>{interval(e.get('mean'), e.get('low'), e.get('high'))}</td>" for e in stats.values()
+        )
+        acc = stats["accuracy"]
+        change = (
+            "–"
+            if method == BASELINE
+            else interval(acc.get("change"), acc.get("change_low"), acc.get("change_high"), "+")
+        )
+        rows.append(
+            f"<tr><td>{escape(str(method))}</td>{cells}<td>{change}</td>"
+            f"<td>{number(entry.get('n_questions'))}</td></tr>"
+        )
+    seeds = ", ".join(str(s) for s in results.get("seeds") or [])
+    head = "".join(f"<th>{name}</th>" for name in COMPARE_METRICS.values())
+    return (
+        f'<table class="stats compare"><caption>udpo compare (results.json): mean over seeds {escape(seeds)} '
+        f"[95% interval]</caption><thead><tr><th>method</th>{head}<th>accuracy change vs Standard MAD</th>"
+        f"<th>questions</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def compare_progress(done: dict[str, bool]) -> str:
+    """One line for a compare folder without results.json yet: which of its runs are done."""
+    finished = [escape(k) for k, v in done.items() if v]
+    waiting = [escape(k) for k, v in done.items() if not v]
+    return (
+        f'<p class="warn">No results.json yet (udpo compare writes its table once every run is done): '
+        f"{len(finished)} of {len(done)} runs done{' (' + ', '.join(finished) + ')' if finished else ''}"
+        f"{'; not done yet: ' + ', '.join(waiting) if waiting else ''}.</p>"
+    )
 
 
 def attack_table(summary: dict[str, Any]) -> str:
