@@ -3,7 +3,10 @@ and the failure paths (missing model, used run directory, NaN loss, out of memor
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import re
 
 import pytest
 import torch
@@ -24,12 +27,17 @@ def count_eval(trainer, iteration: int) -> dict:
 @pytest.fixture(scope="module")
 def trained(model_path, tmp_path_factory):
     """Two iterations of 2 questions, N=2, T=1, with warm-up calibration and evaluations, natural and
-    with agent 1 compromised by AutoTransform (the built-in profile: no attacker call)."""
+    with agent 1 compromised by AutoTransform (the built-in profile: no attacker call); progress drawn
+    to a captured stderr."""
     out = tmp_path_factory.mktemp("run") / "run"
     attack = {"attack_eval": "autotransform", "attack_eval_attacker": "builtin"}
-    trainer = Trainer(tiny_config(model_path, out, max_iterations=2, **attack), eval_callbacks=[count_eval])
+    config = tiny_config(model_path, out, max_iterations=2, progress=True, **attack)
+    trainer = Trainer(config, eval_callbacks=[count_eval])
     initial = [p.detach().clone() for p in trainer.params]
-    result = trainer.train()
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr):
+        result = trainer.train()
+    trainer.stderr = stderr.getvalue()
     yield trainer, result, initial
     trainer.close()
 
@@ -65,6 +73,18 @@ def test_resuming_a_run_at_its_end_evaluates_it_if_the_last_evaluation_is_missin
     )
     evals = [r for r in read_jsonl(stopped / "metrics.jsonl") if r["kind"] == "eval"]
     assert [r["iteration"] for r in evals][-1] == 2
+
+
+@pytest.mark.slow
+def test_progress_moves_through_every_debate_of_the_run(trained):
+    """The iteration bar and, below it, one debate line relabelled for the warm-up, each evaluation and
+    each iteration's rollout, counting turns as they finish (N=2, T=1: 4 turns a question)."""
+    text = trained[0].stderr
+    assert re.search(r"train: 100%\|[^|]*\| 2/2 ", text)
+    for label in ("warmup", "eval 0", "train 1", "train 2", "eval 2"):
+        done = re.findall(rf"{label}: 100%\|[^|]*\| (\d+)/(\d+) turns", text)
+        assert done and done[-1][0] == done[-1][1] != "0", (label, text[-2000:])
+    assert text.index("eval 0: ") < text.index("train 1: ") < text.index("train 2: ") < text.index("eval 2: ")
 
 
 @pytest.mark.slow
