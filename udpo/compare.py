@@ -246,10 +246,7 @@ def check_same_start(config: CompareConfig) -> None:
     if config.shared_start:
         return
     for seed in config.seeds:
-        seen = {}
-        for method in config.trained():
-            answers = {q: m for q, m in per_question(config.run_dir(method, seed), 0).items()}
-            seen[method] = answers
+        seen = {method: per_question(config.run_dir(method, seed), 0) for method in config.trained()}
         first, ref = next(iter(seen.items()))
         for method, answers in seen.items():
             if answers != ref:
