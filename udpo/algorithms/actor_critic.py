@@ -143,7 +143,6 @@ class ActorCritic(Algorithm):
         k = max(len(s) for row in states for s in row)
         unique = list(dict.fromkeys(s for row in states for per_agent in row for s in per_agent))
         scored = dict(zip(unique, self.critic.values(unique).float().cpu().tolist(), strict=True))
-        values = torch.zeros(m, n, k)
         mask = torch.zeros(m, n, k, dtype=torch.bool)
         raw = torch.zeros(m, n, k)
         targets = torch.zeros(m, n, k)
@@ -152,7 +151,7 @@ class ActorCritic(Algorithm):
                 s = states[d][i]
                 v = torch.tensor([scored[x] for x in s])
                 a, g = gae(v, batch.rewards[d, i], self.config.gamma, self.config.lam)
-                values[d, i, : len(s)], raw[d, i, : len(s)], targets[d, i, : len(s)] = v, a, g
+                raw[d, i, : len(s)], targets[d, i, : len(s)] = a, g
                 mask[d, i, : len(s)] = True
         self.targets = {
             d: list(
