@@ -271,7 +271,6 @@ def test_ablations_zero_their_terms_after_the_overrides(model_path, tmp_path):
     # alpha and beta calibrated on warm-up debates, then zeroed; gamma, lambda_, eta explicit
     explicit = {**EXPLICIT, "warmup_fraction": 0.1, "alpha": None, "beta": None}
     trainer = Trainer(tiny_config(model_path, tmp_path / "run", **explicit, ablations=["intra", "inter"]))
-    trainer.run_dir.mkdir()
     try:
         record = trainer.calibrate()
     finally:

@@ -185,22 +185,26 @@ def run_compare(
     """Train every (method, seed) not yet done (resuming an interrupted one from its latest checkpoint),
     then write the tables, the budget and the diagnosis. ``train``: how one run trains (default
     :func:`udpo.trainer.train`). ``seeds``: train only these (e.g. one process per seed, side by side).
-    Returns the results, or None while runs of other seeds are not done."""
+    Started runs go first. Several compare processes may share the work (one per core): a run another
+    process is training (its folder is locked, :mod:`udpo.training.run_lock`) is left to it.
+    Returns the results, or None while some runs are not done (other seeds, other processes)."""
     from tqdm.auto import tqdm
 
     from udpo import checkpoint as ckpt
+    from udpo.training.errors import RunBusyError
 
     chosen = config.seeds if seeds is None else list(seeds)
     unknown = [s for s in chosen if s not in config.seeds]
     if unknown:
         raise ConfigError(f"seed(s) {unknown} are not among the config's seeds {config.seeds}")
     jobs = [(m, s) for s in chosen for m in config.trained()]
+    jobs.sort(key=lambda job: not ckpt.list_checkpoints(config.run_dir(*job)))  # stable: started first
     for seed in config.seeds:
         check_budgets({m: config.train_config(m, seed) for m in config.trained()})
     if train is None:
         from udpo.trainer import train
     bar = tqdm(jobs, desc="compare", unit="run", disable=not progress)
-    for method, seed in bar:
+    for i, (method, seed) in enumerate(bar, 1):
         run = config.run_dir(method, seed)
         bar.set_postfix_str(f"{method} seed {seed}")
         if (run / DONE).exists():
@@ -210,10 +214,14 @@ def run_compare(
         if resumable:
             tc.resume = "latest"
         bar.write(
-            f"[{jobs.index((method, seed)) + 1}/{len(jobs)}] {method}, seed {seed}"
+            f"[{i}/{len(jobs)}] {method}, seed {seed}"
             f"{' (resuming its latest checkpoint)' if resumable else ''}: {run}"
         )
-        train(tc)
+        try:
+            train(tc)
+        except RunBusyError as e:
+            bar.write(f"[{i}/{len(jobs)}] left to the process that trains it: {e}")
+            continue
         last = max(eval_iterations(run), default=0)
         write_json(run / DONE, {"method": method, "seed": seed, "final_eval": last})
     bar.close()
@@ -392,8 +400,10 @@ def diagnose_gains(config: CompareConfig, runs: dict[str, list[tuple[int, Path, 
 
 
 def format_progress(config: CompareConfig) -> Sequence[str]:
-    """One line per (method, seed): done, started (with its latest checkpoint) or waiting."""
+    """One line per (method, seed): done, started (with its latest checkpoint) or waiting, and which
+    process trains it now."""
     from udpo import checkpoint as ckpt
+    from udpo.training import run_lock
 
     lines = []
     for seed in config.seeds:
@@ -405,5 +415,7 @@ def format_progress(config: CompareConfig) -> Sequence[str]:
                 state = f"started, latest checkpoint {ckpt.resolve(run, 'latest').name}"
             else:
                 state = "waiting"
+            if state != "done" and run_lock.locked(run):
+                state += f" (training now: {run_lock.holder(run)})"
             lines.append(f"{method:14s} seed {seed}: {state}")
     return lines

@@ -35,7 +35,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import torch
@@ -53,10 +53,10 @@ from udpo.env.trajectory import Trajectory, TrajectoryWriter
 from udpo.evaluate import summarize, write_json
 from udpo.reward_functions import load_reward_functions
 from udpo.tracking import Timer, Tracker, accelerate_trackers, progress_bar
-from udpo.training import calibration, checkpointing
+from udpo.training import calibration, checkpointing, run_lock
 from udpo.training.checkpointing import APPEND_ONLY, METRICS_FILE, TRAIN_FILE
 from udpo.training.data import QuestionSchedule, load_training_data, split_warmup
-from udpo.training.errors import TrainingError, explain_oom
+from udpo.training.errors import RunBusyError, TrainingError, explain_oom
 from udpo.training.rollouts import Rollouts
 from udpo.training.update import Updater
 
@@ -145,25 +145,31 @@ class Trainer:
         ]
         self.critic = None  # set before the checkpoint check, which asks whether the run has one
         self.critic_needed = config.algorithm in ("mappo", "rmaac")
-        self._check_run_dir()
-        self.reward_functions = load_reward_functions(config.reward_functions, config.reward_weights)
-        self.data = load_training_data(config, self.world)
+        self._lock = self._lock_run_dir()  # released by close(), or here when setting up fails
+        try:
+            self._check_run_dir()
+            self.reward_functions = load_reward_functions(config.reward_functions, config.reward_weights)
+            self.data = load_training_data(config, self.world)
 
-        set_seed(config.seed)  # identical initialization on every process
-        self._build_policy()
-        set_seed(config.seed + self.rank)  # different sampling per process from here on
-        self.updater = Updater(
-            config,
-            self.policy,
-            self.accelerator,
-            total_steps=self.data.total_iterations * config.update_epochs,
-            warmup_steps=self.data.warmup_steps,
-            critic=self.critic,
-            deepspeed=self.deepspeed,
-        )
-        self.rollouts = Rollouts(
-            config, self.data.task, self.policy, self.rank, self.world, self.run_dir, backend
-        )
+            set_seed(config.seed)  # identical initialization on every process
+            self._build_policy()
+            set_seed(config.seed + self.rank)  # different sampling per process from here on
+            self.updater = Updater(
+                config,
+                self.policy,
+                self.accelerator,
+                total_steps=self.data.total_iterations * config.update_epochs,
+                warmup_steps=self.data.warmup_steps,
+                critic=self.critic,
+                deepspeed=self.deepspeed,
+            )
+            self.rollouts = Rollouts(
+                config, self.data.task, self.policy, self.rank, self.world, self.run_dir, backend
+            )
+        except BaseException:
+            if self._lock is not None:
+                self._lock.close()
+            raise
         self.algorithm = None  # built once the coefficients are known (calibration or checkpoint)
         self.replay = None
         self.tracker: Tracker | None = None
@@ -200,6 +206,20 @@ class Trainer:
             for model in self.policy.models.values():
                 model.gradient_checkpointing_enable()
                 model.enable_input_require_grads()
+
+    def _lock_run_dir(self) -> IO[str] | None:
+        """The main process locks the run directory (:mod:`udpo.training.run_lock`); every process raises
+        RunBusyError when another run holds it."""
+        busy: RunBusyError | None = None
+        handle = None
+        if self.main:
+            try:
+                handle = run_lock.acquire(self.run_dir)
+            except RunBusyError as e:
+                busy = e
+        if dist.any_true(busy is not None):
+            raise busy or RunBusyError(f"{self.run_dir} is being trained by another process")
+        return handle
 
     def _check_run_dir(self) -> None:
         """Before anything loads: the paths the config names, the checkpoint to resume (whole), and a
@@ -466,8 +486,11 @@ class Trainer:
 
     def close(self) -> None:
         """Stop the rollout engine the trainer started (a backend passed in stays open) and the
-        protocol's own models (an entropy_model)."""
+        protocol's own models (an entropy_model), then unlock the run directory."""
         self.rollouts.close()
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
 
 
 def train(config: TrainConfig, eval_callbacks: Sequence[EvalCallback] = ()) -> dict[str, Any]:

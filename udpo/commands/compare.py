@@ -25,8 +25,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=int,
         action="append",
         default=None,
-        help="train only this seed's runs (repeatable; e.g. one process per seed side by side); the tables "
-        "are written once every seed's runs are done",
+        help="train only this seed's runs (repeatable); the tables are written once every seed's runs "
+        "are done. Several compare processes share the work without it: each trains the runs no other "
+        "process is training",
     )
     p.add_argument(
         "--status", action="store_true", help="show which runs are done, started or waiting, then exit"
@@ -71,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
         print(
             "\n".join(
                 [
-                    "runs of other seeds are not done yet; the tables follow when they are:",
+                    "some runs are not done yet (other seeds, or trained by another process); the tables "
+                    "follow when the last of them finishes:",
                     *format_progress(config),
                 ]
             )

@@ -1,0 +1,122 @@
+"""One trainer per run directory: a second process is refused with the holder named, a killed holder
+leaves no stale lock, the trainer and train_udpo.py refuse a locked folder before loading anything, and
+two ``udpo compare`` processes share the runs instead of training one twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from train_helpers import start, tiny_config, write_recipe
+
+from udpo.compare import DONE, CompareConfig, format_progress, run_compare
+from udpo.training import run_lock
+from udpo.training.errors import RunBusyError
+
+HOLD = """
+import sys, time
+from udpo.training.run_lock import acquire
+handle = acquire(sys.argv[1])
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def hold_in_another_process(run_dir: Path) -> subprocess.Popen:
+    """A process that locks ``run_dir`` and keeps it until killed."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(run_dir)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+@pytest.fixture
+def held(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = hold_in_another_process(run_dir)
+    yield run_dir, proc
+    proc.kill()
+    proc.wait()
+
+
+def test_a_second_process_is_refused_and_the_holder_is_named(held):
+    run_dir, proc = held
+    assert run_lock.locked(run_dir)
+    assert run_lock.holder(run_dir).startswith(f"pid {proc.pid} on ")
+    begun = time.monotonic()
+    with pytest.raises(RunBusyError, match=f"being trained by another process \\(pid {proc.pid} on "):
+        run_lock.acquire(run_dir, patience=0.3)
+    assert time.monotonic() - begun >= 0.3  # it waited its patience before giving up
+    assert run_lock.locked(run_dir)  # probing did not take the lock away
+
+
+def test_a_killed_holder_leaves_no_stale_lock(held):
+    run_dir, proc = held
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not run_lock.locked(run_dir)
+    handle = run_lock.acquire(run_dir, patience=0)
+    assert run_lock.holder(run_dir) == f"pid {os.getpid()} on {os.uname().nodename}"
+    # held here now: another process is refused, and closing the file releases it
+    probe = "import sys; from udpo.training.run_lock import acquire; acquire(sys.argv[1], patience=0)"
+    refused = subprocess.run([sys.executable, "-c", probe, str(run_dir)], capture_output=True, text=True)
+    assert refused.returncode != 0 and "being trained by another process" in refused.stderr
+    handle.close()
+    assert not run_lock.locked(run_dir)
+    assert subprocess.run([sys.executable, "-c", probe, str(run_dir)]).returncode == 0
+
+
+def test_the_trainer_refuses_a_locked_run_dir_before_loading_anything(held, model_path):
+    from udpo.trainer import Trainer
+
+    run_dir, proc = held
+    with pytest.raises(RunBusyError, match=f"pid {proc.pid}"):
+        Trainer(tiny_config(model_path, run_dir))
+    assert sorted(p.name for p in run_dir.iterdir()) == [run_lock.LOCK_FILE]  # nothing written
+
+
+def test_train_udpo_exits_with_the_holder_named(held, model_path, tmp_path):
+    run_dir, proc = held
+    run = start(write_recipe(tmp_path / "recipe.yaml", model_path), "--output_dir", str(run_dir))
+    output, _ = run.communicate(timeout=300)
+    assert run.returncode != 0
+    assert f"being trained by another process (pid {proc.pid} on " in output
+    assert sorted(p.name for p in run_dir.iterdir()) == [run_lock.LOCK_FILE]
+
+
+def test_compare_leaves_a_run_another_process_trains_to_it(tmp_path):
+    """Two compare processes share the work: a locked run is skipped (not trained twice), the others are
+    trained, started runs first, and the tables wait for the skipped run."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(json.dumps({"task": "arithmetic", "eval_questions": 2, "max_iterations": 1}))
+    config = CompareConfig(
+        recipe=str(recipe), methods=["udpo", "mappo", "rmaac"], seeds=[0], output_dir=str(tmp_path / "out")
+    )
+    busy = hold_in_another_process(config.run_dir("mappo", 0))
+    started = config.run_dir("rmaac", 0) / "checkpoints" / "iter_000000"
+    started.mkdir(parents=True)
+    (started / "trainer_state.json").write_text("{}")
+    trained = []
+
+    def fake_train(tc):  # what the trainer does first: lock the folder
+        handle = run_lock.acquire(tc.output_dir, patience=0.1)
+        trained.append((Path(tc.output_dir).parent.name, tc.resume))
+        handle.close()
+
+    try:
+        assert any(
+            "mappo          seed 0: waiting (training now: pid " in line for line in format_progress(config)
+        )
+        assert run_compare(config, train=fake_train, progress=False) is None  # mappo is not done
+    finally:
+        busy.kill()
+        busy.wait()
+    assert trained == [("rmaac", "latest"), ("udpo", None)]
+    assert not (config.run_dir("mappo", 0) / DONE).exists()
+    assert (config.run_dir("udpo", 0) / DONE).exists() and (config.run_dir("rmaac", 0) / DONE).exists()
+    assert not any("training now" in line for line in format_progress(config))
