@@ -309,6 +309,7 @@ def test_cli_real_checkpoint_keeps_adapters_of_compromised_agents(model_path, tm
         base_model=model_path,
         agents=[AgentEntry(name=f"agent_{i}", adapter=f"adapters/agent_{i}") for i in range(2)],
         task="arithmetic",
+        debate={"rounds": 0, "max_tokens": 8, "temperature": 0.0, "top_p": 1.0},
     ).save(ckpt)
     out = tmp_path / "out"
     argv = shlex.split(
@@ -333,3 +334,14 @@ def test_cli_real_checkpoint_keeps_adapters_of_compromised_agents(model_path, tm
     # the CLI refuses --agents that disagree with the checkpoint, before loading anything
     assert main([*argv, "--agents", "3", "--out", str(tmp_path / "o2")]) == 2
     assert "checkpoint" in capsys.readouterr().err and not (tmp_path / "o2").exists()
+    # without --rounds and --max-tokens the team debates as it was trained (team.json's "debate")
+    plain = f"eval --checkpoint {ckpt} --no-progress --task arithmetic --limit 2 --out {tmp_path / 'o3'}"
+    assert main(shlex.split(plain)) == 0
+    err = capsys.readouterr().err
+    assert (
+        "as the team was trained: rounds 0, max_tokens 8, temperature 0.0, top_p 1.0 (flags override)" in err
+    )
+    (natural,) = read_trajectories(tmp_path / "o3" / "natural" / "trajectories.jsonl")[:1]
+    assert [len(turns) for turns in natural.turns] == [1, 1]  # round 0 only
+    assert natural.meta["rounds"] == 0 and natural.meta["max_tokens"] == 8
+    assert all(len(turns[0].completion_ids) <= 8 for turns in natural.turns)

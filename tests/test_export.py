@@ -28,7 +28,14 @@ def checkpoint(tiny_path, tmp_path_factory):
     policy = MultiAgentPolicy(tiny_path, n_agents=2, lora=LoraSettings(r=4, alpha=8))
     perturb_adapters(policy)
     folder = tmp_path_factory.mktemp("run") / "checkpoints" / "iter_000010"
-    save_team(policy, folder, task="arithmetic", profiles=["calm", "sceptic"], iteration=10)
+    save_team(
+        policy,
+        folder,
+        task="arithmetic",
+        profiles=["calm", "sceptic"],
+        iteration=10,
+        debate={"rounds": 1, "max_tokens": 40, "temperature": 0.7, "top_p": 1.0},
+    )
     (folder / "optimizer.json").write_text("{}")  # trainer state, not exported
     return folder, policy
 
@@ -51,6 +58,12 @@ def test_export_writes_peft_adapters_and_manifest(checkpoint, tiny_path, tmp_pat
     team = TeamManifest.load(out)
     assert [a.profile for a in team.agents] == ["calm", "sceptic"]
     assert (team.base_model, team.iteration, team.task) == (tiny_path, 10, "arithmetic")
+    assert team.debate == {
+        "rounds": 1,
+        "max_tokens": 40,
+        "temperature": 0.7,
+        "top_p": 1.0,
+    }  # how it was trained
     assert sorted(p.name for p in (out / "adapters" / "agent_1").iterdir()) == [
         "adapter_config.json",
         "adapter_model.safetensors",
@@ -210,9 +223,16 @@ def test_a_malformed_team_file_is_one_line(checkpoint, tmp_path, capsys):
         assert main(["export", str(bad), "--out", str(tmp_path / "out")]) == 2
         err = capsys.readouterr().err
         assert f"{bad / 'team.json'}: {needle}" in err and len(err.strip().splitlines()) == 1, err
-    (bad / "team.json").write_text(json.dumps({**team, "iteration": "ten"}))
-    assert main(["export", str(bad), "--out", str(tmp_path / "out")]) == 2
-    assert "iteration has the wrong type" in capsys.readouterr().err
+    for broken, needle in [
+        ({**team, "iteration": "ten"}, "iteration has the wrong type"),
+        ({**team, "debate": {"rounds": "2"}}, "debate.rounds has the wrong type (str '2')"),
+        ({**team, "debate": {"rounds": True}}, "debate.rounds has the wrong type (bool True)"),
+        ({**team, "debate": {"round": 2}}, "debate has unknown key(s) ['round']"),
+        ({**team, "debate": [2]}, "debate has the wrong type"),
+    ]:
+        (bad / "team.json").write_text(json.dumps(broken))
+        assert main(["export", str(bad), "--out", str(tmp_path / "out")]) == 2
+        assert needle in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 

@@ -18,6 +18,13 @@ from udpo.env.debate import AgentSpec
 TEAM_FILE = "team.json"
 #: the files of one PEFT adapter folder
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+#: the debate settings a trained team records in team.json ("debate"), with their types
+DEBATE_SETTINGS: dict[str, type | tuple[type, ...]] = {
+    "rounds": int,
+    "max_tokens": int,
+    "temperature": (int, float),
+    "top_p": (int, float),
+}
 
 
 @dataclass
@@ -40,7 +47,9 @@ class AgentEntry:
 
 @dataclass
 class TeamManifest:
-    """Contents of ``team.json``. ``root``: the folder it was loaded from or saved to (not written)."""
+    """Contents of ``team.json``. ``debate``: the debate settings the team was trained with (keys of
+    :data:`DEBATE_SETTINGS`; empty for a team saved outside training), which ``udpo eval --checkpoint``
+    debates with unless told otherwise. ``root``: the folder it was loaded from or saved to (not written)."""
 
     base_model: str
     agents: list[AgentEntry]
@@ -48,6 +57,7 @@ class TeamManifest:
     task: str | None = None
     lora: dict = field(default_factory=dict)
     iteration: int = 0
+    debate: dict = field(default_factory=dict)
     root: Path | None = field(default=None, compare=False, repr=False)
 
     @property
@@ -67,6 +77,7 @@ class TeamManifest:
             "agents": [asdict(a) for a in self.agents],
             "lora": dict(self.lora),
             "iteration": self.iteration,
+            "debate": dict(self.debate),
         }
 
     def save(self, directory: str | os.PathLike) -> Path:
@@ -133,8 +144,16 @@ class TeamManifest:
                 "task": (str, type(None)),
                 "lora": (dict, type(None)),
                 "iteration": int,
+                "debate": dict,
             },
         )
+        debate = d.get("debate", {})
+        unknown = sorted(set(debate) - set(DEBATE_SETTINGS))
+        if unknown:
+            raise ValueError(
+                f"{path}: debate has unknown key(s) {unknown}; known: {', '.join(DEBATE_SETTINGS)}"
+            )
+        _check_types(path, debate, DEBATE_SETTINGS, "debate.")
         if not d["base_model"].strip():
             raise ValueError(f"{path}: 'base_model' is empty")
         if d.get("n_agents", len(agents)) != len(agents):
@@ -146,6 +165,7 @@ class TeamManifest:
             task=d.get("task"),
             lora=dict(d.get("lora") or {}),
             iteration=d.get("iteration", 0),
+            debate=dict(debate),
             root=path.parent,
         )
 
@@ -156,9 +176,11 @@ class TeamManifest:
         task: str | None = None,
         profiles: list[str | None] | None = None,
         iteration: int = 0,
+        debate: dict | None = None,
     ) -> TeamManifest:
         """The manifest of a :class:`~udpo.policy.MultiAgentPolicy` whose adapters are (to be) saved
-        under ``adapters/<name>`` (``policy.save_adapters(team_folder / "adapters")``)."""
+        under ``adapters/<name>`` (``policy.save_adapters(team_folder / "adapters")``); ``debate``: the
+        settings it was trained with."""
         if profiles is not None and len(profiles) != policy.n_agents:
             raise ValueError(f"{len(profiles)} profiles for {policy.n_agents} agents")
         return cls(
@@ -176,6 +198,7 @@ class TeamManifest:
             task=task,
             lora=policy.lora.to_dict(),
             iteration=iteration,
+            debate=dict(debate or {}),
         )
 
     def _root(self, root: str | os.PathLike | None) -> Path:
@@ -241,7 +264,8 @@ def _check_types(path: Path, d: dict, types: dict[str, type | tuple[type, ...]],
     """Raise ValueError naming ``path`` and the key when a present key of ``d`` has the wrong type."""
     for key, kind in types.items():
         value = d.get(key)
-        wrong = key in d and (not isinstance(value, kind) or isinstance(value, bool) and kind is int)
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        wrong = key in d and (not isinstance(value, kinds) or isinstance(value, bool) and bool not in kinds)
         if wrong:
             raise ValueError(
                 f"{path}: {prefix}{key} has the wrong type ({type(value).__name__} {value!r:.60})"
@@ -254,9 +278,12 @@ def save_team(
     task: str | None = None,
     profiles: list[str | None] | None = None,
     iteration: int = 0,
+    debate: dict | None = None,
 ) -> TeamManifest:
     """Write a policy's adapters to ``directory/adapters/<name>`` and ``directory/team.json``."""
     policy.save_adapters(Path(directory) / "adapters")
-    manifest = TeamManifest.from_policy(policy, task=task, profiles=profiles, iteration=iteration)
+    manifest = TeamManifest.from_policy(
+        policy, task=task, profiles=profiles, iteration=iteration, debate=debate
+    )
     manifest.save(directory)
     return manifest

@@ -122,29 +122,77 @@ def json_object(text: str) -> dict:
     return value
 
 
-def add_debate_args(p: argparse.ArgumentParser) -> None:
+#: what --rounds, --temperature and --top-p default to
+DEBATE_DEFAULTS = {"rounds": 2, "temperature": 0.7, "top_p": 1.0}
+
+
+def add_debate_args(p: argparse.ArgumentParser, from_team: bool = False) -> None:
+    """The debate flags. ``from_team``: they default to None, to be taken from a trained team's settings
+    (:func:`debate_settings_from_team`), else :data:`DEBATE_DEFAULTS`."""
     g = p.add_argument_group("debate")
     g.add_argument("--agents", type=positive_int, default=3, help="number of agents N (default: 3)")
     g.add_argument(
         "--rounds",
         type=nonnegative_int,
-        default=2,
-        help="debate rounds T after the initial answer (default: 2)",
+        default=None if from_team else DEBATE_DEFAULTS["rounds"],
+        help=f"debate rounds T after the initial answer (default: {_default_text('rounds', from_team)})",
     )
-    add_sampling_args(g)
+    add_sampling_args(g, from_team)
     g.add_argument(
         "--batch-size", type=positive_int, default=16, help="questions debated together (default: 16)"
     )
     g.add_argument("--early-stop", action="store_true", help="stop a debate once all agents agree")
 
 
-def add_sampling_args(g: argparse._ArgumentGroup) -> None:
-    """--temperature, --top-p and --max-tokens (default None: :func:`resolve_max_tokens` picks one)."""
+def add_sampling_args(g: argparse._ArgumentGroup, from_team: bool = False) -> None:
+    """--temperature, --top-p and --max-tokens (default None: :func:`resolve_max_tokens` picks one);
+    ``from_team`` as for :func:`add_debate_args`."""
     g.add_argument(
-        "--temperature", type=nonnegative_float, default=0.7, help="sampling temperature (default: 0.7)"
+        "--temperature",
+        type=nonnegative_float,
+        default=None if from_team else DEBATE_DEFAULTS["temperature"],
+        help=f"sampling temperature (default: {_default_text('temperature', from_team)})",
     )
-    g.add_argument("--top-p", type=top_p, default=1.0, help="nucleus sampling mass in (0, 1] (default: 1.0)")
-    g.add_argument("--max-tokens", type=positive_int, default=None, metavar="N", help=MAX_TOKENS_HELP)
+    g.add_argument(
+        "--top-p",
+        type=top_p,
+        default=None if from_team else DEBATE_DEFAULTS["top_p"],
+        help=f"nucleus sampling mass in (0, 1] (default: {_default_text('top_p', from_team)})",
+    )
+    g.add_argument(
+        "--max-tokens",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help=MAX_TOKENS_HELP.replace("(default: ", "(default: the team's training setting, else ")
+        if from_team
+        else MAX_TOKENS_HELP,
+    )
+
+
+def _default_text(key: str, from_team: bool) -> str:
+    return (
+        f"the team's training setting, else {DEBATE_DEFAULTS[key]}"
+        if from_team
+        else str(DEBATE_DEFAULTS[key])
+    )
+
+
+def debate_settings_from_team(args: argparse.Namespace, team) -> str | None:
+    """Fill the debate flags left unset (None) from the trained team's ``debate`` settings (team.json),
+    the rest from :data:`DEBATE_DEFAULTS` (max tokens: :func:`resolve_max_tokens`); returns the line that
+    says what came from the team (None when nothing did)."""
+    taken = []
+    for key, value in (team.debate if team is not None else {}).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+            taken.append(f"{key} {value}")
+    for key, value in DEBATE_DEFAULTS.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if not taken:
+        return None
+    return f"as the team was trained: {', '.join(taken)} (flags override)"
 
 
 def _names(text: str) -> list[str]:

@@ -25,6 +25,7 @@ from .common import (
     backend_from_args,
     check_run_args,
     debate_config_from_args,
+    debate_settings_from_team,
     load_questions,
     model_name,
     protocol_config_from_args,
@@ -52,7 +53,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "(its latest checkpoint); its base model "
         "replaces --model and its agents (adapters, profiles) are evaluated",
     )
-    add_debate_args(p)
+    add_debate_args(p, from_team=True)  # rounds, temperature, top_p, max tokens: the team's, else defaults
     add_protocol_args(p)
     p.set_defaults(agents=None)  # from the checkpoint, else 3
 
@@ -174,6 +175,7 @@ def check(args: argparse.Namespace) -> tuple[Any, AttackConfig, list[list[int]],
 def run(args: argparse.Namespace) -> int:
     team, attack, sets, protocol_config = check(args)
     n_agents = args.agents
+    trained_as = debate_settings_from_team(args, team)
     note = resolve_max_tokens(args)  # may import torch to ask for a GPU: after the cheap checks
     config = debate_config_from_args(args)
     if team is not None:
@@ -191,7 +193,8 @@ def run(args: argparse.Namespace) -> int:
         "max_tokens": args.max_tokens,
         "seed": args.seed,
     }
-    say(note)  # the default chosen, now that nothing is refused early
+    say(trained_as)  # the settings chosen, now that nothing is refused early
+    say(note)
     with backend_from_args(args) as backend, build_protocol(protocol_config, task, backend) as protocol:
         meta["protocol"] = protocol.describe()
         if team is not None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from udpo import checkpoint as ckpt
 from udpo import distributed as dist
-from udpo.team import save_team
+from udpo.team import DEBATE_SETTINGS, save_team
 
 if TYPE_CHECKING:
     from udpo.trainer import Trainer
@@ -55,7 +55,14 @@ def save(trainer: Trainer, iteration: int) -> Path:
         )
     if t.main:
         assert staging is not None
-        save_team(t.policy, staging, cfg.task, [s.profile for s in t.rollouts.agent_specs()], iteration)
+        save_team(
+            t.policy,
+            staging,
+            cfg.task,
+            [s.profile for s in t.rollouts.agent_specs()],
+            iteration,
+            debate={key: getattr(cfg, key) for key in DEBATE_SETTINGS},
+        )
         if cfg.reference == "lagged":
             t.policy.save_adapters(staging / "reference", reference=True)
         if t.critic is not None:
