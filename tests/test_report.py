@@ -329,6 +329,47 @@ def test_injected_html_in_model_text_stays_text(browser, tmp_path):
     assert browser.find_elements(By.CSS_SELECTOR, "#browse img, #browse b, #browse i") == []
 
 
+def test_who_read_whom_is_shown_where_a_turn_did_not_read_every_peer(browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    from udpo.report.load import compact_debate
+
+    everyone = debate("all", "1", [["1", "1"], ["2", "1"], ["1", "1"]])
+    sparse = debate("ring", "1", [["1", "1"], ["2", "1"], ["1", "1"]])
+    for t in (everyone, sparse):
+        for i in range(3):
+            t.turns[i][1].reads = [[j, 0] for j in range(3) if j != i]
+    sparse.turns[0][1].reads = [[1, 0]]  # agent 0 read only agent 1
+    sparse.turns[2][1].reads = []
+    records = [
+        json.loads(line)
+        for line in write_run(tmp_path / "reads", [everyone, sparse])
+        .joinpath("trajectories.jsonl")
+        .read_text()
+        .splitlines()
+    ]
+    assert "r" not in compact_debate(records[0], [0, 0, 0], {})  # Standard MAD: nothing to say
+    assert compact_debate(records[1], [0, 0, 0], {})["r"] == {
+        "0,1": [[1, 0]],
+        "1,1": [[0, 0], [2, 0]],
+        "2,1": [],
+    }
+    broken = json.loads(json.dumps(records[1]))
+    broken["turns"][0][1]["reads"] = "agent 1"  # not pairs: left out, not an error
+    assert "0,1" not in compact_debate(broken, [0, 0, 0], {})["r"]
+
+    assert open_page(browser, report(tmp_path, tmp_path / "reads")) == []
+    item = open_debate(browser, "ring")
+    item.find_element(By.CSS_SELECTOR, 'td[data-agent="0"][data-round="1"]').click()
+    assert item.find_element(By.CSS_SELECTOR, "p.reads").text == "read: agent 1 (round 0)"
+    item.find_element(By.CSS_SELECTOR, 'td[data-agent="2"][data-round="1"]').click()
+    assert item.find_element(By.CSS_SELECTOR, "p.reads").text == "read: nobody"
+    item = open_debate(browser, "all")
+    item.find_element(By.CSS_SELECTOR, 'td[data-agent="0"][data-round="1"]').click()
+    assert item.find_element(By.CSS_SELECTOR, "pre.text").text == "agent 0 says 1"
+    assert item.find_elements(By.CSS_SELECTOR, "p.reads") == []
+
+
 def test_two_runs_side_by_side_changed_outcomes_first(browser, tmp_path):
     before = [
         debate(f"q{k}", "1", [["1"], ["1" if k % 3 else "2"], ["1" if k % 3 else "2"]]) for k in range(8)

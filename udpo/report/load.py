@@ -238,7 +238,10 @@ def compact_debate(record: dict[str, Any], u: Iterable[float], common: dict[str,
     agent, a letter per round: ``g`` the gold answer, ``w`` another answer, ``n`` unparsed; upper case
     when the turn was cut at the token limit. u: [U_intra, U_inter, U_sys]. x: each turn's text
     (agents x rounds, null where no turn was recorded). m: compromised agents. d: turn details
-    (``"i,t"`` -> JSON text) where a protocol recorded any. meta: the entries not shared by the set.
+    (``"i,t"`` -> JSON text) where a protocol recorded any. r: who each turn of round >= 1 read
+    (``"i,t"`` -> [[agent, round], ...]), only in a debate where some turn did not read every other
+    agent's previous answer (sparse and chosen topologies, stopped agents, attacks on what is read).
+    meta: the entries not shared by the set.
     """
     gold = record["gold"]
     answers = record["answers"]
@@ -276,6 +279,15 @@ def compact_debate(record: dict[str, Any], u: Iterable[float], common: dict[str,
     }
     if details:
         out["d"] = details
+    reads = {
+        (i, t): pairs
+        for i in range(len(answers))
+        for t in range(1, len(answers[i]))
+        if (pairs := _reads(turn(i, t))) is not None
+    }
+    everyone = {(i, t): sorted((j, t - 1) for j in range(len(answers)) if j != i) for i, t in reads}
+    if any(sorted(map(tuple, pairs)) != everyone[key] for key, pairs in reads.items()):
+        out["r"] = {f"{i},{t}": pairs for (i, t), pairs in reads.items()}
     compromised = meta.get("compromised")
     if isinstance(compromised, list) and compromised:
         out["m"] = [int(i) for i in compromised if isinstance(i, int)]
@@ -283,6 +295,15 @@ def compact_debate(record: dict[str, Any], u: Iterable[float], common: dict[str,
     if own:
         out["meta"] = own
     return out
+
+
+def _reads(turn: dict[str, Any] | None) -> list[list[int]] | None:
+    """A turn's ``reads`` ([agent, round] pairs), or None when it has none in that form."""
+    pairs = None if turn is None else turn.get("reads")
+    ok = isinstance(pairs, list) and all(
+        isinstance(p, list) and len(p) == 2 and all(type(x) is int for x in p) for p in pairs
+    )
+    return pairs if ok else None
 
 
 def _text(turn: dict[str, Any] | None) -> str | None:

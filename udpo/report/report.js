@@ -74,6 +74,12 @@
       (s !== s.toLowerCase() ? " · cut at the token limit" : "")));
     var text = d.x[i][t];
     box.appendChild(el("pre", "text", text === null ? "(no turn recorded)" : text));
+    var read = d.r && d.r[i + "," + t];
+    if (read) {
+      box.appendChild(el("p", "reads", "read: " + (read.length ? read.map(function (m) {
+        return "agent " + m[0] + " (round " + m[1] + ")";
+      }).join(", ") : "nobody")));
+    }
     var details = d.d && d.d[i + "," + t];
     if (details) box.appendChild(el("pre", "details", "protocol: " + details));
     return box;
