@@ -17,6 +17,7 @@ from udpo.config import ConfigError
 from udpo.env.tasks.base import Question
 from udpo.team import TeamManifest
 from udpo.trainer import QuestionSchedule, Trainer, TrainingError, explain_oom, split_warmup
+from udpo.training.errors import RunBusyError
 
 
 def count_eval(trainer, iteration: int) -> dict:
@@ -192,7 +193,6 @@ def test_replayed_debates_keep_the_recomputed_behavior_logprobs(model_path, tmp_
         model_path, tmp_path / "run", replay=True, replay_fraction=0.5, eval_questions=0, **EXPLICIT
     )
     trainer = Trainer(config)
-    trainer.run_dir.mkdir()
     temperatures = []
     for name in ("token_logprobs", "reference_logprobs"):
         method = getattr(trainer.policy, name)
@@ -292,9 +292,17 @@ def test_deepspeed_launch_without_gpu_is_a_clear_error(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_a_used_run_directory_needs_resume(trained, model_path):
+    import shutil
+
     trainer, _, _ = trained
-    with pytest.raises(TrainingError, match="already holds a run.*--resume latest"):
+    with pytest.raises(
+        RunBusyError, match="is being trained by another process"
+    ):  # the fixture's, still open
         Trainer(tiny_config(model_path, trainer.run_dir))
+    used = trainer.run_dir.with_name("used")
+    shutil.copytree(trainer.run_dir, used)
+    with pytest.raises(TrainingError, match="already holds a run.*--resume latest"):
+        Trainer(tiny_config(model_path, used))
 
 
 @pytest.mark.slow
