@@ -23,11 +23,12 @@ def main() -> int:
         return 2
     configure_threads()
     from udpo.checkpoint import CheckpointError
+    from udpo.run_lock import RunBusyError
     from udpo.trainer import TrainingError, train
 
     try:
         train(config)
-    except (ValueError, FileNotFoundError, TrainingError, CheckpointError, BackendError) as e:
+    except (ValueError, FileNotFoundError, TrainingError, CheckpointError, BackendError, RunBusyError) as e:
         print(f"train_udpo.py: error: {e}", file=sys.stderr)
         return 2
     return 0

@@ -1,6 +1,7 @@
-"""One trainer per run directory: a second process is refused with the holder named, a killed holder
-leaves no stale lock, the trainer and train_udpo.py refuse a locked folder before loading anything, and
-two ``udpo compare`` processes share the runs instead of training one twice."""
+"""One writer per run folder: a second process is refused with the holder named, a killed holder
+leaves no stale lock, the trainer, train_udpo.py, ``udpo debate`` and ``udpo eval`` refuse a locked
+folder before loading anything, and two ``udpo compare`` processes share the runs instead of training
+one twice."""
 
 from __future__ import annotations
 
@@ -15,13 +16,14 @@ from pathlib import Path
 import pytest
 from train_helpers import start, tiny_config, write_recipe
 
+from udpo import run_lock
+from udpo.cli import main
 from udpo.compare import DONE, CompareConfig, format_progress, run_compare
-from udpo.training import run_lock
-from udpo.training.errors import RunBusyError
+from udpo.run_lock import RunBusyError
 
 HOLD = """
 import sys, time
-from udpo.training.run_lock import acquire
+from udpo.run_lock import acquire
 handle = acquire(sys.argv[1])
 print("held", flush=True)
 time.sleep(600)
@@ -49,7 +51,7 @@ def test_a_second_process_is_refused_and_the_holder_is_named(held):
     assert run_lock.locked(run_dir)
     assert run_lock.holder(run_dir).startswith(f"pid {proc.pid} on ")
     begun = time.monotonic()
-    with pytest.raises(RunBusyError, match=f"being trained by another process \\(pid {proc.pid} on "):
+    with pytest.raises(RunBusyError, match=f"being written by another process \\(pid {proc.pid} on "):
         run_lock.acquire(run_dir, patience=0.3)
     assert time.monotonic() - begun >= 0.3  # it waited its patience before giving up
     assert run_lock.locked(run_dir)  # probing did not take the lock away
@@ -63,9 +65,9 @@ def test_a_killed_holder_leaves_no_stale_lock(held):
     handle = run_lock.acquire(run_dir, patience=0)
     assert run_lock.holder(run_dir) == f"pid {os.getpid()} on {os.uname().nodename}"
     # held here now: another process is refused, and closing the file releases it
-    probe = "import sys; from udpo.training.run_lock import acquire; acquire(sys.argv[1], patience=0)"
+    probe = "import sys; from udpo.run_lock import acquire; acquire(sys.argv[1], patience=0)"
     refused = subprocess.run([sys.executable, "-c", probe, str(run_dir)], capture_output=True, text=True)
-    assert refused.returncode != 0 and "being trained by another process" in refused.stderr
+    assert refused.returncode != 0 and "being written by another process" in refused.stderr
     handle.close()
     assert not run_lock.locked(run_dir)
     assert subprocess.run([sys.executable, "-c", probe, str(run_dir)]).returncode == 0
@@ -85,7 +87,7 @@ def test_train_udpo_exits_with_the_holder_named(held, model_path, tmp_path):
     run = start(write_recipe(tmp_path / "recipe.yaml", model_path), "--output_dir", str(run_dir))
     output, _ = run.communicate(timeout=300)
     assert run.returncode != 0
-    assert f"being trained by another process (pid {proc.pid} on " in output
+    assert f"being written by another process (pid {proc.pid} on " in output and "--resume latest" in output
     assert sorted(p.name for p in run_dir.iterdir()) == [run_lock.LOCK_FILE]
 
 
@@ -120,3 +122,23 @@ def test_compare_leaves_a_run_another_process_trains_to_it(tmp_path):
     assert not (config.run_dir("mappo", 0) / DONE).exists()
     assert (config.run_dir("udpo", 0) / DONE).exists() and (config.run_dir("rmaac", 0) / DONE).exists()
     assert not any("training now" in line for line in format_progress(config))
+
+
+@pytest.mark.parametrize("command", ["debate", "eval"])
+def test_debate_and_eval_refuse_an_out_folder_another_process_writes(held, command, capsys):
+    run_dir, proc = held
+    argv = [
+        command,
+        "--task",
+        "arithmetic",
+        "--limit",
+        "1",
+        "--out",
+        str(run_dir),
+        "--resume",
+        "--no-progress",
+    ]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"being written by another process (pid {proc.pid} on " in err and "continue with --resume" in err
+    assert sorted(p.name for p in run_dir.iterdir()) == [run_lock.LOCK_FILE]

@@ -15,9 +15,9 @@ from train_helpers import EXPLICIT, read_jsonl, tiny_config
 
 from udpo.config import ConfigError
 from udpo.env.tasks.base import Question
+from udpo.run_lock import RunBusyError
 from udpo.team import TeamManifest
 from udpo.trainer import QuestionSchedule, Trainer, TrainingError, explain_oom, split_warmup
-from udpo.training.errors import RunBusyError
 
 
 def count_eval(trainer, iteration: int) -> dict:
@@ -296,7 +296,7 @@ def test_a_used_run_directory_needs_resume(trained, model_path):
 
     trainer, _, _ = trained
     with pytest.raises(
-        RunBusyError, match="is being trained by another process"
+        RunBusyError, match="is being written by another process"
     ):  # the fixture's, still open
         Trainer(tiny_config(model_path, trainer.run_dir))
     used = trainer.run_dir.with_name("used")

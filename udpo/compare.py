@@ -186,12 +186,12 @@ def run_compare(
     then write the tables, the budget and the diagnosis. ``train``: how one run trains (default
     :func:`udpo.trainer.train`). ``seeds``: train only these (e.g. one process per seed, side by side).
     Started runs go first. Several compare processes may share the work (one per core): a run another
-    process is training (its folder is locked, :mod:`udpo.training.run_lock`) is left to it.
+    process is training (its folder is locked, :mod:`udpo.run_lock`) is left to it.
     Returns the results, or None while some runs are not done (other seeds, other processes)."""
     from tqdm.auto import tqdm
 
     from udpo import checkpoint as ckpt
-    from udpo.training.errors import RunBusyError
+    from udpo.run_lock import RunBusyError
 
     chosen = config.seeds if seeds is None else list(seeds)
     unknown = [s for s in chosen if s not in config.seeds]
@@ -403,7 +403,7 @@ def format_progress(config: CompareConfig) -> Sequence[str]:
     """One line per (method, seed): done, started (with its latest checkpoint) or waiting, and which
     process trains it now."""
     from udpo import checkpoint as ckpt
-    from udpo.training import run_lock
+    from udpo import run_lock
 
     lines = []
     for seed in config.seeds:

@@ -42,6 +42,7 @@ import torch
 
 from udpo import checkpoint as ckpt
 from udpo import distributed as dist
+from udpo import run_lock
 from udpo.algorithms import build_algorithm
 from udpo.algorithms.base import RolloutBatch, fill_behavior_logprobs
 from udpo.config import TrainConfig
@@ -53,10 +54,10 @@ from udpo.env.trajectory import Trajectory, TrajectoryWriter
 from udpo.evaluate import summarize, write_json
 from udpo.reward_functions import load_reward_functions
 from udpo.tracking import Timer, Tracker, accelerate_trackers, progress_bar
-from udpo.training import calibration, checkpointing, run_lock
+from udpo.training import calibration, checkpointing
 from udpo.training.checkpointing import APPEND_ONLY, METRICS_FILE, TRAIN_FILE
 from udpo.training.data import QuestionSchedule, load_training_data, split_warmup
-from udpo.training.errors import RunBusyError, TrainingError, explain_oom
+from udpo.training.errors import TrainingError, explain_oom
 from udpo.training.rollouts import Rollouts
 from udpo.training.update import Updater
 
@@ -208,17 +209,17 @@ class Trainer:
                 model.enable_input_require_grads()
 
     def _lock_run_dir(self) -> IO[str] | None:
-        """The main process locks the run directory (:mod:`udpo.training.run_lock`); every process raises
-        RunBusyError when another run holds it."""
-        busy: RunBusyError | None = None
+        """The main process locks the run directory (:mod:`udpo.run_lock`); every process raises
+        RunBusyError when another process holds it."""
+        busy: run_lock.RunBusyError | None = None
         handle = None
         if self.main:
             try:
                 handle = run_lock.acquire(self.run_dir)
-            except RunBusyError as e:
+            except run_lock.RunBusyError as e:
                 busy = e
         if dist.any_true(busy is not None):
-            raise busy or RunBusyError(f"{self.run_dir} is being trained by another process")
+            raise busy or run_lock.RunBusyError(f"{self.run_dir} is being written by another process")
         return handle
 
     def _check_run_dir(self) -> None:

@@ -8,6 +8,7 @@ import json
 
 from udpo.env.protocols import build_protocol
 from udpo.evaluate import previous_debates, run_debates
+from udpo.run_lock import held
 
 from .common import (
     add_backend_args,
@@ -55,6 +56,11 @@ def check(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    with held(args.out, resume="--resume"):  # one process writes --out at a time
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     check(args)
     protocol_config = protocol_config_from_args(args)
     note = resolve_max_tokens(args)

@@ -15,6 +15,7 @@ from typing import Any
 from udpo.attack_eval import check_out_dir, compromised_sets, evaluate_attacks, format_table
 from udpo.env.attacks import ATTACK_NAMES, AttackConfig
 from udpo.env.protocols import ProtocolConfig, build_protocol
+from udpo.run_lock import held
 
 from .argtypes import existing_path, int_list, nonnegative_float, positive_int, probability, seed
 from .common import (
@@ -173,6 +174,11 @@ def check(args: argparse.Namespace) -> tuple[Any, AttackConfig, list[list[int]],
 
 
 def run(args: argparse.Namespace) -> int:
+    with held(args.out, resume="--resume"):  # one process writes --out at a time
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     team, attack, sets, protocol_config = check(args)
     n_agents = args.agents
     trained_as = debate_settings_from_team(args, team)

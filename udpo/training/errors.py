@@ -14,10 +14,6 @@ class TrainingError(RuntimeError):
     """Training cannot go on (non-finite loss, out of memory, a run directory in the way)."""
 
 
-class RunBusyError(TrainingError):
-    """Another process is training in the run directory (:mod:`udpo.training.run_lock`)."""
-
-
 @contextmanager
 def explain_oom(config: TrainConfig) -> Iterator[None]:
     """Re-raise a CUDA out-of-memory error with the settings that lower memory use."""

@@ -1,7 +1,8 @@
-"""One trainer per run directory: an exclusive lock on ``RUN_DIR/.lock`` while a trainer lives.
+"""One writer per run folder: an exclusive lock on ``FOLDER/.lock`` while a trainer lives, or while
+``udpo debate`` / ``udpo eval`` write their ``--out``.
 
-Two processes training into one folder (a command started twice, two ``udpo compare`` processes on the
-same runs) would interleave their appends to metrics.jsonl and the trajectory files and replace each
+Two processes writing one folder (a command started twice, two ``udpo compare`` processes on the same
+runs) would interleave their appends to metrics.jsonl and the trajectory files and replace each
 other's checkpoints. The lock is an advisory ``flock`` on an open file: the kernel drops it when the
 holder closes the file or exits, however it exits (SIGKILL included), so a killed run never leaves a
 stale lock behind and resumes as before. The file names its holder (pid and host) for the error and for
@@ -15,18 +16,23 @@ import fcntl
 import os
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
-
-from udpo.training.errors import RunBusyError
 
 LOCK_FILE = ".lock"
 
 
-def acquire(run_dir: str | os.PathLike, patience: float = 1.0) -> IO[str]:
+class RunBusyError(RuntimeError):
+    """Another process is writing the run folder."""
+
+
+def acquire(run_dir: str | os.PathLike, patience: float = 1.0, resume: str = "--resume latest") -> IO[str]:
     """Lock ``run_dir`` (created if missing) for this process; returns the open lock file, whose
     ``close()`` releases it. Raises :class:`RunBusyError` naming the holder when another process still
-    holds it after ``patience`` seconds (which also covers :func:`locked`'s momentary probe)."""
+    holds it after ``patience`` seconds (which also covers :func:`locked`'s momentary probe); ``resume``:
+    the flag that continues the holder's work, for the message."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     handle = (run_dir / LOCK_FILE).open("a+", encoding="utf-8")
@@ -41,14 +47,24 @@ def acquire(run_dir: str | os.PathLike, patience: float = 1.0) -> IO[str]:
                 continue
             handle.close()
             raise RunBusyError(
-                f"{run_dir} is being trained by another process ({holder(run_dir) or 'holder unknown'}); "
-                "let it finish, or stop it and resume with --resume latest"
+                f"{run_dir} is being written by another process ({holder(run_dir) or 'holder unknown'}); "
+                f"let it finish, or stop it and continue with {resume}"
             ) from None
     handle.seek(0)
     handle.truncate()
     handle.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
     handle.flush()
     return handle
+
+
+@contextmanager
+def held(run_dir: str | os.PathLike, resume: str = "--resume latest") -> Iterator[None]:
+    """Hold ``run_dir``'s lock for a block (:func:`acquire`)."""
+    handle = acquire(run_dir, resume=resume)
+    try:
+        yield
+    finally:
+        handle.close()
 
 
 def locked(run_dir: str | os.PathLike) -> bool:
