@@ -130,7 +130,14 @@ def add_debate_args(p: argparse.ArgumentParser, from_team: bool = False) -> None
     """The debate flags. ``from_team``: they default to None, to be taken from a trained team's settings
     (:func:`debate_settings_from_team`), else :data:`DEBATE_DEFAULTS`."""
     g = p.add_argument_group("debate")
-    g.add_argument("--agents", type=positive_int, default=3, help="number of agents N (default: 3)")
+    g.add_argument(
+        "--agents",
+        type=positive_int,
+        default=None if from_team else 3,
+        help="number of agents N (default: the team's, else 3)"
+        if from_team
+        else "number of agents N (default: 3)",
+    )
     g.add_argument(
         "--rounds",
         type=nonnegative_int,

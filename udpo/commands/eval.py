@@ -56,7 +56,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     add_debate_args(p, from_team=True)  # rounds, temperature, top_p, max tokens: the team's, else defaults
     add_protocol_args(p)
-    p.set_defaults(agents=None)  # from the checkpoint, else 3
 
     g = p.add_argument_group("attack")
     g.add_argument(
