@@ -103,6 +103,9 @@ def test_compare_leaves_a_run_another_process_trains_to_it(tmp_path):
     started = config.run_dir("rmaac", 0) / "checkpoints" / "iter_000000"
     started.mkdir(parents=True)
     (started / "trainer_state.json").write_text("{}")
+    (started.parents[1] / "metrics.jsonl").write_text(  # the trainer is writing its next line
+        '{"kind": "train", "iteration": 1}\n{"kind": "eval", "iteration": 1}\n{"kind": "tra'
+    )
     trained = []
 
     def fake_train(tc):  # what the trainer does first: lock the folder
@@ -111,9 +114,9 @@ def test_compare_leaves_a_run_another_process_trains_to_it(tmp_path):
         handle.close()
 
     try:
-        assert any(
-            "mappo          seed 0: waiting (training now: pid " in line for line in format_progress(config)
-        )
+        status = format_progress(config)
+        assert any("mappo          seed 0: waiting (training now: pid " in line for line in status)
+        assert "rmaac          seed 0: started, latest checkpoint iter_000000, iteration 1 of 1" in status
         assert run_compare(config, train=fake_train, progress=False) is None  # mappo is not done
     finally:
         busy.kill()

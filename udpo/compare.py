@@ -413,9 +413,35 @@ def format_progress(config: CompareConfig) -> Sequence[str]:
                 state = "done"
             elif ckpt.list_checkpoints(run):
                 state = f"started, latest checkpoint {ckpt.resolve(run, 'latest').name}"
+                k, total = last_iteration(run), config.train_config(method, seed).max_iterations
+                if k is not None:
+                    state += f", iteration {k}" + (f" of {total}" if total else "")
             else:
                 state = "waiting"
             if state != "done" and run_lock.locked(run):
                 state += f" (training now: {run_lock.holder(run)})"
             lines.append(f"{method:14s} seed {seed}: {state}")
     return lines
+
+
+def last_iteration(run: Path) -> int | None:
+    """The last training iteration a run's metrics.jsonl records, read while it trains (a line being
+    written is skipped); None before the first."""
+    from udpo.tracking import METRICS_FILE
+
+    try:
+        lines = (run / METRICS_FILE).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if (
+            isinstance(record, dict)
+            and record.get("kind") == "train"
+            and isinstance(record.get("iteration"), int)
+        ):
+            return record["iteration"]
+    return None
