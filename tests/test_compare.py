@@ -109,6 +109,8 @@ def test_tables_come_from_the_final_evaluations_and_finished_runs_are_kept(tmp_p
     out = tmp_path / "out"
     table = (out / "table.md").read_text()
     assert "| udpo | 0.750 [" in table and "+0.500 [" in table
+    assert table.splitlines()[0].endswith("| accuracy per seed |")
+    assert table.splitlines()[3].endswith("| 0.750 |")  # udpo's one seed
     rows = list(csv.DictReader((out / "table.csv").open()))
     assert {(r["method"], r["metric"]) for r in rows} >= {("mappo", "u_sys"), ("standard_mad", "accuracy")}
     budget = list(csv.DictReader((out / "budget.csv").open()))

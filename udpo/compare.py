@@ -335,9 +335,11 @@ def budget_rows(config: CompareConfig) -> list[dict[str, Any]]:
 
 def markdown_table(results: dict[str, Any]) -> str:
     """Table 1: each metric's mean over seeds and 95% interval (questions resampled within each seed),
-    and accuracy's change over Standard MAD with its paired interval."""
-    head = "| method | " + " | ".join(TABLE_METRICS) + " | accuracy change vs Standard MAD |"
-    lines = [head, "|---" * (len(TABLE_METRICS) + 2) + "|"]
+    accuracy's change over Standard MAD with its paired interval, and accuracy per seed."""
+    head = (
+        "| method | " + " | ".join(TABLE_METRICS) + " | accuracy change vs Standard MAD | accuracy per seed |"
+    )
+    lines = [head, "|---" * (len(TABLE_METRICS) + 3) + "|"]
     for method, entry in results["methods"].items():
         cells = [
             f"{entry[m]['mean']:.3f} [{entry[m]['low']:.3f}, {entry[m]['high']:.3f}]" for m in TABLE_METRICS
@@ -348,7 +350,8 @@ def markdown_table(results: dict[str, Any]) -> str:
             if METHODS[method] is None
             else f"{acc['change']:+.3f} [{acc['change_low']:+.3f}, {acc['change_high']:+.3f}]"
         )
-        lines.append(f"| {method} | " + " | ".join(cells) + f" | {change} |")
+        per_seed = ", ".join(f"{v:.3f}" for v in acc["per_seed"])
+        lines.append(f"| {method} | " + " | ".join(cells) + f" | {change} | {per_seed} |")
     return "\n".join(lines)
 
 
