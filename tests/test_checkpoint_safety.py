@@ -168,6 +168,10 @@ def damage(folder: Path, name: str) -> str:
         state = json.loads((folder / ckpt.STATE).read_text())
         (folder / ckpt.STATE).write_text(json.dumps({**state, "files": ["metrics.jsonl"]}))
         return "'files' must map each file"
+    if name == "last_evaluation text":
+        state = json.loads((folder / ckpt.STATE).read_text())
+        (folder / ckpt.STATE).write_text(json.dumps({**state, "last_evaluation": "20"}))
+        return "'last_evaluation' must be an integer >= 0 or null, got '20'"
     if name == "garbage scheduler":
         (folder / "scheduler.json").write_bytes(b"\x80\x04garbage")
         return "scheduler.json: unreadable"
@@ -200,6 +204,7 @@ def damage(folder: Path, name: str) -> str:
 DAMAGES = [
     "no world_size",
     "files not marks",
+    "last_evaluation text",
     "garbage scheduler",
     "garbage optimizer tensors",
     "missing optimizer tensors",

@@ -3,6 +3,8 @@ SIGKILL mid-way that resumes with no lost or duplicated iteration."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import signal
 import time
@@ -125,6 +127,73 @@ def test_killed_run_resumes_without_lost_or_repeated_iterations(model_path, tmp_
         assert state["iteration"] == k and state["optimizer_steps"] == k
         assert state["files"]["trajectories/train.jsonl"]["lines"] == k * per_iteration
         assert TeamManifest.load(ckpts / f"iter_{k:06d}").iteration == k
+
+
+#: an eval callback that SIGKILLs its process the first time the last evaluation runs: after the
+#: evaluation's summary.json is written, before the checkpoint records the evaluation
+KILLER = """
+import os
+import signal
+from pathlib import Path
+
+
+def kill_once(trainer, iteration):
+    marker = Path(os.environ["UDPO_TEST_KILL_MARKER"])
+    if iteration == trainer.data.total_iterations and not marker.exists():
+        marker.write_text("killed")
+        os.kill(os.getpid(), signal.SIGKILL)
+    return {"ran": 1}
+"""
+
+
+@pytest.mark.slow
+def test_a_run_killed_in_its_last_evaluation_resumes_at_that_evaluation(model_path, tmp_path, monkeypatch):
+    (tmp_path / "killer_cb.py").write_text(KILLER)
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    )
+    monkeypatch.setenv("UDPO_TEST_KILL_MARKER", str(tmp_path / "killed"))
+    run, iterations, per_iteration = tmp_path / "run", 2, 2
+    recipe = write_recipe(
+        tmp_path / "recipe.yaml",
+        model_path,
+        output_dir=str(run),
+        max_iterations=iterations,
+        questions_per_iteration=per_iteration,
+        save_steps=iterations,
+        eval_steps=0,
+        eval_at_start=False,
+        eval_callbacks=["killer_cb:kill_once"],
+        **EXPLICIT,
+    )
+    killed = start(recipe)
+    out, _ = killed.communicate(timeout=600)
+    assert killed.returncode == -signal.SIGKILL, out
+    last = run / "checkpoints" / f"iter_{iterations:06d}"
+    assert ckpt.read_state(last)["last_evaluation"] is None  # written before the evaluation
+    summary = run / "eval" / last.name / "summary.json"
+    first_summary = json.loads(summary.read_text())  # written; its metrics line is not in the checkpoint
+
+    resumed = start(recipe, "--resume", "latest")
+    out, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, out
+    records = read_jsonl(run / "metrics.jsonl")
+    assert [r["iteration"] for r in records if r["kind"] == "train"] == [1, 2]  # no iteration repeated
+    evals = [r for r in records if r["kind"] == "eval"]
+    assert [r["iteration"] for r in evals] == [iterations] and evals[0]["kill_once/ran"] == 1
+    assert len(read_jsonl(run / "trajectories" / "train.jsonl")) == iterations * per_iteration
+    assert json.loads(summary.read_text()) == first_summary  # the same evaluation seed, the same debates
+    state = ckpt.read_state(last)
+    assert (
+        state["last_evaluation"] == iterations
+        and state["history"]["after"]["accuracy"] == evals[0]["accuracy"]
+    )
+    assert state["files"]["metrics.jsonl"]["lines"] == len(records)
+
+    again = start(recipe, "--resume", "latest")  # nothing left to do: no second evaluation
+    out, _ = again.communicate(timeout=600)
+    assert again.returncode == 0, out
+    assert read_jsonl(run / "metrics.jsonl") == records
 
 
 @pytest.mark.slow

@@ -169,6 +169,9 @@ def read_state(ckpt: Path) -> dict[str, Any]:
         raise CheckpointError(
             f"{path}: 'files' must map each file to its 'lines' and 'bytes', got {files!r:.100}"
         )
+    last = state.get("last_evaluation")
+    if last is not None and (not isinstance(last, int) or isinstance(last, bool) or last < 0):
+        raise CheckpointError(f"{path}: 'last_evaluation' must be an integer >= 0 or null, got {last!r}")
     for key in ("history", "config"):
         if not isinstance(state.get(key, {}), dict):
             raise CheckpointError(f"{path}: {key!r} must be an object")

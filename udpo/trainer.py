@@ -177,6 +177,7 @@ class Trainer:
         self.calibration: dict[str, Any] | None = None
         self.iteration = 0
         self.history: dict[str, dict[str, Any]] = {}  # "before" / "after" evaluation summaries
+        self.last_evaluation: int | None = None  # iteration of the newest logged evaluation
 
     # ------------------------------------------------------------------------------------------
     # setup
@@ -456,6 +457,10 @@ class Trainer:
                 if cfg.eval_at_start and self.eval_set:
                     self.history["before"] = self._evaluate_and_log(0)
                 self.save_checkpoint(0)
+            elif self._evaluation_due(self.iteration, total) and self.last_evaluation != self.iteration:
+                # stopped while evaluating at its checkpoint (or resumed past the end of a shortened run)
+                self.history["after"] = self._evaluate_and_log(self.iteration)
+                checkpointing.record_evaluation(self, self.iteration)
             for k in range(self.iteration + 1, total + 1):
                 metrics = self.run_iteration(k)
                 self.iteration = k
@@ -464,18 +469,22 @@ class Trainer:
                 bar.set_postfix(
                     acc=f"{record.get('train/accuracy', 0):.2f}", r=f"{record['reward/mean']:.3f}"
                 )
-                if self.eval_set and ((cfg.eval_steps and k % cfg.eval_steps == 0) or k == total):
-                    self.history["after"] = self._evaluate_and_log(k)
-                if k % cfg.save_steps == 0 or k == total:
+                saved = k % cfg.save_steps == 0 or k == total
+                if saved:  # before the evaluation: a run killed while evaluating keeps its iterations
                     self.save_checkpoint(k)
+                if self._evaluation_due(k, total):
+                    self.history["after"] = self._evaluate_and_log(k)
+                    if saved:
+                        checkpointing.record_evaluation(self, k)
         finally:
             bar.close()
-        final = self.run_dir / "eval" / ckpt.checkpoint_name(self.iteration) / "summary.json"
-        if self.eval_set and self.iteration and dist.any_true(self.main and not final.exists()):
-            # resumed at the end without the last evaluation (a run stopped early at a checkpoint)
-            self.history["after"] = self._evaluate_and_log(self.iteration)
         self.tracker.close()
         return {"run_dir": str(self.run_dir), "iterations": self.iteration, **self.history}
+
+    def _evaluation_due(self, k: int, total: int) -> bool:
+        """Whether iteration ``k`` ends with a held-out evaluation: every ``eval_steps`` and at the end."""
+        every = self.config.eval_steps
+        return bool(self.eval_set) and k > 0 and (bool(every and k % every == 0) or k >= total)
 
     def _evaluate_and_log(self, k: int) -> dict[str, Any]:
         start = time.perf_counter()
@@ -483,6 +492,7 @@ class Trainer:
         summary["seconds"] = round(time.perf_counter() - start, 3)
         assert self.tracker is not None
         self.tracker.log(summary, k, kind="eval")
+        self.last_evaluation = k
         return summary
 
     def close(self) -> None:

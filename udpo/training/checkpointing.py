@@ -81,6 +81,7 @@ def save(trainer: Trainer, iteration: int) -> Path:
             "world_size": t.world,
             "files": ckpt.file_marks(t.run_dir, list(APPEND_ONLY)),
             "history": t.history,
+            "last_evaluation": t.last_evaluation,
             "config": cfg.to_dict(),
         }
         ckpt.write_json(staging / ckpt.STATE, state)
@@ -136,6 +137,10 @@ def load(trainer: Trainer, path: Path) -> None:
     t.iteration = state["iteration"]
     t.updater.steps = state["optimizer_steps"]
     t.history = state.get("history", {})
+    # checkpoints of earlier versions were written after the evaluation at their iteration
+    evaluated = t.run_dir / "eval" / ckpt.checkpoint_name(t.iteration) / "summary.json"
+    legacy = t.iteration if dist.any_true(t.main and evaluated.is_file()) else None
+    t.last_evaluation = state.get("last_evaluation", legacy)
     dist.barrier()
     if t.main:
         ckpt.rewind_files(t.run_dir, state["files"])
@@ -144,6 +149,20 @@ def load(trainer: Trainer, path: Path) -> None:
                 shutil.rmtree(folder)
     dist.barrier()
     t.rollouts.sync_adapters(t.iteration)
+
+
+def record_evaluation(trainer: Trainer, iteration: int) -> None:
+    """Checkpoint ``iteration`` was written before its evaluation; take the evaluation into its state
+    (the metrics line, the history) so that resuming there does not evaluate again. Main process."""
+    t = trainer
+    if not t.main:
+        return
+    path = ckpt.checkpoints_dir(t.run_dir) / ckpt.checkpoint_name(iteration)
+    state = ckpt.read_state(path)
+    state.update(
+        files=ckpt.file_marks(t.run_dir, list(APPEND_ONLY)), history=t.history, last_evaluation=iteration
+    )
+    ckpt.write_json(path / ckpt.STATE, state)
 
 
 @contextmanager
