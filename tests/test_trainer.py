@@ -13,6 +13,7 @@ import torch
 from safetensors.torch import load_file
 from train_helpers import EXPLICIT, read_jsonl, tiny_config
 
+from udpo import checkpoint as ckpt
 from udpo.config import ConfigError
 from udpo.env.tasks.base import Question
 from udpo.run_lock import RunBusyError
@@ -57,23 +58,28 @@ def test_every_evaluation_draws_the_same_random_numbers_and_training_keeps_its_o
 
 
 @pytest.mark.slow
-def test_resuming_a_run_at_its_end_evaluates_it_if_the_last_evaluation_is_missing(trained, model_path):
+def test_a_run_resumed_at_a_checkpoint_where_it_now_ends_evaluates_there(trained, model_path):
+    """Checkpoint 1 of a 2-iteration run had no evaluation due; resumed with max_iterations 1 (a run
+    stopped early), it is the end, so the run evaluates it and records that in the checkpoint."""
     import shutil
 
     trainer, _, _ = trained
-    shutil.copytree(trainer.run_dir, trainer.run_dir.with_name("stopped"))
     stopped = trainer.run_dir.with_name("stopped")
-    shutil.rmtree(stopped / "eval" / "iter_000002")  # as if stopped at checkpoint 2 before evaluating
-    again = Trainer(tiny_config(model_path, stopped, max_iterations=2, resume="latest"))
+    shutil.copytree(trainer.run_dir, stopped)
+    checkpoint = stopped / "checkpoints" / "iter_000001"
+    assert ckpt.read_state(checkpoint)["last_evaluation"] == 0
+    again = Trainer(tiny_config(model_path, stopped, max_iterations=1, resume=str(checkpoint)))
     try:
         result = again.train()
     finally:
         again.close()
-    assert (
-        result["after"]["n_questions"] == 2 and (stopped / "eval" / "iter_000002" / "summary.json").exists()
-    )
-    evals = [r for r in read_jsonl(stopped / "metrics.jsonl") if r["kind"] == "eval"]
-    assert [r["iteration"] for r in evals][-1] == 2
+    assert result["iterations"] == 1 and result["after"]["n_questions"] == 2
+    assert (stopped / "eval" / "iter_000001" / "summary.json").exists()
+    assert not (stopped / "eval" / "iter_000002").exists()
+    records = read_jsonl(stopped / "metrics.jsonl")
+    kinds = [(r["kind"], r["iteration"]) for r in records if r["kind"] in ("train", "eval")]
+    assert kinds == [("eval", 0), ("train", 1), ("eval", 1)]
+    assert ckpt.read_state(checkpoint)["last_evaluation"] == 1
 
 
 @pytest.mark.slow
