@@ -116,7 +116,10 @@ def test_compare_leaves_a_run_another_process_trains_to_it(tmp_path):
     try:
         status = format_progress(config)
         assert any("mappo          seed 0: waiting (training now: pid " in line for line in status)
-        assert "rmaac          seed 0: started, latest checkpoint iter_000000, iteration 1 of 1" in status
+        assert (
+            "rmaac          seed 0: started, latest checkpoint iter_000000, iteration 1 of 1, final evaluation"
+            in status
+        )
         assert run_compare(config, train=fake_train, progress=False) is None  # mappo is not done
     finally:
         busy.kill()

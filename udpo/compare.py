@@ -403,8 +403,8 @@ def diagnose_gains(config: CompareConfig, runs: dict[str, list[tuple[int, Path, 
 
 
 def format_progress(config: CompareConfig) -> Sequence[str]:
-    """One line per (method, seed): done, started (with its latest checkpoint) or waiting, and which
-    process trains it now."""
+    """One line per (method, seed): done, started (with its latest checkpoint and last iteration; at
+    the last one, in its final evaluation) or waiting, and which process trains it now."""
     from udpo import checkpoint as ckpt
     from udpo import run_lock
 
@@ -419,6 +419,7 @@ def format_progress(config: CompareConfig) -> Sequence[str]:
                 k, total = last_iteration(run), config.train_config(method, seed).max_iterations
                 if k is not None:
                     state += f", iteration {k}" + (f" of {total}" if total else "")
+                    state += ", final evaluation" if k == total else ""
             else:
                 state = "waiting"
             if state != "done" and run_lock.locked(run):
