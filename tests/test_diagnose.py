@@ -380,3 +380,20 @@ def test_injection_pattern_reads_protocol_stages_and_ignores_procedure_names():
     assert injection_pattern({"protocol": {"stages": [{"name": "digra"}]}}) is None
     assert injection_pattern({"protocol": "diverse_agent_entropy"}) is None  # a procedure's name
     assert injection_pattern({}) is None
+
+
+def test_the_gains_figure_marks_an_empty_bin_once_and_writes_many_values_upright():
+    def bins(gain):
+        return [
+            {"bin": "[0, 0.5)", "n_questions": 4, "gain": gain},
+            {"bin": "[0.5, 1]", "n_questions": 0, "gain": None},
+        ]
+
+    for n_runs, rotation in ((2, 0), (5, 90)):
+        gains = {f"run{k}": {"bins": bins(0.1 * k)} for k in range(n_runs)}
+        ax = diagnose_plots.gains_figure({"baseline": "mad", "stratified_gains": gains}).axes[0]
+        texts = [t.get_text() for t in ax.texts]
+        assert texts.count("no questions") == 1 and "n/a" not in texts
+        values = [t for t in ax.texts if t.get_text() != "no questions"]
+        assert [t.get_text() for t in values] == [f"{10 * k:+d}" for k in range(n_runs)]
+        assert {t.get_rotation() for t in values} == {rotation}

@@ -147,7 +147,8 @@ def selective_figure(summary: dict[str, Any]) -> Figure:
 
 
 def gains_figure(summary: dict[str, Any]) -> Figure:
-    """Grouped bars: accuracy gain (points) over the baseline per bin of the baseline's U_sys."""
+    """Grouped bars: accuracy gain (points) over the baseline per bin of the baseline's U_sys; a bin no
+    question falls in says so once; with many runs the bar values are written upright."""
     gains = summary["stratified_gains"]
     methods = [m for m, g in gains.items() if g["bins"]]
     fig = Figure(figsize=(8.8, 4.2), layout="constrained")
@@ -159,6 +160,7 @@ def gains_figure(summary: dict[str, Any]) -> Figure:
         bins = gains[methods[0]]["bins"]
         x = np.arange(len(bins))
         width = 0.8 / len(methods)
+        upright = len(methods) > 4  # side by side, narrow bars' values would overlap
         for k, method in enumerate(methods):
             rows = gains[method]["bins"]
             heights = [np.nan if b["gain"] is None else 100 * b["gain"] for b in rows]
@@ -171,18 +173,30 @@ def gains_figure(summary: dict[str, Any]) -> Figure:
                 linewidth=0.5,
             )
             for bar, h in zip(bars, heights, strict=True):
-                text = "n/a" if math.isnan(h) else f"{h:+.0f}"
-                y = 0 if math.isnan(h) else h
+                if math.isnan(h):
+                    continue
                 ax.annotate(
-                    text,
-                    (bar.get_x() + bar.get_width() / 2, y),
+                    f"{h:+.0f}",
+                    (bar.get_x() + bar.get_width() / 2, h),
                     ha="center",
-                    va="bottom" if y >= 0 else "top",
+                    va="bottom" if h >= 0 else "top",
+                    rotation=90 if upright else 0,
                     fontsize=8,
-                    xytext=(0, 2 if y >= 0 else -2),
+                    xytext=(0, 2 if h >= 0 else -2),
                     textcoords="offset points",
                 )
         counts = [b["n_questions"] for b in bins]
+        for i in np.flatnonzero(np.array(counts) == 0):
+            ax.annotate(
+                "no questions",
+                (x[i], 0),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+                color="dimgray",
+                xytext=(0, 2),
+                textcoords="offset points",
+            )
         ax.set_xticks(x, [f"{b['bin']}\nn = {n}" for b, n in zip(bins, counts, strict=True)])
         ax.axhline(0, color="black", linewidth=0.8)
         ax.set_xlabel(f"U_sys of the baseline run '{summary['baseline']}' (question difficulty)")
