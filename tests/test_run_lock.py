@@ -130,6 +130,24 @@ def test_compare_leaves_a_run_another_process_trains_to_it(tmp_path):
     assert not any("training now" in line for line in format_progress(config))
 
 
+def test_compare_tables_are_written_by_one_process_at_a_time(tmp_path, monkeypatch):
+    from udpo import compare
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(json.dumps({"task": "arithmetic"}))
+    out = tmp_path / "out"
+    config = CompareConfig(recipe=str(recipe), methods=["udpo"], seeds=[0], output_dir=str(out))
+    busy = hold_in_another_process(out)  # another compare process writing the tables
+    monkeypatch.setattr(compare, "TABLES_PATIENCE", 0.3)
+    try:
+        with pytest.raises(RunBusyError, match="continue with udpo compare --tables-only"):
+            compare.write_results(config)
+    finally:
+        busy.kill()
+        busy.wait()
+    assert sorted(p.name for p in out.iterdir()) == [run_lock.LOCK_FILE]
+
+
 @pytest.mark.parametrize("command", ["debate", "eval"])
 def test_debate_and_eval_refuse_an_out_folder_another_process_writes(held, command, capsys):
     run_dir, proc = held

@@ -74,6 +74,8 @@ BUDGET_FIELDS = (
 )
 TABLE_METRICS = ("accuracy", "u_intra", "u_inter", "u_sys")
 DONE = "done.json"
+#: seconds a process waits for another one writing the tables before giving up
+TABLES_PATIENCE = 600.0
 
 
 @dataclass
@@ -265,7 +267,16 @@ def check_same_start(config: CompareConfig) -> None:
 
 
 def write_results(config: CompareConfig) -> dict[str, Any]:
-    """Tables, budget, results.json and the diagnosis of finished runs."""
+    """Tables, budget, results.json and the diagnosis of finished runs, written by one process at a time
+    (two compare processes can finish their last runs together): the output folder's lock, waited for
+    up to :data:`TABLES_PATIENCE` seconds."""
+    from udpo import run_lock
+
+    with run_lock.held(config.output_dir, resume="udpo compare --tables-only", patience=TABLES_PATIENCE):
+        return _write_results(config)
+
+
+def _write_results(config: CompareConfig) -> dict[str, Any]:
     from udpo.rewards.statistics import paired_bootstrap
 
     out = Path(config.output_dir)

@@ -58,9 +58,11 @@ def acquire(run_dir: str | os.PathLike, patience: float = 1.0, resume: str = "--
 
 
 @contextmanager
-def held(run_dir: str | os.PathLike, resume: str = "--resume latest") -> Iterator[None]:
+def held(
+    run_dir: str | os.PathLike, resume: str = "--resume latest", patience: float = 1.0
+) -> Iterator[None]:
     """Hold ``run_dir``'s lock for a block (:func:`acquire`)."""
-    handle = acquire(run_dir, resume=resume)
+    handle = acquire(run_dir, patience=patience, resume=resume)
     try:
         yield
     finally:
