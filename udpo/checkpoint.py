@@ -149,6 +149,11 @@ def resolve(run_dir: str | os.PathLike, resume: str) -> Path:
     return path
 
 
+def _is_count(value: Any, low: int) -> bool:
+    """An integer (not a bool) of at least ``low``."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
 def read_state(ckpt: Path) -> dict[str, Any]:
     """``trainer_state.json`` of a checkpoint, its keys and types checked."""
     path = ckpt / STATE
@@ -158,7 +163,7 @@ def read_state(ckpt: Path) -> dict[str, Any]:
     counts = {"iteration": 0, "optimizer_steps": 0, "total_iterations": 0, "world_size": 1}
     for key, low in counts.items():
         value = state.get(key)
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        if not _is_count(value, low):
             raise CheckpointError(f"{path}: {key!r} must be an integer >= {low}, got {value!r}")
     files = state.get("files")
     if not isinstance(files, dict) or not all(
@@ -170,7 +175,7 @@ def read_state(ckpt: Path) -> dict[str, Any]:
             f"{path}: 'files' must map each file to its 'lines' and 'bytes', got {files!r:.100}"
         )
     last = state.get("last_evaluation")
-    if last is not None and (not isinstance(last, int) or isinstance(last, bool) or last < 0):
+    if last is not None and not _is_count(last, 0):
         raise CheckpointError(f"{path}: 'last_evaluation' must be an integer >= 0 or null, got {last!r}")
     for key in ("history", "config"):
         if not isinstance(state.get(key, {}), dict):
