@@ -211,3 +211,18 @@ def test_help_states_the_default_budgets(capsys):
         build_parser().parse_args(["debate", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "256 on a GPU or server; on CPU 96 for arithmetic" in text
+
+
+def test_every_command_help_renders_its_percent_signs_once(capsys):
+    """Descriptions are printed as written (argparse formats only the options' help), so a '%%' written
+    there to escape a percent sign reaches the user doubled."""
+    from udpo.cli import build_parser, main
+
+    parser = build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert "compare" in commands and "train" in commands
+    for name in commands:
+        with pytest.raises(SystemExit):
+            main([name, "--help"])  # train forwards to the training parser
+        text = capsys.readouterr().out
+        assert "usage:" in text and "%%" not in text, name

@@ -12,7 +12,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="train several methods on the same budget and compare them",
         description="Train and evaluate the methods of a compare config (standard_mad, mappo, rmaac, udpo, "
         "udpo_wo_intra, udpo_wo_inter, udpo_wo_sys) on the same questions, budget and seeds; write "
-        "OUTPUT_DIR/table.md and table.csv (accuracy, U_intra, U_inter, U_sys: mean over seeds and 95%% "
+        "OUTPUT_DIR/table.md and table.csv (accuracy, U_intra, U_inter, U_sys: mean over seeds and 95% "
         "interval), budget.csv and diagnosis/ (gains over Standard MAD by U_sys level). Runs that finished "
         "are kept; an interrupted one resumes from its latest checkpoint.",
     )
