@@ -9,7 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 
-def build_tiny_llama(folder: str | Path, tokenizer_from: str, seed: int = 0) -> str:
+def build_tiny_llama(
+    folder: str | Path, tokenizer_from: str, seed: int = 0, initializer_range: float = 0.02
+) -> str:
+    """initializer_range: the weights' std; at 0.3 greedy decoding says different things to different prompts."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig
 
@@ -26,6 +29,7 @@ def build_tiny_llama(folder: str | Path, tokenizer_from: str, seed: int = 0) -> 
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
+        initializer_range=initializer_range,
     )
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32)

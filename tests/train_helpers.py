@@ -61,3 +61,10 @@ def start(recipe: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
         cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
+
+
+def token_parity(trajectory, agent: int) -> float:
+    """Share of even token ids in the agent's last completion: a reward that differs between debates even
+    for a tiny random model that never answers right (tests of the update's mechanics use it)."""
+    ids = trajectory.turns[agent][-1].completion_ids
+    return sum(1 for t in ids if t % 2 == 0) / max(len(ids), 1)

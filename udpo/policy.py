@@ -15,14 +15,21 @@ PEFT facts this module relies on: only the active adapter takes part in a forwar
 computed for agent i sends gradients to agent i's adapter alone; ``set_adapter`` switches
 ``requires_grad`` off for the other adapters, so it is switched back on for every adapter the
 optimizer owns after each switch.
+
+Several processes (``symmetric_passes``, set by the trainer): every process scores its own shard, and each
+scoring call runs as many forward passes as the busiest process plans (the others add one-token passes
+whose log-probs enter the result times zero), so DeepSpeed ZeRO-3, which gathers every layer from all
+processes in each forward and backward pass, sees the same collective calls everywhere. Under ZeRO-3 the
+adapters are partitioned too: they are saved inside :meth:`MultiAgentPolicy.full_adapters` and loaded
+and refreshed through :func:`udpo.distributed.gathered`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,6 +37,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from udpo import distributed as dist
 from udpo.env.backends.base import Backend, BackendError, ChatRequest, Completion, ScoreRequest
 from udpo.env.backends.hf import HFBackend, pick_dtype
 from udpo.env.models import resolve_model
@@ -139,18 +147,21 @@ class MultiAgentPolicy:
         self.dtype = pick_dtype(dtype, self.device)
         self.adapter_names = ["shared" if shared_adapter else f"agent_{i}" for i in range(n_agents)]
         self.forward_stats = ForwardStats()  # of every log-prob pass; reset it to measure a span
+        self.symmetric_passes = False  # processes agree on each scoring call's pass count (see module doc)
 
         self.models: dict[str, PeftModel] = {}
         self.tokenizers = {}
-        for base in self.bases:
-            path = resolve_model(base)
+        paths = {base: resolve_model(base) for base in self.bases}
+        configs = {base: _without_dropout(path) for base, path in paths.items()}
+        for base, config in configs.items():  # every base before any weight is read
+            _check_target_modules(config, self.lora.target_modules, base)
+        for base, path in paths.items():
             names = list(
                 dict.fromkeys(
                     n for n, b in zip(self.adapter_names, self.agent_models, strict=True) if b == base
                 )
             )
-            config = _without_dropout(path)
-            _check_target_modules(config, self.lora.target_modules, base)  # before any weight is read
+            config = configs[base]
             backbone = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=self.dtype)
             backbone.to(self.device)
             peft_model = get_peft_model(backbone, self.lora.peft_config(), adapter_name=names[0])
@@ -216,12 +227,24 @@ class MultiAgentPolicy:
         """Copy each adapter into its lagged reference snapshot (``reference="lagged"`` only)."""
         if self.reference != "lagged":
             raise ValueError("refresh_reference() needs reference='lagged' (the reference is the base model)")
-        for i, name in enumerate(self.adapter_names):
-            model = self.model_of(i)
-            snapshot = dict(model.named_parameters())
-            for n, p in model.named_parameters():
-                if f".{name}." in n:
-                    snapshot[n.replace(f".{name}.", f".{name}{REFERENCE_SUFFIX}.")].copy_(p)
+        with dist.gathered(self.lora_parameters(), modifier_rank=0):
+            for i, name in enumerate(self.adapter_names):
+                model = self.model_of(i)
+                snapshot = dict(model.named_parameters())
+                for n, p in model.named_parameters():
+                    if f".{name}." in n:
+                        snapshot[n.replace(f".{name}.", f".{name}{REFERENCE_SUFFIX}.")].copy_(p)
+
+    def lora_parameters(self) -> list[torch.nn.Parameter]:
+        """Every LoRA parameter of the team: the adapters and their lagged snapshots."""
+        return [p for model in self.models.values() for n, p in model.named_parameters() if "lora_" in n]
+
+    @contextmanager
+    def full_adapters(self) -> Iterator[None]:
+        """Inside the block every LoRA parameter holds its full value (ZeRO-3 partitions them); every
+        process must enter it. What :meth:`save_adapters` writes is read inside it."""
+        with dist.gathered(self.lora_parameters()):
+            yield
 
     # log-probs --------------------------------------------------------------------------------------
     def token_logprobs(
@@ -322,6 +345,7 @@ class MultiAgentPolicy:
             raise ValueError(f"batch_size and token_budget must be >= 1, got {batch_size} and {token_budget}")
         sequences, passes = plan_passes(prompt_ids, completion_ids, batch_size, token_budget)
         pad = self.tokenizer_of(agent).pad_token_id
+        padding = dist.max_over_processes(len(passes)) - len(passes) if self.symmetric_passes else 0
         out = [torch.zeros(0, device=self.device)] * len(prompt_ids)
         model.train(grad)  # LoRA dropout and gradient checkpointing act in training mode only
         try:
@@ -333,6 +357,12 @@ class MultiAgentPolicy:
                         out[k] = lp
                     width = len(chunk[-1].ids)
                     self.forward_stats.add(len(chunk) * width, sum(len(seq.ids) for seq in chunk))
+                # empty work: a one-token pass that adds zero to the result but takes part in backward
+                empty = PackedSequence([pad, pad], [(0, 1, 1)])
+                for _ in range(padding):
+                    (lp,) = _forward_logprobs(model, [empty], pad, self.device)
+                    if out:
+                        out[0] = out[0] + 0.0 * lp.sum()
         finally:
             model.eval()
         return out
@@ -352,6 +382,10 @@ class MultiAgentPolicy:
             folder = Path(directory) / name
             folder.mkdir(parents=True, exist_ok=True)
             state = get_peft_model_state_dict(model, adapter_name=source)
+            if any(v.numel() == 0 for v in state.values()):
+                raise RuntimeError(
+                    f"adapter {source!r} is partitioned (DeepSpeed ZeRO-3): save it inside policy.full_adapters()"
+                )
             save_file(
                 {k: v.detach().cpu().contiguous() for k, v in state.items()}, str(folder / ADAPTER_WEIGHTS)
             )
@@ -390,9 +424,9 @@ class MultiAgentPolicy:
             self._check_adapter_config(folder / ADAPTER_CONFIG)
             target = name + (REFERENCE_SUFFIX if reference else "")
             model = self.model_of(i)
-            result = set_peft_model_state_dict(
-                model, load_file(str(folder / ADAPTER_WEIGHTS)), adapter_name=target
-            )
+            state = load_file(str(folder / ADAPTER_WEIGHTS))
+            with dist.gathered(self.lora_parameters(), modifier_rank=0):
+                result = set_peft_model_state_dict(model, state, adapter_name=target)
             missing = [k for k in result.missing_keys if f".{target}." in k]
             if result.unexpected_keys or missing:
                 raise ValueError(
@@ -514,6 +548,24 @@ def _without_dropout(path: str):
     return config
 
 
+@contextmanager
+def outside_zero3_init() -> Iterator[None]:
+    """Build models as if no DeepSpeed config were registered. transformers wraps ``from_config`` and
+    ``from_pretrained`` in ``deepspeed.zero.Init`` whenever accelerate has registered a ZeRO-3 config
+    (whatever ``zero3_init_flag`` says), and a meta-device skeleton cannot be partitioned."""
+    try:
+        from transformers.integrations import deepspeed as hf_deepspeed
+    except ImportError:
+        yield
+        return
+    registered = hf_deepspeed._hf_deepspeed_config_weak_ref
+    hf_deepspeed.unset_hf_deepspeed_config()
+    try:
+        yield
+    finally:
+        hf_deepspeed._hf_deepspeed_config_weak_ref = registered
+
+
 def _check_target_modules(config, targets: Sequence[str], model: str) -> None:
     """Raise ValueError naming ``lora_target_modules`` when an entry names no module of the model, matched
     as PEFT does (the module's name or its last dotted parts). The modules come from a skeleton built
@@ -521,7 +573,7 @@ def _check_target_modules(config, targets: Sequence[str], model: str) -> None:
     from accelerate import init_empty_weights
     from transformers import AutoModelForCausalLM
 
-    with init_empty_weights():
+    with outside_zero3_init(), init_empty_weights():
         skeleton = AutoModelForCausalLM.from_config(config)
     names = [n for n, _ in skeleton.named_modules()]
     missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]

@@ -104,8 +104,9 @@ class Tracker:
         return record
 
     def close(self) -> None:
-        if self.trackers:
-            self.accelerator.end_training()
+        """Finish the trackers (the process group is left to whoever ends the run)."""
+        for tracker in self.accelerator.trackers if self.trackers else ():
+            tracker.finish()
 
 
 def read_metrics(run_dir: str | os.PathLike, kind: str | None = None) -> list[dict[str, Any]]:

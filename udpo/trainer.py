@@ -72,6 +72,23 @@ def deepspeed_launch() -> bool:
     return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() in ("1", "true")
 
 
+def process_group_settings() -> dict[str, Any]:
+    """How the Accelerator forms the process group on this machine.
+
+    GPUs: accelerate's defaults (NCCL). CPU: plain launches (torchrun, DDP) need ``cpu=True`` to form a
+    gloo group; a DeepSpeed launch needs ``cpu=False`` with gloo named (with ``cpu=True`` accelerate turns
+    it into DDP; without a backend each process forms a group of its own) and DeepSpeed's CPU accelerator.
+    """
+    if torch.cuda.is_available():
+        return {}
+    if not deepspeed_launch():
+        return {"cpu": True}
+    from accelerate.utils import InitProcessGroupKwargs
+
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    return {"cpu": False, "kwargs_handlers": [InitProcessGroupKwargs(backend="gloo")]}
+
+
 def load_callbacks(specs: Sequence[str]) -> list[EvalCallback]:
     """Import eval callbacks named ``package.module:function``."""
     out = []
@@ -122,15 +139,8 @@ class Trainer:
             if config.bf16 is not None
             else torch.cuda.is_available() and torch.cuda.is_bf16_supported()
         )
-        if deepspeed_launch() and not torch.cuda.is_available():
-            # accelerate (1.15) turns a DeepSpeed launch into plain DDP when cpu=True, and with cpu=False
-            # the processes never form a group: each would train alone on the same output_dir
-            raise TrainingError(
-                "DeepSpeed needs CUDA GPUs: accelerate forms no DeepSpeed process group on a CPU-only machine. "
-                "On CPU, launch without the DeepSpeed config (torchrun or accelerate launch: DDP over gloo)"
-            )
         self.accelerator = Accelerator(
-            cpu=not torch.cuda.is_available(),  # on CPU, torchrun processes form a gloo group only with cpu=True
+            **process_group_settings(),
             mixed_precision="bf16" if use_bf16 else "no",
             log_with=accelerate_trackers(config.report_to) or None,
             project_dir=str(self.run_dir),
@@ -165,7 +175,14 @@ class Trainer:
                 deepspeed=self.deepspeed,
             )
             self.rollouts = Rollouts(
-                config, self.data.task, self.policy, self.rank, self.world, self.run_dir, backend
+                config,
+                self.data.task,
+                self.policy,
+                self.rank,
+                self.world,
+                self.run_dir,
+                backend,
+                engine=self.updater.engine,
             )
         except BaseException:
             if self._lock is not None:
@@ -200,6 +217,7 @@ class Trainer:
                 device=str(self.accelerator.device),
                 reference=config.reference,
             )
+        self.policy.symmetric_passes = self.world > 1
         if self.critic_needed:
             from udpo.algorithms.critic import Critic
 
@@ -294,8 +312,10 @@ class Trainer:
     def debate_protocol(self) -> Protocol:
         return self.rollouts.protocol()
 
-    def debate(self, questions: Sequence[Question], meta: dict[str, Any]) -> list[Trajectory]:
-        return self.rollouts.debate(questions, meta)
+    def debate(
+        self, questions: Sequence[Question], meta: dict[str, Any], protocol: Protocol | None = None
+    ) -> list[Trajectory]:
+        return self.rollouts.debate(questions, meta, protocol=protocol)
 
     def calibrate(self) -> dict[str, Any]:
         """The calibration record of this run (:func:`udpo.training.calibration.calibrate`)."""
@@ -350,7 +370,7 @@ class Trainer:
         adversary = getattr(self.algorithm, "adversary", None)  # rmaac perturbs what agents read in training
         protocol = self.debate_protocol().with_stages(adversary(self.task)) if adversary else None
         with timer("rollout"):
-            fresh = self.rollouts.debate(questions, {"phase": "train", "iteration": k}, protocol=protocol)
+            fresh = self.debate(questions, {"phase": "train", "iteration": k}, protocol=protocol)
         tokens = sum(len(turn.completion_ids) for t in fresh for row in t.turns for turn in row)
         if self.main:
             with TrajectoryWriter(self.run_dir / TRAIN_FILE) as writer:
@@ -511,6 +531,9 @@ def train(config: TrainConfig, eval_callbacks: Sequence[EvalCallback] = ()) -> d
         result = trainer.train()
     finally:
         trainer.close()
+        # every process leaves the group before exiting: a process that exits while its collective
+        # threads run aborts ("terminate called without an active exception")
+        trainer.accelerator.end_training()
     if trainer.main:
         print(format_result(result))
     return result

@@ -53,18 +53,12 @@ def save(trainer: Trainer, iteration: int) -> Path:
         t.accelerator.save_state(
             str(ckpt.checkpoints_dir(t.run_dir) / f".staging-{final.name}" / "deepspeed")
         )
+    with t.policy.full_adapters():  # every process: ZeRO-3 gathers the adapters to write them
+        if t.main:
+            assert staging is not None
+            _write_team(t, staging, iteration)
     if t.main:
         assert staging is not None
-        save_team(
-            t.policy,
-            staging,
-            cfg.task,
-            [s.profile for s in t.rollouts.agent_specs()],
-            iteration,
-            debate={key: getattr(cfg, key) for key in DEBATE_SETTINGS},
-        )
-        if cfg.reference == "lagged":
-            t.policy.save_adapters(staging / "reference", reference=True)
         if t.critic is not None:
             t.critic.save(staging / "critic")
         if not t.deepspeed:
@@ -89,6 +83,21 @@ def save(trainer: Trainer, iteration: int) -> Path:
         ckpt.prune(t.run_dir, cfg.save_total_limit)
     dist.barrier()
     return final
+
+
+def _write_team(t: Trainer, staging: Path, iteration: int) -> None:
+    """The team (manifest and adapters) and, with a lagged reference, its snapshots (main process)."""
+    cfg = t.config
+    save_team(
+        t.policy,
+        staging,
+        cfg.task,
+        [s.profile for s in t.rollouts.agent_specs()],
+        iteration,
+        debate={key: getattr(cfg, key) for key in DEBATE_SETTINGS},
+    )
+    if cfg.reference == "lagged":
+        t.policy.save_adapters(staging / "reference", reference=True)
 
 
 def load(trainer: Trainer, path: Path) -> None:

@@ -31,7 +31,8 @@ class Rollouts:
     """Debates with the policy's current adapters.
 
     backend: a running engine of kind ``config.backend`` to use instead of starting one (it is never
-    closed here); otherwise one is started for the policy."""
+    closed here); otherwise one is started for the policy. engine: the DeepSpeed engine of a ZeRO-3 run,
+    whose weights ``hf`` rollouts gather once per debate call (:func:`udpo.distributed.whole_model`)."""
 
     def __init__(
         self,
@@ -42,8 +43,10 @@ class Rollouts:
         world: int,
         run_dir: Path,
         backend: Backend | None = None,
+        engine=None,
     ):
         self.config, self.task, self.policy = config, task, policy
+        self.engine = engine if config.backend == "hf" else None
         self.rank, self.world, self.main = rank, world, rank == 0
         self.run_dir = run_dir
         self.own_backend = backend is None
@@ -113,7 +116,8 @@ class Rollouts:
         )
         with explain_oom(self.config):
             self.line.reset(desc=" ".join(str(meta[k]) for k in ("phase", "iteration") if k in meta))
-            local = env.run([questions[i] for i in idx], progress=self.line)
+            with dist.whole_model(self.engine):
+                local = env.run([questions[i] for i in idx], progress=self.line)
         return dist.gather_in_order(local, idx, len(questions))
 
     @contextmanager
@@ -138,7 +142,8 @@ class Rollouts:
         if self.config.backend == "hf":
             return
         folder = self.run_dir / "sync" / f"rank{self.rank}" / ckpt.checkpoint_name(k)
-        paths = self.policy.save_adapters(folder)
+        with self.policy.full_adapters():
+            paths = self.policy.save_adapters(folder)
         for name, path in paths.items():
             self.backend.load_adapter(name, path)
         self._sync_dirs.append(folder)

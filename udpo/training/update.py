@@ -1,6 +1,16 @@
 """The optimizer and one update: per epoch, agent and micro-batch, the agent's log-probs, the
 algorithm's loss and backward; then the critic's loss (critic-based algorithms); gradients summed over
-processes, each adapter's (and the critic's) norm clipped on its own, one AdamW step."""
+processes, each adapter's (and the critic's) norm clipped on its own, one AdamW step.
+
+The same steps run on every path. Without DeepSpeed the gradients are summed with one all-reduce
+(:func:`udpo.distributed.sum_gradients`) and the optimizer is torch's AdamW. Under DeepSpeed (ZeRO-2/3)
+the engine owns the optimizer and reduces (ZeRO-2/3: partitions) the gradients during backward; each
+adapter's norm, the non-finite check and the clipping then read and scale the full gradients through
+DeepSpeed's ``safe_get_full_grad`` / ``safe_set_full_grad`` before the engine steps, so DeepSpeed's own
+``gradient_clipping`` (over all adapters together) stays off. Every process runs the same number of
+backward passes (micro-batches of the smallest shard's size) and, through the policy's
+``symmetric_passes``, of forward passes.
+"""
 
 from __future__ import annotations
 
@@ -47,6 +57,8 @@ class Updater:
         if critic is not None:
             groups.append({"params": critic.parameters(), "adapter": "critic"})
         self.params = [p for g in groups for p in g["params"]]
+        #: adapter (or "critic") -> its parameters: what is clipped on its own
+        self.groups = {g["adapter"]: g["params"] for g in groups}
         dist.broadcast_parameters(self.params)  # identical start on every process
         self.optimizer = torch.optim.AdamW(
             groups,
@@ -60,6 +72,7 @@ class Updater:
             name, self.optimizer, num_warmup_steps=warmup_steps, num_training_steps=total_steps
         )
         self.steps = 0
+        self.engine = None  # the DeepSpeed engine (wrapping the base model) under DeepSpeed
         if deepspeed:
             self._prepare_deepspeed(critic)
 
@@ -71,23 +84,32 @@ class Updater:
             )
         if len(self.policy.models) != 1:
             raise ValueError("DeepSpeed training supports one base model; agent_models lists several")
+        ds_config = self.accelerator.state.deepspeed_plugin.deepspeed_config
+        clipping = ds_config.get("gradient_clipping", "auto")
+        if clipping != "auto" and float(clipping) > 0:
+            raise ValueError(
+                f"the DeepSpeed config sets gradient_clipping {clipping}: UDPO clips each adapter's gradient "
+                f"norm itself (max_grad_norm={self.config.max_grad_norm}); set gradient_clipping to 0"
+            )
+        ds_config["gradient_clipping"] = 0.0
         (base,) = self.policy.models
-        # every backward (one per agent and micro-batch) accumulates; DeepSpeed steps after the last one
+        # every backward (one per agent and micro-batch) accumulates; the engine steps after the last one
         self.accelerator.gradient_accumulation_steps = (
             self.config.n_agents * self.config.gradient_accumulation_steps
         )
         model, self.optimizer, self.scheduler = self.accelerator.prepare(
             self.policy.models[base], self.optimizer, self.scheduler
         )
-        self._ds_model = model
+        self.engine = model
 
-    def micro_batches(self, local: list[int]) -> list[list[int]]:
-        """This process's debates split into ``gradient_accumulation_steps`` micro-batches."""
-        ga = self.config.gradient_accumulation_steps
-        if len(local) < ga:
+    def micro_batches(self, local: list[int], total: int) -> list[list[int]]:
+        """This process's debates split into ``gradient_accumulation_steps`` micro-batches (of ``total``
+        debates over all processes: every process decides alike, from the smallest shard)."""
+        ga, smallest = self.config.gradient_accumulation_steps, total // self.world
+        if smallest < ga:
             raise ValueError(
-                f"gradient_accumulation_steps={ga} is more than this process's {len(local)} debates per "
-                f"update; lower it or raise questions_per_iteration"
+                f"gradient_accumulation_steps={ga} is more than the {smallest} debates per update that the "
+                f"least busy of {self.world} process(es) has; lower it or raise questions_per_iteration"
             )
         return [chunk.tolist() for chunk in np.array_split(np.asarray(local), ga)]
 
@@ -120,7 +142,7 @@ class Updater:
         """
         cfg, total = self.config, len(batch.trajectories)
         local = dist.shard(total, self.rank, self.world)
-        chunks = self.micro_batches(local)
+        chunks = self.micro_batches(local, total)
         self.policy.forward_stats.reset()
         with self.accelerator.autocast():
             reference = self._reference_logprobs(algorithm, batch, local)
@@ -192,34 +214,64 @@ class Updater:
 
     def _backward(self, loss: torch.Tensor) -> None:
         if self.deepspeed:
-            # DeepSpeed divides by its accumulation steps and averages over processes; undo both so the
+            # the engine divides by its accumulation steps and averages over processes; undo both so the
             # gradient is the same batch mean as on the plain path
-            with self.accelerator.accumulate(self._ds_model):
-                self.accelerator.backward(loss * self.accelerator.gradient_accumulation_steps * self.world)
+            self.engine.backward(loss * self.engine.gradient_accumulation_steps() * self.world)
+            if not self.engine.is_gradient_accumulation_boundary():
+                self.engine.step()  # counts the micro-step; the real step is in :meth:`step`
         else:
             loss.backward()
 
     def step(self, iteration: int, on_non_finite: NonFinite) -> dict[str, list[float]]:
         """Sum gradients over processes, clip each group's norm, step; returns the norms."""
-        cfg, norms = self.config, {}
         if not self.deepspeed:
             dist.sum_gradients(self.params)
-            for group in self.optimizer.param_groups:
-                limit = cfg.max_grad_norm if cfg.max_grad_norm > 0 else float("inf")
-                norm = torch.nn.utils.clip_grad_norm_(group["params"], limit)
-                norms[group["adapter"]] = float(norm)
-            bad = [a for a, n in norms.items() if not math.isfinite(n)]
-            if bad:
-                self.zero_grad()
-                on_non_finite(iteration, f"gradient norm of adapter(s) {bad} is not finite", {})
+        norms = {}
+        limit = self.config.max_grad_norm if self.config.max_grad_norm > 0 else float("inf")
+        for adapter, params in self.groups.items():
+            grads = [self._grad(p) for p in params]
+            norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))
+            norms[adapter] = float(norm)
+            scale = min(limit / (float(norm) + 1e-6), 1.0)  # as torch's clip_grad_norm_
+            if math.isfinite(scale) and scale < 1.0:  # the same decision on every process: a full norm
+                for p, g in zip(params, grads, strict=True):
+                    self._set_grad(p, g * scale)
+        bad = [a for a, n in norms.items() if not math.isfinite(n)]
+        if bad:
+            self.zero_grad()
+            on_non_finite(iteration, f"gradient norm of adapter(s) {bad} is not finite", {})
+        if self.deepspeed:
+            self.engine.step()  # the optimizer step and the schedule
+        else:
             self.optimizer.step()
-        self.scheduler.step()
+            self.scheduler.step()
         self.zero_grad()
         self.steps += 1
         return {f"grad_norm/{a}": [n] for a, n in norms.items()}
 
+    def _grad(self, p: torch.nn.Parameter) -> torch.Tensor:
+        """The full gradient of ``p`` (a zero tensor where no loss reached it)."""
+        if self.deepspeed:
+            from deepspeed.utils import safe_get_full_grad
+
+            g = safe_get_full_grad(p)
+        else:
+            g = p.grad
+        return torch.zeros(p.ds_shape if hasattr(p, "ds_shape") else p.shape) if g is None else g
+
+    def _set_grad(self, p: torch.nn.Parameter, g: torch.Tensor) -> None:
+        if self.deepspeed:
+            from deepspeed.utils import safe_set_full_grad
+
+            safe_set_full_grad(p, g)
+        elif p.grad is not None:
+            p.grad.copy_(g)
+
     def zero_grad(self) -> None:
-        self.optimizer.zero_grad(set_to_none=True)
+        if self.deepspeed:
+            self.engine.zero_grad()
+        else:
+            self.optimizer.zero_grad(set_to_none=True)
 
 
 def _set_behavior(batch: RolloutBatch, agent: int, debates: list[int], flat: list[torch.Tensor]) -> None:
