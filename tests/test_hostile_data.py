@@ -84,6 +84,18 @@ def test_a_byte_order_mark_is_valid_utf8(tmp_path):
             json.dumps({**CSQA, "choices": {"label": ["A", 2], "text": ["fridge", "oven"]}}).encode(),
             "{path}:1: in 'choices', 'label': entries must be strings, got int",
         ),
+        (  # nulls where labels belong: a data error, not an AttributeError on None.strip()
+            "commonsenseqa",
+            "d.jsonl",
+            json.dumps({**CSQA, "choices": {"label": [None] * 3, "text": ["a", "b", "c"]}}).encode(),
+            "{path}:1: in 'choices', 'label': entries must be strings, got NoneType None at index 0",
+        ),
+        (
+            "commonsenseqa",
+            "d.jsonl",
+            json.dumps({**CSQA, "choices": {"label": ["A", "B", "C"], "text": ["a", None, "c"]}}).encode(),
+            "{path}:1: in 'choices', 'text': entries must be strings, got NoneType None at index 1",
+        ),
         ("gsm8k", "d.jsonl", b'{"question": "q", "answer": "#### 1"}', None),  # no newline: still a record
         (
             "gsm8k",

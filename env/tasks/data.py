@@ -220,9 +220,11 @@ def get_text(record: Mapping[str, Any], key: str, where: str) -> str:
 
 def strings(values: list, where: str) -> list[str]:
     """``values`` when every one is a string, else a DataError naming ``where``."""
-    bad = next((v for v in values if not isinstance(v, str)), None)
-    if bad is not None:
-        raise DataError(f"{where}: entries must be strings, got {type(bad).__name__} {bad!r:.60}")
+    for k, value in enumerate(values):
+        if not isinstance(value, str):
+            raise DataError(
+                f"{where}: entries must be strings, got {type(value).__name__} {value!r:.60} at index {k}"
+            )
     return values
 
 
