@@ -15,7 +15,7 @@ import pytest
 from udpo.cli import main
 from udpo.env.backends.scripted import ScriptedBackend
 from udpo.env.tasks import get_task
-from udpo.env.tasks.data import DataError
+from udpo.env.tasks.data import DataError, iter_csv
 from udpo.env.trajectory import read_trajectories
 
 GSM = {"question": "Tom has 3 apples and buys 4. How many?", "answer": "3 + 4 = 7\n#### 7"}
@@ -115,6 +115,60 @@ def test_bad_data_files_are_named(tmp_path, task, name, content, message):
     with pytest.raises(DataError) as e:
         load(task, path, split)
     assert message.format(path=path) in str(e.value) and "\n" not in str(e.value)
+
+
+ROW = "A,B,Is the sky blue?,Yes,Yes,No,src\n"
+
+
+@pytest.mark.parametrize(
+    ("task", "content", "message"),
+    [
+        (  # an unclosed quote on line 3 runs to the end of the file: named where it opens
+            "truthfulqa",
+            f'{TQA_HEADER}\n{ROW}A,B,"Is it?,Yes,Yes,No,src\n{ROW}{ROW}',
+            "{path}:3: a quote opened in this row is never closed (the file ends inside the field)",
+        ),
+        (
+            "truthfulqa",
+            f'{TQA_HEADER}\n{ROW}A,B,Is it?,Yes,Yes,"{"x" * 1_000_000}",src\n',
+            "{path}:3: a field longer than 131,072 characters",
+        ),
+        (  # a row after blank lines and a quoted field spanning lines: its first line is named
+            "truthfulqa",
+            f'{TQA_HEADER}\n\n{ROW}\n\nA,B,"Is\nit?",Yes,Yes,No,src,extra\n',
+            "{path}:6: 8 fields, the header has 7",
+        ),
+        (
+            "truthfulqa",
+            f'{TQA_HEADER}\n{ROW}A,B,Q?,Yes,Yes,"{"; ".join(f"no {k}" for k in range(30))}",src\n',
+            "{path}:3: 31 options, at most 26 can be lettered A-Z: 'Q?'",
+        ),
+    ],
+)
+def test_bad_rows_are_named_by_the_line_they_start_on(tmp_path, task, content, message):
+    path = tmp_path / "data"
+    path.write_text(content)
+    with pytest.raises(DataError) as e:
+        load(task, path, get_task(task).splits[0])
+    assert str(e.value).startswith(message.format(path=path)) and "\n" not in str(e.value)
+
+
+def test_rows_of_a_csv_are_numbered_by_their_first_line(tmp_path):
+    path = tmp_path / "tqa.csv"
+    path.write_text(f'{TQA_HEADER}\n\n"A","B","Two\nlines?",Yes,Yes,No,src\n{ROW}')
+    assert [line for line, _ in iter_csv(path, ["Question"])] == [3, 5]
+
+
+@pytest.mark.parametrize("given", ["", "   "])
+def test_an_empty_data_path_says_so(tmp_path, monkeypatch, capsys, given):
+    (tmp_path / "gsm8k").mkdir()
+    jsonl(tmp_path / "gsm8k" / "test.jsonl", GSM)
+    monkeypatch.chdir(tmp_path)  # an empty path must not be read as this folder, which holds data
+    for task in ("gsm8k", "commonsenseqa", "truthfulqa", "realmistake"):
+        with pytest.raises(FileNotFoundError, match=f"the data path given is empty \\({given!r}\\)"):
+            load(task, given, get_task(task).splits[0])
+    assert main(["debate", "--task", "gsm8k", "--data", given, "--out", str(tmp_path / "run")]) == 2
+    assert f"the data path given is empty ({given!r})" in capsys.readouterr().err
 
 
 def test_quotes_inside_quoted_fields_are_fine(tmp_path):

@@ -253,7 +253,7 @@ HEADER = "Type,Category,Question,Best Answer,Correct Answers,Incorrect Answers,S
         ("A,B,Is it?,Yes,Yes,No,src,extra", "3: 8 fields, the header has 7"),
         ("A,B,Is it?,Yes,Yes", "3: 5 fields, the header has 7"),
         ("A,B,Is it?,Yes,Yes,; ;,src", "3: no incorrect answers"),
-        ('A,B,"Is it?,Yes,Yes,No,src', "malformed CSV (unexpected end of data)"),
+        ('A,B,"Is it?,Yes,Yes,No,src', "3: a quote opened in this row is never closed"),
         ('A,B,"Is" it?,Yes,Yes,No,src', "malformed CSV"),
     ],
 )

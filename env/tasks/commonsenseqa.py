@@ -72,7 +72,7 @@ def _question(where: str, record: dict) -> Question:
         raise DataError(f"{where}: answerKey {gold!r} is not one of the choice labels {labels}")
     return Question(
         id=str(get_field(record, "id", where)),
-        text=choice_text(get_text(record, "question", where), texts),
+        text=choice_text(get_text(record, "question", where), texts, where),
         gold=gold,
         options=tuple(texts),
         meta={"concept": record.get("question_concept")},

@@ -75,7 +75,7 @@ def resolve_source(
     """
     if data_path is None:
         return _file_in(default_data_dir(), folder, filename)
-    path = Path(data_path).expanduser()
+    path = given_path(data_path)
     if path.is_file():
         return path
     if path.is_dir():
@@ -86,6 +86,17 @@ def resolve_source(
     raise FileNotFoundError(
         f"{data_path}: no such file or folder (and not a Hub name of the form owner/name)"
     )
+
+
+def given_path(data_path: str | os.PathLike) -> Path:
+    """``data_path`` as a path (``~`` expanded); an empty or blank one is an error saying so, rather
+    than being read as the working directory."""
+    if not str(data_path).strip():
+        raise FileNotFoundError(
+            f"the data path given is empty ({str(data_path)!r}): pass --data with a file, a folder or a "
+            "Hub name, or leave it out to read the default data folder"
+        )
+    return Path(data_path).expanduser()
 
 
 def _file_in(root: Path, folder: str, filename: str) -> Path:
@@ -132,10 +143,11 @@ def iter_jsonl(path: str | os.PathLike) -> Iterator[tuple[int, dict[str, Any]]]:
 def iter_csv(path: str | os.PathLike, required: Sequence[str]) -> Iterator[tuple[int, dict[str, str]]]:
     """``(line number, row)`` for each row of a CSV file with a header holding ``required`` columns.
 
-    The line number is where the row ends (quoted fields may span lines). A row with more or fewer
-    fields than the header is an error, and so is a quote inside a field that is not quoted as a
-    whole (``a "b" c`` instead of ``"a ""b"" c"``: the file was cut or written by hand). UTF-8 with
-    or without a byte-order mark; an empty file or a header without rows is an error naming the file.
+    The line number is where the row starts (a quoted field may span lines), in the rows yielded and in
+    every error: a row with more or fewer fields than the header, a quote inside a field that is not
+    quoted as a whole (``a "b" c`` instead of ``"a ""b"" c"``: the file was cut or written by hand), a
+    quote never closed, a field over the reader's size limit. UTF-8 with or without a byte-order mark;
+    an empty file or a header without rows is an error naming the file.
     """
     with _utf8(path, newline="") as f:
         lines = _Recorder(f)
@@ -152,41 +164,63 @@ def iter_csv(path: str | os.PathLike, required: Sequence[str]) -> Iterator[tuple
             rows = 0
             lines.record = []
             for row in reader:
-                extra = row.pop("\0extra", [])
-                if extra or None in row.values():
-                    n = len(header) + len(extra) - sum(v is None for v in row.values())
-                    raise DataError(f"{path}:{reader.line_num}: {n} fields, the header has {len(header)}")
-                raw = "".join(lines.record)
-                for value in row.values():
-                    if '"' in value and '"' + value.replace('"', '""') + '"' not in raw:
-                        raise DataError(
-                            f"{path}:{reader.line_num}: stray quote in the field {value[:60]!r}: a field "
-                            f'holding " must be quoted as a whole, with each " doubled'
-                        )
-                lines.record = []
+                _check_row(f"{path}:{lines.row_start()}", row, header, "".join(lines.record))
                 rows += 1
-                yield reader.line_num, row
+                yield lines.row_start(), row
+                lines.record = []
             if not rows:
                 raise DataError(f"{path}: a header but no rows")
         except csv.Error as e:
-            raise DataError(f"{path}:{reader.line_num}: malformed CSV ({e})") from e
+            raise DataError(f"{path}:{lines.row_start()}: {_csv_problem(e)}") from e
+
+
+def _csv_problem(error: csv.Error) -> str:
+    """What a csv.Error means for the row it stopped at, in words."""
+    if "unexpected end of data" in str(error):
+        return "a quote opened in this row is never closed (the file ends inside the field)"
+    if "field larger than field limit" in str(error):
+        return f"a field longer than {csv.field_size_limit():,} characters"
+    return f"malformed CSV ({error})"
+
+
+def _check_row(where: str, row: dict, header: Sequence[str], raw: str) -> None:
+    """Raise a DataError naming ``where`` when ``row`` (read from the text ``raw``) has another number
+    of fields than ``header`` or a quote in a field that is not quoted as a whole."""
+    extra = row.pop("\0extra", [])
+    if extra or None in row.values():
+        n = len(header) + len(extra) - sum(v is None for v in row.values())
+        raise DataError(f"{where}: {n} fields, the header has {len(header)}")
+    for value in row.values():
+        if '"' in value and '"' + value.replace('"', '""') + '"' not in raw:
+            raise DataError(
+                f"{where}: stray quote in the field {value[:60]!r}: a field "
+                f'holding " must be quoted as a whole, with each " doubled'
+            )
 
 
 class _Recorder:
-    """Iterates over the lines of a text file, keeping the lines read since ``record`` was reset (the
-    raw text of the CSV row being read)."""
+    """Iterates over the lines of a text file, counting them and keeping the lines read since ``record``
+    was reset (the raw text of the CSV row being read)."""
 
     def __init__(self, lines: Iterator[str]):
         self._lines = lines
         self.record: list[str] = []
+        self.count = 0
 
     def __iter__(self) -> _Recorder:
         return self
 
     def __next__(self) -> str:
         line = next(self._lines)
+        self.count += 1
         self.record.append(line)
         return line
+
+    def row_start(self) -> int:
+        """The line the row being read starts on: the first recorded line that is not blank (the
+        reader skips blank lines between rows)."""
+        blank = next((k for k, line in enumerate(self.record) if line.strip("\r\n")), len(self.record))
+        return self.count - len(self.record) + 1 + blank
 
 
 @contextlib.contextmanager

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .base import Answer, Question, Task
+from .data import DataError
 from .parsing import LETTERS, parse_choice, parse_number_answer
 
 
@@ -42,12 +43,15 @@ class ChoiceTask(Task):
         return LETTERS[: len(question.options or ())]
 
 
-def choice_text(question: str, options: Sequence[str]) -> str:
+def choice_text(question: str, options: Sequence[str], where: str) -> str:
     """A question followed by its options, one per line: ``(A) first``, ``(B) second``, ...
 
-    Raises ValueError past 26 options (letters run out).
+    Raises DataError naming ``where`` (the file and line, or the dataset row) past 26 options: the
+    letters run out.
     """
     if len(options) > len(LETTERS):
-        raise ValueError(f"{len(options)} options, at most {len(LETTERS)} can be lettered: {question!r}")
+        raise DataError(
+            f"{where}: {len(options)} options, at most {len(LETTERS)} can be lettered A-Z: {question[:60]!r}"
+        )
     lines = [f"({letter}) {option}" for letter, option in zip(LETTERS, options, strict=False)]
     return question.strip() + "\n\n" + "\n".join(lines)

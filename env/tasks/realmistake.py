@@ -37,7 +37,7 @@ from typing import Any
 
 from ..jsonl import iter_jsonl_lines
 from .base import Answer, Question, Task
-from .data import DataError, HubDataset, default_data_dir, get_field, load_hub, take
+from .data import DataError, HubDataset, default_data_dir, get_field, given_path, load_hub, take
 
 HUB_NAME = "ryokamoi/realmistake"
 #: the zip password the authors publish with the data (also in SPEC section 6)
@@ -216,7 +216,7 @@ def _read_source(
     """One list of ``(where, row)`` per selected (subtask, model) file, in table order."""
     if data_path is None:
         return _from_zip(_zip_in(default_data_dir()), subtasks, models)
-    path = Path(data_path).expanduser()
+    path = given_path(data_path)
     if path.is_file():
         if path.suffix == ".zip":
             return _from_zip(path, subtasks, models)

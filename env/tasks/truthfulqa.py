@@ -48,27 +48,25 @@ class TruthfulQA(ChoiceTask):
         self.check_split(split)
         source = resolve_source(data_path, "truthfulqa", "TruthfulQA.csv", {HUB_NAME: "generation"})
         if isinstance(source, HubDataset):
-            items = [
-                _from_hub(f"{source.name} row {i}", r) for i, r in enumerate(load_hub(source, "validation"))
-            ]
+            rows = [(f"{source.name} row {i}", r) for i, r in enumerate(load_hub(source, "validation"))]
+            items = [(where, _from_hub(where, r)) for where, r in rows]
         else:
             columns = ("Question", "Best Answer", "Incorrect Answers")
-            items = [_from_csv(f"{source}:{line}", r) for line, r in iter_csv(source, columns)]
-        questions = [
-            self._question(i, question, best, wrong, seed)
-            for i, (question, best, wrong) in enumerate(items)
-            if split == "all" or half_of(question) == split
-        ]
-        return take(questions, limit)
+            rows = [(f"{source}:{line}", r) for line, r in iter_csv(source, columns)]
+            items = [(where, _from_csv(where, r)) for where, r in rows]
+        questions = [self._question(i, where, *item, seed) for i, (where, item) in enumerate(items)]
+        return take([q for q in questions if split == "all" or half_of(q.meta["question"]) == split], limit)
 
-    def _question(self, index: int, question: str, best: str, wrong: list[str], seed: int) -> Question:
+    def _question(
+        self, index: int, where: str, question: str, best: str, wrong: list[str], seed: int
+    ) -> Question:
         options = [best, *wrong]
         order = list(range(len(options)))
         random.Random(f"truthfulqa:{seed}:{question}").shuffle(order)
         shuffled = tuple(options[k] for k in order)
         return Question(
             id=f"truthfulqa-{index}",
-            text=choice_text(question, shuffled),
+            text=choice_text(question, shuffled, where),
             gold=LETTERS[order.index(0)],
             options=shuffled,
             meta={"question": question},
