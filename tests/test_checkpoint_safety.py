@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import pickle
 import random
+import re
 import shutil
 from pathlib import Path
 
@@ -223,6 +224,54 @@ def test_a_damaged_checkpoint_is_named_before_loading(tmp_path, name):
     with pytest.raises(ckpt.CheckpointError) as e:
         verify(folder)
     assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def name_adapter(folder: Path, adapter: str) -> None:
+    team = json.loads((folder / "team.json").read_text())
+    team["agents"][0]["adapter"] = adapter
+    (folder / "team.json").write_text(json.dumps(team))
+
+
+@pytest.mark.parametrize("adapter", ["/etc", "../../elsewhere", "adapters/../../../elsewhere"])
+def test_a_manifest_naming_a_folder_outside_the_team_is_refused(tmp_path, capsys, adapter):
+    """``udpo export``, the checkpoint check and the manifest reader refuse it for what it is, not
+    because the outside folder happens to lack an adapter (``/etc/adapter_config.json is missing``)."""
+    outside = tmp_path / "elsewhere"  # what ../../elsewhere reaches: a complete adapter, outside
+    shutil.copytree(fabricated_checkpoint(tmp_path / "a") / "adapters" / "agent_0", outside)
+    folder = fabricated_checkpoint(tmp_path / "b" / "c")
+    name_adapter(folder, adapter)
+    needle = f"{folder / 'team.json'}: agents[0].adapter {adapter!r} points outside the team folder"
+    with pytest.raises(ValueError, match=re.escape(needle)):
+        TeamManifest.load(folder)
+    with pytest.raises(ckpt.CheckpointError, match=re.escape(needle)):
+        verify(folder)
+    from udpo.cli import main
+
+    assert main(["export", str(folder), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("what", ["file", "folder"])
+def test_a_link_leading_out_of_the_team_is_refused(tmp_path, what):
+    folder = fabricated_checkpoint(tmp_path / "run")
+    secret = tmp_path / "secret"
+    shutil.copytree(folder / "adapters" / "agent_1", secret)
+    if what == "file":
+        link = folder / "adapters" / "agent_1" / "adapter_model.safetensors"
+        link.unlink()
+        link.symlink_to(secret / "adapter_model.safetensors")
+    else:
+        link = folder / "adapters" / "agent_1"
+        shutil.rmtree(link)
+        link.symlink_to(secret)
+    needle = f"{link} is a link to {str(link.readlink())!r}, outside the team folder {folder}"
+    with pytest.raises(ckpt.CheckpointError, match=re.escape(needle)):
+        verify(folder)
+    link.unlink()  # a link that stays inside the team is fine
+    link.symlink_to(folder / "adapters" / "agent_0" / (link.name if what == "file" else ""))
+    verify(folder)
 
 
 def test_what_the_resuming_run_needs_must_be_there(tmp_path, monkeypatch):

@@ -106,6 +106,7 @@ class TeamManifest:
             raise ValueError(f"{path}: invalid JSON ({brief(e)})") from None
         if not isinstance(d, dict):
             raise ValueError(f"{path}: expected a JSON object, got {type(d).__name__}")
+        _check_no_links_out(path.parent)
         for key in ("base_model", "agents"):
             if key not in d:
                 raise ValueError(f"{path}: missing key {key!r}")
@@ -133,6 +134,9 @@ class TeamManifest:
                 raise ValueError(
                     f"{path}: agents[{k}].adapter {a['adapter']!r} does not name an adapter folder"
                 )
+            for key in ("adapter", "merged"):
+                if a.get(key) is not None:
+                    _check_inside(path, a[key], f"agents[{k}].{key}")
             agents.append(AgentEntry(**a))
         _check_types(
             path,
@@ -258,6 +262,33 @@ def check_adapter_folder(folder: str | os.PathLike) -> None:
             fh.keys()
     except Exception as e:  # safetensors raises its own error types for damaged files
         raise ValueError(f"{weights}: not a safetensors file ({brief(e)})") from None
+
+
+def _check_inside(manifest: Path, relative: str, key: str) -> None:
+    """Raise ValueError naming ``manifest`` and ``key`` unless ``relative`` is a path inside the team
+    folder (the manifest's folder), links followed: a shared team must not make the program read,
+    load or copy anything outside it."""
+    root = manifest.parent.resolve()
+    target = (root / relative).resolve()
+    if Path(relative).is_absolute() or not target.is_relative_to(root):
+        raise ValueError(
+            f"{manifest}: {key} {relative!r:.100} points outside the team folder {manifest.parent}; a "
+            f"team names only folders inside its own (e.g. adapters/agent_0)"
+        )
+
+
+def _check_no_links_out(root: Path) -> None:
+    """Raise ValueError naming the link when a symbolic link under the team folder ``root`` leads
+    outside it (a file or folder planted to be read, loaded or copied in its place)."""
+    inside = root.resolve()
+    for folder, dirs, files in os.walk(root):
+        for name in (*dirs, *files):
+            entry = Path(folder, name)
+            if entry.is_symlink() and not entry.resolve().is_relative_to(inside):
+                raise ValueError(
+                    f"{entry} is a link to {os.readlink(entry)!r:.100}, outside the team folder {root}; a "
+                    f"team holds its own files"
+                )
 
 
 def _check_types(path: Path, d: dict, types: dict[str, type | tuple[type, ...]], prefix: str = "") -> None:
