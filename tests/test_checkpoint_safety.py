@@ -9,6 +9,7 @@ import pickle
 import random
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -91,7 +92,7 @@ def fabricated_checkpoint(root: Path) -> Path:
     """A complete checkpoint folder of a 2-agent team with tiny stand-in adapters (no model needed)."""
     folder = root / "run" / "checkpoints" / "iter_000003"
     folder.mkdir(parents=True)
-    _, opt, sched = optimizer_and_scheduler()
+    params, opt, sched = optimizer_and_scheduler()
     ckpt.save_state(folder / "optimizer", opt.state_dict())
     ckpt.save_state(folder / "scheduler", sched.state_dict())
     ckpt.save_state(folder / "rng", [ckpt.rng_state()])
@@ -100,9 +101,8 @@ def fabricated_checkpoint(root: Path) -> Path:
     agents = []
     for i in range(2):
         (folder / "adapters" / f"agent_{i}").mkdir(parents=True)
-        save_file(
-            {"w": torch.zeros(2)}, str(folder / "adapters" / f"agent_{i}" / "adapter_model.safetensors")
-        )
+        weights = {"w": torch.zeros_like(params[i])}  # what agent i's parameter group trains
+        save_file(weights, str(folder / "adapters" / f"agent_{i}" / "adapter_model.safetensors"))
         (folder / "adapters" / f"agent_{i}" / "adapter_config.json").write_text("{}")
         agents.append(AgentEntry(name=f"agent_{i}", adapter=f"adapters/agent_{i}"))
     TeamManifest(base_model="some/model", agents=agents).save(folder)
@@ -202,6 +202,145 @@ def damage(folder: Path, name: str) -> str:
     raise AssertionError(name)
 
 
+def edit_state(folder: Path, stem: str, change) -> None:
+    """Decode ``stem``'s state, apply ``change`` to it, and write it back."""
+    state = ckpt.load_state(folder / stem)
+    change(state)
+    ckpt.save_state(folder / stem, state)
+
+
+def set_group(key: str, value) -> Callable[[dict], None]:
+    return lambda state: state["param_groups"][0].__setitem__(key, value)
+
+
+def set_moment(name: str, change) -> Callable[[dict], None]:
+    return lambda state: state["state"][0].__setitem__(name, change(state["state"][0][name]))
+
+
+#: optimizer and scheduler states that decode but do not fit the run: (stem, change, what is said)
+MISFITS = {
+    "moment transposed": (
+        "optimizer",
+        set_moment("exp_avg", lambda t: t.T.contiguous()),
+        "optimizer.json: state[0]: exp_avg and exp_avg_sq differ in shape [(2, 3), (3, 2)]",
+    ),
+    "both moments transposed": (
+        "optimizer",
+        lambda s: [set_moment(m, lambda t: t.T.contiguous())(s) for m in ("exp_avg", "exp_avg_sq")],
+        "optimizer.json: state[0] of agent_0 has shape [2, 3], one more than agent_0's tensors have "
+        "(their shapes: [[3, 2]])",
+    ),
+    "lr text": (
+        "optimizer",
+        set_group("lr", "0.001"),
+        "optimizer.json: param_groups[0].lr must be a number, got str '0.001'",
+    ),
+    "betas of three": (
+        "optimizer",
+        set_group("betas", (0.9, 0.99, 0.5)),
+        "optimizer.json: param_groups[0].betas must be a list of 2 values, got tuple",
+    ),
+    "amsgrad number": (
+        "optimizer",
+        set_group("amsgrad", 1),
+        "optimizer.json: param_groups[0].amsgrad must be true or false, got int 1",
+    ),
+    "params text": (
+        "optimizer",
+        set_group("params", ["0"]),
+        "optimizer.json: param_groups[0].params must be a list of values each an integer, got list",
+    ),
+    "a parameter too many": (
+        "optimizer",
+        set_group("params", [0, 1]),
+        "optimizer.json: param_groups[0] (agent_0) lists parameters [0, 1], but agent_0 has 1 tensors",
+    ),
+    "groups of another team": (
+        "optimizer",
+        set_group("adapter", "agent_7"),
+        "optimizer.json: parameter groups for ['agent_7', 'agent_1'], but the checkpoint trains "
+        "['agent_0', 'agent_1']",
+    ),
+    "step of two": (
+        "optimizer",
+        set_moment("step", lambda t: torch.ones(2)),
+        "optimizer.json: state[0].step must hold one number, got shape [2]",
+    ),
+    "last_epoch text": (
+        "scheduler",
+        lambda s: s.__setitem__("last_epoch", "1"),
+        "scheduler.json: last_epoch must be an integer, got str '1'",
+    ),
+    "base_lrs text": (
+        "scheduler",
+        lambda s: s.__setitem__("base_lrs", ["0.001", 0.001]),
+        "scheduler.json: base_lrs must be a list of values each a number, got list",
+    ),
+    "one rate for two groups": (
+        "scheduler",
+        lambda s: s.__setitem__("base_lrs", [0.001]),
+        "scheduler.json: base_lrs holds 1 values, the optimizer has 2 parameter groups",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", MISFITS)
+def test_state_that_does_not_fit_the_run_is_named_before_loading(tmp_path, name):
+    """Shapes and types that ``load_state_dict`` takes without a word and the first optimizer step
+    trips over (after a debate has run): compared with what the resuming run builds, before it loads."""
+    folder = fabricated_checkpoint(tmp_path)
+    stem, change, needle = MISFITS[name]
+    edit_state(folder, stem, change)
+    with pytest.raises(ckpt.CheckpointError) as e:
+        verify(folder)
+    assert str(e.value).startswith(f"{folder / needle.split(':')[0]}:") and needle in str(e.value), e.value
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("name", ["both moments transposed", "lr text", "last_epoch text"])
+def test_the_trainer_refuses_a_misfit_state_before_any_model_loads(model_path, tmp_path, monkeypatch, name):
+    """The three cases of issue 26: before, ``--resume`` debated, then failed at the first optimizer
+    step with a traceback naming no file."""
+    from train_helpers import tiny_config
+    from transformers import AutoModelForCausalLM
+
+    from udpo.trainer import Trainer
+
+    monkeypatch.setattr(
+        AutoModelForCausalLM, "from_pretrained", lambda *a, **k: pytest.fail("a model loaded")
+    )
+    folder = fabricated_checkpoint(tmp_path)
+    stem, change, needle = MISFITS[name]
+    edit_state(folder, stem, change)
+    with pytest.raises(ckpt.CheckpointError, match=re.escape(needle)):
+        Trainer(tiny_config(model_path, folder.parents[1], resume=str(folder)))
+
+
+def test_against_the_live_optimizer_each_parameter_is_compared_in_order(tmp_path):
+    """Headers name tensors, not the optimizer's order, so two moments swapped between parameters of
+    transposed shapes pass them; the run's own optimizer, once built, tells."""
+    params = [torch.nn.Parameter(torch.randn(2, 3)), torch.nn.Parameter(torch.randn(3, 2))]
+    opt = torch.optim.AdamW([{"params": params, "adapter": "agent_0"}])
+    for p in params:
+        p.grad = torch.randn_like(p)
+    opt.step()
+    state = opt.state_dict()
+    state["state"][0], state["state"][1] = state["state"][1], state["state"][0]
+    where = tmp_path / "optimizer.json"
+    assert ckpt.check_optimizer_state(where, state, {"agent_0": [(3, 2), (2, 3)]}) == 1
+    with pytest.raises(ckpt.CheckpointError) as e:
+        ckpt.check_optimizer_state(where, state, *ckpt.live_tensors(opt))
+    assert str(e.value).startswith(f"{where}: state[0] (of agent_0) has shape [3, 2], its parameter [2, 3]")
+    # through verify: the run's optimizer and schedule, types included (initial_lr is the schedule's)
+    folder = fabricated_checkpoint(tmp_path)
+    _, opt, sched = optimizer_and_scheduler()
+    verify(folder, optimizer=opt, scheduler=sched)
+    edit_state(folder, "optimizer", set_group("initial_lr", "1e-3"))
+    verify(folder)  # AdamW alone has no initial_lr: only the live optimizer knows its type
+    with pytest.raises(ckpt.CheckpointError, match=r"param_groups\[0\]\.initial_lr must be a number"):
+        verify(folder, optimizer=opt, scheduler=sched)
+
+
 DAMAGES = [
     "no world_size",
     "files not marks",
@@ -256,8 +395,9 @@ def test_a_manifest_naming_a_folder_outside_the_team_is_refused(tmp_path, capsys
 @pytest.mark.parametrize("what", ["file", "folder"])
 def test_a_link_leading_out_of_the_team_is_refused(tmp_path, what):
     folder = fabricated_checkpoint(tmp_path / "run")
-    secret = tmp_path / "secret"
+    secret, spare = tmp_path / "secret", folder / "spare"
     shutil.copytree(folder / "adapters" / "agent_1", secret)
+    shutil.copytree(folder / "adapters" / "agent_1", spare)
     if what == "file":
         link = folder / "adapters" / "agent_1" / "adapter_model.safetensors"
         link.unlink()
@@ -270,7 +410,7 @@ def test_a_link_leading_out_of_the_team_is_refused(tmp_path, what):
     with pytest.raises(ckpt.CheckpointError, match=re.escape(needle)):
         verify(folder)
     link.unlink()  # a link that stays inside the team is fine
-    link.symlink_to(folder / "adapters" / "agent_0" / (link.name if what == "file" else ""))
+    link.symlink_to(spare / link.name if what == "file" else spare)
     verify(folder)
 
 

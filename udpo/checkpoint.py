@@ -29,6 +29,7 @@ import os
 import random
 import re
 import shutil
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -273,13 +274,24 @@ def _pickle_error(path: Path) -> CheckpointError:
     )
 
 
-def verify(ckpt: Path, *, replay: bool, reference: bool, deepspeed: bool) -> None:
+def verify(
+    ckpt: Path,
+    *,
+    replay: bool,
+    reference: bool,
+    deepspeed: bool,
+    optimizer: torch.optim.Optimizer | None = None,
+    scheduler: Any = None,
+) -> None:
     """Check a whole checkpoint before anything is loaded into a model: the trainer state, every state
-    file (decoded), the calibration, the team manifest and each adapter's safetensors header; no pickle
-    file (DeepSpeed's own state only with ``UDPO_TRUST_DEEPSPEED_CHECKPOINT=1``).
+    file (decoded), the calibration, the team manifest and each adapter's safetensors header, the
+    optimizer and schedule states against what the run trains (:func:`check_optimizer_state`); no
+    pickle file (DeepSpeed's own state only with ``UDPO_TRUST_DEEPSPEED_CHECKPOINT=1``).
 
     replay / reference / deepspeed: whether the resuming run needs the replay buffer, the lagged
-    reference adapters, DeepSpeed's state. Raises CheckpointError naming the file at fault."""
+    reference adapters, DeepSpeed's state. optimizer / scheduler: the run's own, once built (the
+    states are then compared with them parameter by parameter; before, with the adapters' headers
+    and the types torch gives). Raises CheckpointError naming the file at fault."""
     from udpo.team import TeamManifest, check_adapter_folder
 
     read_state(ckpt)
@@ -288,12 +300,13 @@ def verify(ckpt: Path, *, replay: bool, reference: bool, deepspeed: bool) -> Non
             if p.suffix in PICKLE_SUFFIXES:
                 raise _pickle_error(p)
     stems = ["rng", *([] if deepspeed else ["optimizer", "scheduler"]), *(["replay"] if replay else [])]
+    states = {}
     for stem in stems:
         if stem == "replay" and not (ckpt / "replay.json").exists():
             raise CheckpointError(
                 f"{ckpt} has no replay buffer (written with replay: false); resume with replay: false"
             )
-        load_state(ckpt / stem)
+        states[stem] = load_state(ckpt / stem)
     if not isinstance(read_json(ckpt / "calibration.json"), dict):
         raise CheckpointError(f"{ckpt / 'calibration.json'}: expected a JSON object")
     try:
@@ -308,6 +321,13 @@ def verify(ckpt: Path, *, replay: bool, reference: bool, deepspeed: bool) -> Non
             check_adapter_folder(folder)
         except ValueError as e:
             raise CheckpointError(str(e)) from None
+    if not deepspeed:
+        where = ckpt / "optimizer.json"
+        if optimizer is None:
+            groups = check_optimizer_state(where, states["optimizer"], trained_tensors(ckpt, team))
+        else:
+            groups = check_optimizer_state(where, states["optimizer"], *live_tensors(optimizer))
+        check_scheduler_state(ckpt / "scheduler.json", states["scheduler"], groups, scheduler)
     if deepspeed:
         if not (ckpt / "deepspeed").is_dir():
             raise CheckpointError(f"{ckpt} has no deepspeed/ state: it was not written by a DeepSpeed run")
@@ -316,6 +336,193 @@ def verify(ckpt: Path, *, replay: bool, reference: bool, deepspeed: bool) -> Non
                 f"{ckpt / 'deepspeed'} is DeepSpeed's own state, which DeepSpeed loads with pickle (it can run "
                 f"code). Resume it only if you trust where it comes from: set {TRUST_DEEPSPEED_ENV}=1"
             )
+
+
+# --- optimizer and scheduler state against what the resuming run builds ------------------------
+def trained_tensors(ckpt: Path, team) -> dict[str, list[tuple[int, ...]]]:
+    """The shapes of the tensors the run trains, per optimizer group (each distinct adapter of ``team``
+    in agent order, then ``critic`` when the checkpoint holds one), read from the safetensors headers
+    without loading a tensor: what the resuming run's optimizer will hold."""
+    from udpo.algorithms.critic import HEAD_FILE
+    from udpo.team import ADAPTER_FILES
+
+    files = {name: [Path(folder, ADAPTER_FILES[1])] for name, folder in team.adapter_paths(ckpt).items()}
+    if (ckpt / "critic").is_dir():
+        files["critic"] = [ckpt / "critic" / "adapter.safetensors", ckpt / "critic" / HEAD_FILE]
+    return {
+        name: [shape for path in paths for shape in _header_shapes(path)] for name, paths in files.items()
+    }
+
+
+def _header_shapes(path: Path) -> list[tuple[int, ...]]:
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            keys = fh.keys()
+            return [tuple(fh.get_slice(key).get_shape()) for key in keys]
+    except Exception as e:  # missing or damaged: safetensors raises its own error types
+        raise CheckpointError(f"{path}: not a safetensors file ({brief(e)})") from None
+
+
+def live_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, list[tuple[int, ...]]], list[dict]]:
+    """What a built optimizer trains: the shapes of each group's parameters in order (keyed by its
+    ``adapter``), and its groups' settings (the types a saved state must have)."""
+    trained = {g["adapter"]: [tuple(p.shape) for p in g["params"]] for g in optimizer.param_groups}
+    return trained, optimizer.state_dict()["param_groups"]
+
+
+def check_optimizer_state(
+    where: Path,
+    state: Any,
+    trained: dict[str, list[tuple[int, ...]]],
+    settings: list[dict] | None = None,
+) -> int:
+    """Check an optimizer state (decoded ``optimizer.json``) against the groups the run trains: one
+    parameter group per entry of ``trained``, in order, each with as many parameters as its tensors,
+    moment estimates of their shapes and every setting of the type ``settings`` (the live optimizer's
+    groups, :func:`live_tensors`) or, without them, ``torch.optim.AdamW`` gives it. With ``settings``
+    the shapes are in parameter order and compared one by one; from :func:`trained_tensors` (headers,
+    which name tensors, not the optimizer's order) as a multiset. Returns the number of groups; raises
+    CheckpointError naming ``where`` and the key."""
+    if not isinstance(state, dict) or not isinstance(state.get("state"), dict):
+        raise CheckpointError(f"{where}: expected an object with 'state' (an object) and 'param_groups'")
+    groups = state.get("param_groups")
+    if not isinstance(groups, list) or not all(isinstance(g, dict) for g in groups):
+        raise CheckpointError(f"{where}: 'param_groups' must be a list of objects")
+    names = [g.get("adapter") for g in groups]
+    if names != list(trained):
+        raise CheckpointError(
+            f"{where}: parameter groups for {names}, but the checkpoint trains {list(trained)}"
+        )
+    default = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))]).state_dict()["param_groups"][0]
+    seen: set[int] = set()
+    for k, (group, shapes) in enumerate(zip(groups, trained.values(), strict=True)):
+        key = f"param_groups[{k}]"
+        _check_kinds(where, key, group, settings[k] if settings else default)
+        params = group.get("params")
+        if not isinstance(params, list):
+            raise CheckpointError(f"{where}: {key}.params must be a list of parameter indices")
+        if len(params) != len(shapes) or seen & set(params) or len(set(params)) != len(params):
+            raise CheckpointError(
+                f"{where}: {key} ({names[k]}) lists parameters {params!r:.80}, but {names[k]} has "
+                f"{len(shapes)} tensors (each parameter once, in one group)"
+            )
+        seen |= set(params)
+        entries = [state["state"].get(i) for i in params]
+        _check_moments(where, names[k], entries, params, shapes, in_order=settings is not None)
+    unknown = sorted(set(state["state"]) - seen, key=str)
+    if unknown:
+        raise CheckpointError(f"{where}: 'state' holds parameter(s) {unknown[:5]} of no parameter group")
+    return len(groups)
+
+
+def _check_moments(
+    where: Path,
+    name: str,
+    entries: list[Any],
+    params: list[int],
+    shapes: list[tuple[int, ...]],
+    in_order: bool,
+) -> None:
+    """Each parameter's AdamW state (absent before its first step): tensors, a one-element ``step``,
+    ``exp_avg`` and ``exp_avg_sq`` of one shape, that of its parameter (``in_order``: ``shapes`` are
+    the parameters' own) or, together, shapes that the group's tensors have."""
+    found = []
+    for index, entry, own in zip(params, entries, shapes, strict=True):
+        if entry is None:
+            continue
+        key = f"state[{index}]"
+        if not isinstance(entry, dict) or not all(isinstance(v, torch.Tensor) for v in entry.values()):
+            raise CheckpointError(f"{where}: {key} must map names to tensors, got {entry!r:.80}")
+        if "step" in entry and entry["step"].numel() != 1:
+            raise CheckpointError(
+                f"{where}: {key}.step must hold one number, got shape {list(entry['step'].shape)}"
+            )
+        moments = {tuple(entry[m].shape) for m in ("exp_avg", "exp_avg_sq") if m in entry}
+        if len(moments) > 1:
+            raise CheckpointError(f"{where}: {key}: exp_avg and exp_avg_sq differ in shape {sorted(moments)}")
+        if in_order and moments - {own}:
+            raise CheckpointError(
+                f"{where}: {key} (of {name}) has shape {list(moments.pop())}, its parameter {list(own)}; "
+                f"the optimizer state belongs to another model or LoRA setting"
+            )
+        found += [(index, shape) for shape in moments]
+    extra = Counter(shape for _, shape in found) - Counter(shapes)
+    if extra:
+        index, shape = next((i, s) for i, s in found if s in extra)
+        raise CheckpointError(
+            f"{where}: state[{index}] of {name} has shape {list(shape)}, one more than {name}'s tensors "
+            f"have (their shapes: {[list(x) for x in sorted(set(shapes))]!s:.120}); the optimizer "
+            f"state belongs to another model or LoRA setting"
+        )
+
+
+def check_scheduler_state(where: Path, state: Any, groups: int, scheduler: Any = None) -> None:
+    """Check a learning-rate schedule's state (decoded ``scheduler.json``): every value of the type the
+    run's ``scheduler`` (default: transformers' ``LambdaLR``, which the trainer builds) gives it, one
+    learning rate per optimizer group."""
+    if scheduler is None:
+        from transformers import get_scheduler
+
+        optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))])
+        scheduler = get_scheduler("cosine", optimizer, num_warmup_steps=1, num_training_steps=2)
+    reference = scheduler.state_dict()
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{where}: expected an object, got {type(state).__name__}")
+    _check_kinds(where, "", state, reference)
+    for key in ("base_lrs", "_last_lr", "lr_lambdas"):
+        if key in state and len(state[key]) != groups:
+            raise CheckpointError(
+                f"{where}: {key} holds {len(state[key])} values, the optimizer has {groups} parameter groups"
+            )
+
+
+def _check_kinds(where: Path, prefix: str, saved: dict, reference: dict) -> None:
+    """Raise CheckpointError naming ``where`` and the key when a value of ``saved`` is not of the kind
+    of the same key in ``reference`` (what torch builds); keys only one of them has are left alone."""
+    for key in saved.keys() & reference.keys():
+        wanted = _kind_wanted(saved[key], reference[key])
+        if wanted is not None:
+            name = f"{prefix}.{key}" if prefix else key
+            value = saved[key]
+            raise CheckpointError(
+                f"{where}: {name} must be {wanted}, got {type(value).__name__} {value!r:.60}"
+            )
+
+
+def _kind_wanted(value: Any, reference: Any) -> str | None:
+    """None when ``value`` is of the kind of ``reference``, else that kind in words."""
+    if isinstance(reference, bool):
+        return None if isinstance(value, bool) else "true or false"
+    if isinstance(reference, int):
+        return None if isinstance(value, int) and not isinstance(value, bool) else "an integer"
+    if isinstance(reference, float):
+        return None if isinstance(value, int | float) and not isinstance(value, bool) else "a number"
+    if reference is None:
+        return None if value is None or isinstance(value, bool) else "true, false or null"
+    if isinstance(reference, str):
+        return None if isinstance(value, str) else "a string"
+    if isinstance(reference, dict):
+        return None if value is None or isinstance(value, dict) else "an object or null"
+    if isinstance(reference, tuple | list):
+        return _list_wanted(value, reference)
+    return None
+
+
+def _list_wanted(value: Any, reference: tuple | list) -> str | None:
+    """:func:`_kind_wanted` of a sequence: a tuple's length and each element's kind, a list's elements
+    each of the kind of its first (a list of one learning rate per group, say)."""
+    if isinstance(reference, tuple):
+        if not isinstance(value, tuple | list) or len(value) != len(reference):
+            return f"a list of {len(reference)} values"
+        pairs = list(zip(value, reference, strict=True))
+    elif not isinstance(value, list):
+        return "a list"
+    else:
+        pairs = [(v, reference[0]) for v in value] if reference else []
+    wanted = next((w for w in (_kind_wanted(v, r) for v, r in pairs) if w is not None), None)
+    return None if wanted is None else f"a list of values each {wanted}"
 
 
 def _read_latest(root: Path) -> str | None:
