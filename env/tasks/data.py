@@ -93,8 +93,8 @@ def given_path(data_path: str | os.PathLike) -> Path:
     than being read as the working directory."""
     if not str(data_path).strip():
         raise FileNotFoundError(
-            f"the data path given is empty ({str(data_path)!r}): pass --data with a file, a folder or a "
-            "Hub name, or leave it out to read the default data folder"
+            f"the data path given is empty ({str(data_path)!r}): name a file, a folder or a Hub name "
+            "(--data, data_path), or give none to read the default data folder"
         )
     return Path(data_path).expanduser()
 
