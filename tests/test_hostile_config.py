@@ -100,6 +100,22 @@ def cases(tmp: Path) -> list[tuple[str, str, list[str]]]:
         ("num_train_epochs: .inf\n", "num_train_epochs must be a finite number > 0", []),
         ("learning_rate: .nan\n", "learning_rate must be a finite number > 0", []),
         ("n_agents: .inf\n", "n_agents must be an integer, got inf", []),
+        (
+            "n_agents: 100000\n",
+            "n_agents=100000 is more than 1024: the team's metrics compare every pair",
+            [],
+        ),
+        (  # no round to outgrow a context, but 1,000 replies of 2,048 tokens at once
+            "n_agents: 1000\nrounds: 0\nmax_tokens: 2048\n",
+            "can generate 2,048,000 tokens, more than the 1,048,576 one debate may hold in memory",
+            [],
+        ),
+        (
+            "backend: openai\nbase_url: http://localhost:9\nrounds: 100000\n",
+            "(rounds + 1)=100001 replies",
+            [],
+        ),
+        ("task: gsm8k\ndata_path: ' '\ntask_options: null\n", "the data path given is empty (' ')", []),
         ("seed: -1\n", "seed must be in [0, 2**31)", []),
         ("max_iterations: 0\n", "max_iterations must be >= 1", []),
         (

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from udpo.cli import main
+from udpo.env.backends.base import SamplingParams
 from udpo.env.backends.scripted import ScriptedBackend
+from udpo.env.debate import MAX_AGENTS, MAX_DEBATE_TOKENS, DebateConfig
 from udpo.env.tasks import get_task
 from udpo.env.tasks.data import DataError, iter_csv
 from udpo.env.trajectory import read_trajectories
@@ -280,6 +282,32 @@ def test_bad_debate_settings_are_refused_before_the_engine_starts(tmp_path, scri
     else:
         assert err.strip().splitlines()[-1] == f"udpo debate: error: {needle}"
     assert not scripted and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--agents", "100000"], "n_agents=100000 is more than 1024: the team's metrics compare every pair"),
+        (["--agents", "1000", "--rounds", "0", "--max-tokens", "2048"], "can generate 2,048,000 tokens"),
+        (["--rounds", "100000", "--max-tokens", "8"], "(rounds + 1)=100001 replies of up to max_tokens=8"),
+    ],
+)
+def test_a_team_too_large_to_hold_is_refused_before_the_engine_starts(
+    tmp_path, scripted, capsys, extra, needle
+):
+    assert debate(tmp_path / "run", *extra) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("udpo debate: error: ") and needle in lines[0], lines
+    assert not scripted
+
+
+def test_the_debate_size_bounds_hold_in_the_library():
+    DebateConfig(n_agents=MAX_AGENTS, rounds=0, sampling=SamplingParams(max_tokens=1))
+    with pytest.raises(ValueError, match=f"n_agents={MAX_AGENTS + 1} is more than {MAX_AGENTS}"):
+        DebateConfig(n_agents=MAX_AGENTS + 1, rounds=0, sampling=SamplingParams(max_tokens=1))
+    DebateConfig(n_agents=2, rounds=MAX_DEBATE_TOKENS // 2 - 1, sampling=SamplingParams(max_tokens=1))
+    with pytest.raises(ValueError, match=f"more than the {MAX_DEBATE_TOKENS:,} one debate may hold"):
+        DebateConfig(n_agents=2, rounds=MAX_DEBATE_TOKENS // 2, sampling=SamplingParams(max_tokens=1))
 
 
 @pytest.mark.parametrize(

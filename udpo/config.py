@@ -333,6 +333,7 @@ class TrainConfig:
             value = getattr(self, name)
             if not (value >= 0 and math.isfinite(value)):
                 raise ConfigError(f"{name} must be a finite number >= 0, got {value}")
+        self._validate_debate_size()
         for name in (
             "warmup_fraction",
             "replay_fraction",
@@ -540,6 +541,15 @@ class TrainConfig:
                 f"({minimum} tokens at max_tokens each, before the question); raise vllm_max_model_len or "
                 f"lower max_tokens"
             )
+
+    def _validate_debate_size(self) -> None:
+        """n_agents, rounds and max_tokens within what a debate can hold (``udpo.env.debate``)."""
+        from udpo.env.debate import check_debate_size
+
+        try:
+            check_debate_size(self.n_agents, self.rounds, self.max_tokens)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
     def _validate_task(self) -> None:
         """The task exists, takes ``task_options`` and has the two splits."""
