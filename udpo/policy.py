@@ -82,11 +82,13 @@ class LoraSettings:
 
 @dataclass
 class ForwardStats:
-    """Log-prob forward passes so far: passes, positions computed (rows x longest row) and real tokens."""
+    """Log-prob forward passes so far: passes, positions computed (rows x longest row) and real tokens;
+    empty_passes: the one-token passes run to match a busier process (``symmetric_passes``)."""
 
     passes: int = 0
     positions: int = 0
     tokens: int = 0
+    empty_passes: int = 0
 
     def add(self, positions: int, tokens: int) -> None:
         self.passes, self.positions, self.tokens = (
@@ -96,7 +98,7 @@ class ForwardStats:
         )
 
     def reset(self) -> None:
-        self.passes = self.positions = self.tokens = 0
+        self.passes = self.positions = self.tokens = self.empty_passes = 0
 
     @property
     def padding(self) -> float:
@@ -361,6 +363,7 @@ class MultiAgentPolicy:
                 empty = PackedSequence([pad, pad], [(0, 1, 1)])
                 for _ in range(padding):
                     (lp,) = _forward_logprobs(model, [empty], pad, self.device)
+                    self.forward_stats.empty_passes += 1
                     if out:
                         out[0] = out[0] + 0.0 * lp.sum()
         finally:

@@ -147,6 +147,9 @@ class HFBackend(Backend):
                 top_p=sp.top_p if sp.temperature > 0 else None,
                 top_k=None,
                 pad_token_id=pad,
+                # each process generates alone with weights it holds (under ZeRO-3 the trainer gathers
+                # them first): transformers would otherwise sync every step with the other processes
+                synced_gpus=False,
                 return_dict_in_generate=True,
                 output_logits=sp.logprobs,
                 **kwargs,

@@ -184,6 +184,7 @@ class Updater:
             stats.update(self.step(iteration, on_non_finite))
         means = {key: float(np.mean(v)) for key, v in stats.items()}
         means["update/padding"] = self.policy.forward_stats.padding
+        means["update/empty_passes"] = float(self.policy.forward_stats.empty_passes)
         means = dist.mean_over_processes(means)
         for key in {k.split("/", 1)[1] for k in means if k.startswith("agent_")}:
             values = [means[f"agent_{i}/{key}"] for i in range(cfg.n_agents) if f"agent_{i}/{key}" in means]
