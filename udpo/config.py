@@ -127,7 +127,8 @@ class TrainConfig:
     base_url: str | None = _f(None, "Server URL for backend: openai.")
     vllm_gpu_memory_utilization: float | None = _f(
         None,
-        "vLLM: share of GPU memory for weights and KV cache (default 0.9 on GPU; lower it beside a trainer).",
+        "vLLM: share of GPU memory for weights and KV cache (training default 0.3: the engine shares "
+        "each GPU with the trainer; udpo debate/eval default 0.9).",
     )
     vllm_kv_cache_gib: float | None = _f(
         None, "vLLM: explicit KV-cache size in GiB (default on CPU: a tenth of host RAM)."

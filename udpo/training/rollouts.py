@@ -26,6 +26,27 @@ from udpo.env.trajectory import Trajectory
 from .data import agent_profiles, debate_config
 from .errors import explain_oom
 
+#: on GPUs, the share of device memory a vLLM engine takes beside the trainer when none is configured
+COLOCATED_GPU_SHARE = 0.3
+
+
+def colocated_engine_options(config: TrainConfig, world: int, cuda: bool) -> dict[str, Any]:
+    """Memory and placement of a vLLM engine that shares its device with the trainer.
+
+    On GPUs every process starts one engine on its own device: with ``external_launcher`` vLLM runs the
+    engine inside the calling process (on the device the launcher gave it, the way TRL's colocated mode
+    does) instead of spawning workers that all see GPU 0; the engine takes ``vllm_gpu_memory_utilization``
+    of the device (default ``COLOCATED_GPU_SHARE``, leaving the rest to the trainer's weights, optimizer
+    and activations). On CPU the KV cache is sized in GiB (``vllm_kv_cache_gib``, default a tenth of RAM).
+    """
+    share, kv = config.vllm_gpu_memory_utilization, config.vllm_kv_cache_gib
+    if cuda and share is None and kv is None:
+        share = COLOCATED_GPU_SHARE
+    options: dict[str, Any] = {"gpu_memory_utilization": share, "kv_cache_gib": kv}
+    if cuda and world > 1:
+        options["engine_kwargs"] = {"distributed_executor_backend": "external_launcher"}
+    return options
+
 
 class Rollouts:
     """Debates with the policy's current adapters.
@@ -73,11 +94,10 @@ class Rollouts:
                 model=resolve_model(cfg.model),
                 max_loras=cfg.vllm_max_loras or len(dict.fromkeys(self.policy.adapter_names)),
                 max_lora_rank=max(16, cfg.lora_r),
-                gpu_memory_utilization=cfg.vllm_gpu_memory_utilization,
-                kv_cache_gib=cfg.vllm_kv_cache_gib,
                 max_model_len=cfg.vllm_max_model_len,
                 seed=cfg.seed + self.rank,
                 chat_template_kwargs=cfg.chat_template_kwargs,
+                **colocated_engine_options(cfg, self.world, torch.cuda.is_available()),
             )
         # an OpenAI-compatible vLLM server that loads adapters at run time from this file system
         return make_backend("openai", base_url=cfg.base_url, chat_template_kwargs=cfg.chat_template_kwargs)
