@@ -89,6 +89,15 @@ def process_group_settings() -> dict[str, Any]:
     return {"cpu": False, "kwargs_handlers": [InitProcessGroupKwargs(backend="gloo")]}
 
 
+def peak_memory() -> dict[str, float]:
+    """``memory/peak_gib``: the most GPU memory this process held since the last call (GPUs only)."""
+    if not torch.cuda.is_available():
+        return {}
+    peak = torch.cuda.max_memory_allocated() / 2**30
+    torch.cuda.reset_peak_memory_stats()
+    return {"memory/peak_gib": round(peak, 3)}
+
+
 def load_callbacks(specs: Sequence[str]) -> list[EvalCallback]:
     """Import eval callbacks named ``package.module:function``."""
     out = []
@@ -401,6 +410,7 @@ class Trainer:
             "replayed": n_replayed,
             "tokens": tokens,
             "tokens_per_s": tokens / max(times["rollout"], 1e-9),
+            **peak_memory(),
             **{f"time/{name}": round(s, 4) for name, s in times.items()},
         }
 

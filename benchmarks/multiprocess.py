@@ -1,0 +1,91 @@
+"""Benchmark: one recipe trained by each multi-process path, side by side, with the iteration split.
+
+    python benchmarks/multiprocess.py [--config recipes/quickstart.yaml] [--iterations 3] [--processes 2]
+        [--paths single,ddp,zero2,zero3] [--keep DIR] [KEY VALUE ...]
+
+Paths: ``single`` (``python train_udpo.py``), ``ddp`` (``torchrun``, gloo on CPU / NCCL on GPU), ``zero2``
+and ``zero3`` (``accelerate launch --config_file recipes/accelerate/deepspeed_zero{2,3}.yaml``). Extra
+``KEY VALUE`` pairs are passed to every run as ``--KEY VALUE`` (e.g. ``questions_per_iteration 4``).
+Prints, per path, the median seconds of an iteration and of its parts (rollout, reward, update, sync),
+rollout tokens/s and (GPUs) process 0's peak memory in GiB over the iterations after the first, the
+wall time of the whole run, and each path's iteration time relative to ``single``. Threads:
+each process gets ``UDPO_NUM_THREADS`` = cores / processes unless the variable is set. ``--keep DIR``
+keeps the run folders (``DIR/<path>``); otherwise they are deleted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PARTS = ("rollout", "reward", "update", "sync")
+
+
+def command(path: str, processes: int) -> list[str]:
+    if path == "single":
+        return [sys.executable, "train_udpo.py"]
+    if path == "ddp":
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+                str(processes), "train_udpo.py"]  # fmt: skip
+    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+            f"recipes/accelerate/deepspeed_{path}.yaml", "--num_processes", str(processes),
+            "train_udpo.py"]  # fmt: skip
+
+
+def run(path: str, args: argparse.Namespace, out: Path) -> dict[str, float]:
+    processes = 1 if path == "single" else args.processes
+    env = dict(os.environ)
+    env.setdefault("UDPO_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // processes)))
+    extra = [x for k, v in zip(args.extra[::2], args.extra[1::2], strict=True) for x in (f"--{k}", v)]
+    cmd = [*command(path, processes), "--config", args.config, "--output_dir", str(out),
+           "--max_iterations", str(args.iterations), "--progress", "false", *extra]  # fmt: skip
+    start = time.perf_counter()
+    result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"{path} failed:\n{result.stderr[-3000:]}")
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    train = [r for r in lines if r["kind"] == "train"][1:]  # the first iteration warms caches
+    figures = {part: statistics.median(r[f"time/{part}"] for r in train) for part in PARTS}
+    figures["iteration"] = sum(figures.values())
+    figures["tokens_per_s"] = statistics.median(r["tokens_per_s"] for r in train)
+    if all("memory/peak_gib" in r for r in train):  # GPUs: process 0's peak
+        figures["peak_gib"] = max(r["memory/peak_gib"] for r in train)
+    figures["wall"] = time.perf_counter() - start
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--config", default="recipes/quickstart.yaml")
+    parser.add_argument("--iterations", type=int, default=3)
+    parser.add_argument("--processes", type=int, default=2)
+    parser.add_argument("--paths", default="single,ddp,zero2,zero3")
+    parser.add_argument("--keep", help="keep the run folders here (default: a temporary folder)")
+    parser.add_argument("extra", nargs="*", help="KEY VALUE pairs passed to every run as --KEY VALUE")
+    args = parser.parse_args()
+    if len(args.extra) % 2:
+        parser.error("extra settings come in KEY VALUE pairs")
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for path in args.paths.split(","):
+            results[path] = run(path, args, Path(args.keep or tmp) / path)
+            print(f"{path:7s} " + "  ".join(f"{k} {v:.2f}" for k, v in results[path].items()), flush=True)
+    base = results.get("single", {}).get("iteration")
+    print(f"\nmedian iteration after the first ({args.iterations} iterations, {args.processes} processes)")
+    for path, figures in results.items():
+        ratio = f"  {figures['iteration'] / base:.2f}x single" if base else ""
+        print(f"{path:7s} {figures['iteration']:7.2f}s{ratio}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""Build a model folder without the Hub: SmolLM2-135M's architecture with random weights and a small BPE
+tokenizer trained here, with a ChatML chat template. The GPU check uses it on machines that hold no
+weights and reach no hub; its speed and memory are those of a 135M Llama (only the vocabulary is smaller).
+
+    python scripts/check_model.py OUT_DIR [--layers 30] [--vocab 4096]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+from pathlib import Path
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def corpus(n: int, seed: int = 0) -> list[str]:
+    """Arithmetic questions, step-by-step replies and debate phrases: what the check's debates say."""
+    rng = random.Random(seed)
+    words = "the answer is so we add multiply check each step other agents said agree disagree final".split()
+    out = []
+    for _ in range(n):
+        a, b = rng.randint(0, 999), rng.randint(0, 999)
+        out.append(f"What is {a} + {b}? {' '.join(rng.choices(words, k=8))} \\boxed{{{a + b}}}.")
+    return out
+
+
+def build(folder: str | Path, layers: int = 30, vocab: int = 4096, seed: int = 0) -> str:
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
+
+    folder = Path(folder)
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    bpe.train_from_iterator(corpus(5000, seed), trainer=trainer)
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe, bos_token="<|im_start|>", eos_token="<|im_end|>", pad_token="<|endoftext|>"
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    config = LlamaConfig(  # SmolLM2-135M's shape
+        vocab_size=len(tokenizer),
+        hidden_size=576,
+        intermediate_size=1536,
+        num_hidden_layers=layers,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        max_position_embeddings=8192,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    AutoModelForCausalLM.from_config(config).save_pretrained(str(folder))
+    tokenizer.save_pretrained(str(folder))
+    return str(folder)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out")
+    parser.add_argument("--layers", type=int, default=30)
+    parser.add_argument("--vocab", type=int, default=4096)
+    args = parser.parse_args()
+    print(build(args.out, args.layers, args.vocab))
