@@ -21,7 +21,24 @@ SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 def corpus(n: int, seed: int = 0) -> list[str]:
     """Arithmetic questions, step-by-step replies and debate phrases: what the check's debates say."""
     rng = random.Random(seed)
-    words = "the answer is so we add multiply check each step other agents said agree disagree final".split()
+    words = [
+        "the",
+        "answer",
+        "is",
+        "so",
+        "we",
+        "add",
+        "multiply",
+        "check",
+        "each",
+        "step",
+        "other",
+        "agents",
+        "said",
+        "agree",
+        "disagree",
+        "final",
+    ]
     out = []
     for _ in range(n):
         a, b = rng.randint(0, 999), rng.randint(0, 999)
@@ -66,7 +83,9 @@ def build(folder: str | Path, layers: int = 30, vocab: int = 4096, seed: int = 0
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("out")
     parser.add_argument("--layers", type=int, default=30)
     parser.add_argument("--vocab", type=int, default=4096)
