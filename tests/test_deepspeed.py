@@ -179,3 +179,50 @@ def test_zero_two_processes_killed_resumed_exported_equal_one_process(stage, rec
     )  # fmt: skip
     assert export.returncode == 0, export.stderr[-3000:]
     _assert_close(_weights(team, "adapters"), _weights(final, "adapters"))
+
+
+NAN_ON_RANK_1 = """
+import sys
+
+import torch.distributed as dist
+
+from udpo.algorithms.udpo import UDPO
+from udpo.config import parse_config
+from udpo.trainer import Trainer, TrainingError
+
+real_loss = UDPO.loss
+
+
+def loss(self, *args):
+    value, info = real_loss(self, *args)
+    return (value * float("nan") if dist.get_rank() == 1 else value), info
+
+
+UDPO.loss = loss
+trainer = Trainer(parse_config(sys.argv[1:]))
+try:
+    trainer.train()
+except TrainingError as e:
+    print(f"rank {trainer.rank} stopped: {e}", flush=True)
+finally:
+    trainer.close()
+    trainer.accelerator.end_training()
+"""
+
+
+def test_a_nan_on_one_process_stops_every_process_with_a_checkpoint(recipe, tmp_path):
+    """The non-finite check runs under DeepSpeed too, and every process stops together: a process that
+    raised alone would leave the others waiting in the next collective."""
+    worker = tmp_path / "worker.py"
+    worker.write_text(NAN_ON_RANK_1)
+    run = tmp_path / "run"
+    cmd = _launch(3, recipe, run)
+    cmd[cmd.index("train_udpo.py")] = str(worker)
+    result = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, log[-6000:]
+    assert "rank 1 stopped: non-finite value at iteration 1: loss of agent 0 is nan" in log
+    assert "rank 0 stopped: non-finite value at iteration 1: loss of agent 0 is not finite on another" in log
+    assert (run / "checkpoints" / "iter_000000" / "trainer_state.json").is_file()
+    saved = _weights(run / "checkpoints" / "iter_000000", "adapters")
+    assert saved and all(v.numel() > 0 for v in saved.values())  # gathered, not ZeRO-3's empty slices

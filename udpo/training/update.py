@@ -150,8 +150,10 @@ class Updater:
         stats: dict[str, list[float]] = {}
 
         def record(prefix: str, loss: torch.Tensor, info: dict[str, float], what: str) -> None:
-            if not torch.isfinite(loss):
-                on_non_finite(iteration, f"{what} is {loss.item()}", info)
+            finite = bool(torch.isfinite(loss))
+            if dist.any_true(not finite):  # every process stops together (saving is collective)
+                state = f"is {loss.item()}" if not finite else "is not finite on another process"
+                on_non_finite(iteration, f"{what} {state}", info)
             for key, value in {**info, "loss": float(loss.detach())}.items():
                 stats.setdefault(f"{prefix}/{key}", []).append(float(value))
 
