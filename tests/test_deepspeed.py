@@ -206,7 +206,6 @@ except TrainingError as e:
     print(f"rank {trainer.rank} stopped: {e}", flush=True)
 finally:
     trainer.close()
-    trainer.accelerator.end_training()
 """
 
 

@@ -28,6 +28,7 @@ Files in the run directory::
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import os
 import shutil
@@ -157,6 +158,9 @@ class Trainer:
         )
         self.deepspeed = self.accelerator.distributed_type == DistributedType.DEEPSPEED
         self.rank, self.world = self.accelerator.process_index, self.accelerator.num_processes
+        if self.world > 1:
+            atexit.unregister(dist.leave)  # once, however many trainers this process builds
+            atexit.register(dist.leave)
         self.main = self.accelerator.is_main_process
         self.eval_callbacks = [
             *load_callbacks(config.eval_callbacks),
@@ -541,9 +545,6 @@ def train(config: TrainConfig, eval_callbacks: Sequence[EvalCallback] = ()) -> d
         result = trainer.train()
     finally:
         trainer.close()
-        # every process leaves the group before exiting: a process that exits while its collective
-        # threads run aborts ("terminate called without an active exception")
-        trainer.accelerator.end_training()
     if trainer.main:
         print(format_result(result))
     return result
