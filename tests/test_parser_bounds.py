@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from udpo.env.attacks.autoinject import builtin_corruption, clean_rewrite, parse_keyed, split_sentences
 from udpo.env.attacks.autotransform import clean_profile
+from udpo.env.tasks import parsing
 from udpo.env.tasks.parsing import (
     LETTERS,
     boxed_contents,
@@ -160,7 +161,92 @@ def test_the_tail_keeps_the_final_answer_and_splits_no_number():
     assert parse_number_answer(filler + "so the answer is \\boxed{42}.") == "42"
     assert parse_choice(filler + "Answer: (C)", LETTERS[:5]) == "C"
     # the cut lands inside a number: the cut moves past it, so no partial number is read
-    assert reply_tail("7" * 30_000 + " then 5 words") == " then 5 words"
+    assert reply_tail("7" * 30_000 + " then 5 words") == "then 5 words"
     assert last_number("z" * 20_000 + "123456789" + "q" * 8_187) is None  # not "56789"
     assert last_number("z" * 20_000 + "123456789 " + "q" * 8_186) is None
     assert last_number("z 123456789 " + "q" * 8_000) == "123456789"  # all within the tail: read whole
+
+
+# --- the bound does not change what is read ---------------------------------------------------------
+@pytest.mark.parametrize(
+    "unit", ["1,", "1/1/", "1,111,", "1/2 ", "- ", "$ ", "\\boxed{", "\\boxed{} ", "x/0 "]
+)
+@pytest.mark.parametrize("count", [1, 100, 2048, 5000, 250_000])
+def test_a_reply_ending_in_7_reads_7_at_every_length(unit, count):
+    """Issue 26: ``"1," * 5000 + "7"`` gave None and ``"1/1/" * 2048 + "7"`` gave 0.142857 (the cut fell
+    inside a run of numbers and read it out of step), where shorter forms of the same reply give 7."""
+    assert parse_number_answer(unit * count + "7") == "7"
+
+
+#: pieces of replies whose reading depends on their neighbours: runs of numbers, LaTeX, boxes, markers
+PIECES = [
+    *ALPHABET,
+    "1,234",
+    "1/2",
+    " / ",
+    "$ ",
+    "\\boxed{",
+    "\\frac{",
+    "\\text{",
+    "{,}",
+    "\\,",
+    "answer is ",
+    "Answer: ",
+    "**",
+    "\n  C)",
+    "(C)",
+    " " * 17,
+]
+replies = st.lists(st.sampled_from(PIECES), max_size=60).map("".join)
+
+
+def read_whole(call, text):
+    """``call(text)`` with no bound: the whole reply read."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(parsing, "MAX_REPLY_CHARS", 10**9)
+        return call(text)
+
+
+def read_bounded(call, text, bound):
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(parsing, "MAX_REPLY_CHARS", bound)
+        mp.setattr(parsing, "_EXTEND_CHARS", bound)
+        return call(text)
+
+
+def is_suffix(part: list, whole: list) -> bool:
+    return whole[len(whole) - len(part) :] == part if part else True
+
+
+@settings(max_examples=400, deadline=None)
+@given(text=replies, bound=st.integers(1, 40))
+def test_what_the_tail_reads_the_whole_reply_reads_the_same_way(text, bound):
+    """Cutting at a boundary never splits a number, pairs a run of numbers out of step, opens a box or a
+    wrapper half-way or cuts an answer marker: the numbers and boxes read in the tail are the last
+    ones the whole reply reads, and when the tail holds what decides the answer, the answers agree."""
+    numbers = read_bounded(extract_numbers, text, bound)
+    boxes = read_bounded(boxed_contents, text, bound)
+    all_numbers, all_boxes = read_whole(extract_numbers, text), read_whole(boxed_contents, text)
+    assert is_suffix(numbers, all_numbers), (numbers, all_numbers)
+    assert is_suffix(boxes, all_boxes), (boxes, all_boxes)
+    decided_in_tail = any(last_number(b) for b in boxes) or (boxes == all_boxes and numbers)
+    if decided_in_tail or not (all_numbers or all_boxes):
+        assert read_bounded(parse_number_answer, text, bound) == read_whole(parse_number_answer, text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(head=replies.filter(lambda t: "boxed" not in t), tail=replies, bound=st.integers(12, 40))
+def test_a_marked_letter_at_the_end_is_read_whatever_came_before(head, tail, bound):
+    """The letter a reply ends on ("Answer: (C)", inside the bound) is read from the tail as from the
+    whole reply, however the text before it would have been cut."""
+    text = head + tail + "\nAnswer: (C)"
+    if "boxed" in tail:
+        return  # a boxed letter outranks the marker: not what this checks
+    assert read_bounded(lambda t: parse_choice(t, "ABCDE"), text, bound) == "C"
+
+
+def test_a_reply_with_no_boundary_near_its_end_has_no_answer():
+    """One unbroken run (a million digits, a wall of "\\boxed") longer than the bound and its extension
+    is not read: no answer rather than a part of it."""
+    for text in ("5 " + "1" * 20_000, "\\boxed\\boxed" * 2_000 + "7"):
+        assert reply_tail(text) == "" and parse_number_answer(text) is None

@@ -265,3 +265,12 @@ def test_floats_round_to_six_places(x):
 def test_last_parenthesized_letter_wins(letters, filler):
     text = f"{filler} ".join(f"({x})" for x in letters)  # "(s)" glued to a word is no letter
     assert parse_choice(text, "ABCDEFGHIJ") == letters[-1]
+
+
+def test_a_chain_of_slashes_is_read_number_by_number():
+    """A fraction is two numbers and one slash; in a chain (a date, "1/1/1") no pair is singled out, so
+    how a run of slashes reads never depends on where it starts."""
+    assert extract_numbers("on 3/4/2024, then 1/2 and 7 / 8") == ["3", "4", "2024", "0.5", "0.875"]
+    assert extract_numbers("1/2/3") == extract_numbers("1 / 2 / 3") == ["1", "2", "3"]
+    assert parse_number_answer("1/1/1/7") == parse_number_answer("1/1/7") == "7"
+    assert parse_number_answer("so 1/7") == "0.142857"

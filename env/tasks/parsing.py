@@ -9,13 +9,16 @@ Every parser returns a normalized string or ``None`` (SPEC sections 1 and 6):
 - option letters are single upper-case letters "A".."Z".
 
 Model output can be any length (a server behind the openai backend can send megabytes), so the time
-of a parse is bounded: a reply is read from its last ``MAX_REPLY_CHARS`` characters (where a final
-answer stands; the cut moves forward to a space so no word or number is split), every pattern scans
-in linear time, and only the numbers that decide the answer are converted.
+of a parse is bounded: a reply is read from a *boundary* at or before its last ``MAX_REPLY_CHARS``
+characters (where a final answer stands), every pattern scans in linear time, and only the numbers
+that decide the answer are converted. A boundary is a point no number, fraction, LaTeX wrapper, box or
+answer marker crosses (``reply_tail``), so everything after it is read exactly as in the whole reply:
+the bound never splits a number or changes how a run of numbers pairs up.
 """
 
 from __future__ import annotations
 
+import bisect
 import re
 import string
 from collections.abc import Sequence
@@ -27,8 +30,14 @@ LETTERS = string.ascii_uppercase
 _SCALE = 10**6  # 6 decimal places
 _MAX_DIGITS = 100  # longer numbers are not answers (see canonical_number)
 _MAX_VALUE = 10**_MAX_DIGITS
-#: a reply is parsed from its last this many characters (about 2k tokens; see the module docstring)
+#: a reply is parsed from a boundary at or before its last this many characters (about 2k tokens)
 MAX_REPLY_CHARS = 8_192
+#: how much further back than MAX_REPLY_CHARS the boundary is looked for (then forward from the cut)
+_EXTEND_CHARS = 8_192
+#: the most spaces a construct holds in one gap ("answer   is", "\\frac{ 1 }"); a longer run is a boundary
+_GAP = 16
+#: a ``\\boxed{}`` or ``\\text{}`` holding more characters is not read as one (an answer is short)
+MAX_BOX_CHARS = 1_000
 #: a text longer than this is not one number (normalize_number, canonical_number)
 _MAX_NUMBER_CHARS = 1_000
 
@@ -40,19 +49,39 @@ _NUMBER_RE = re.compile(
     (?P<sign>[-+\u2212])?                       # ASCII or Unicode minus; "10-12" has no sign
     (?:\\?\$\s?)?                               # currency sign: $ or LaTeX \$
     (?:
-        \\[dt]?frac\{{\s*(?P<fn>{_NUM})\s*\}}\{{\s*(?P<fd>{_NUM})\s*\}}   # \frac{{a}}{{b}}
-      | (?P<n>{_NUM})(?:\s?/\s?(?P<d>{_NUM}))?                          # a or a/b
+        \\[dt]?frac\{{\s{{0,{_GAP}}}(?P<fn>{_NUM})\s{{0,{_GAP}}}\}}\{{\s{{0,{_GAP}}}(?P<fd>{_NUM})\s{{0,{_GAP}}}\}}
+      | (?<!/)(?<!/\s)(?P<n>{_NUM})\s?/\s?(?P<d>{_NUM})(?!\s?/\s?\.?\d)   # a/b, not in a chain a/b/c
+      | (?P<w>{_NUM})                                                   # a number alone
     )
     (?!\d|\.\d)                                 # nor the head of 1.2.3
     """,
     re.VERBOSE,
 )
 # LaTeX that wraps or spaces numbers: \text{...} and friends keep their content; thin spaces go.
-_LATEX_WRAPPER_RE = re.compile(r"\\(?:text|textbf|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
+_LATEX_WRAPPER_RE = re.compile(
+    rf"\\(?:text|textbf|mathrm|mathbf|mbox)\s{{0,{_GAP}}}\{{([^{{}}]{{0,{MAX_BOX_CHARS}}})\}}"
+)
 _LATEX_SPACE_RE = re.compile(r"\\[,!;: ]")
-_SPACE_RE = re.compile(r"\s")
-_DIGITS_RE = re.compile(r"[\d.,]*")
+# what _clean_latex rewrites, and how each such piece opens
+_REWRITTEN_RE = re.compile(f"{_LATEX_WRAPPER_RE.pattern}|{_LATEX_SPACE_RE.pattern}|\\{{,\\}}")
+_REWRITE_HEAD_RE = re.compile(r"\\(?:[,!;: ]|text|textbf|mathrm|mathbf|mbox)|\{,\}")
+#: what a number or LaTeX head can hold after a gap of spaces (see _joined_across)
+_JOINS_LEFT = tuple("0123456789./{}\\")
 _BRACE_RE = re.compile(r"[{}]")
+_BOX_HEAD_RE = re.compile(rf"\\boxed\s{{0,{_GAP}}}\{{")
+# a character after which a reply may be cut (reply_tail checks the rest): not a word character,
+# nor the backslash of a LaTeX command
+_CUT_AFTER_RE = re.compile(r"[^\w\\]")
+_SPACES_RE = re.compile(r"\s*")
+_THOUSANDS_RE = re.compile(r"\d{3}")
+_NUMERIC_RE = re.compile(r"\s?\.?\d")
+_AFTER_CURRENCY_RE = re.compile(r"\s?[\d.\\]")
+_AFTER_SIGN_RE = re.compile(r"[\d.$\\]")
+# the number after a slash is followed by another slash: a chain (a/b/c), in which no fraction is read
+_CHAINED_RE = re.compile(rf"\s?(?:{_NUM})\s?/\s?\.?\d")
+_ANSWER_WORD_RE = re.compile(r"(?i:answer)")
+#: the most characters an answer marker spans ("answer", gaps, "should be", the letter)
+_MARKER_REACH = 4 * _GAP + 16
 # Characters a human writes around a number that carry no value (normalize_number only).
 _NUMBER_NOISE_RE = re.compile(r"[\s,$%]|\\\$|\\%")
 
@@ -102,17 +131,19 @@ def extract_numbers(text: str) -> list[str]:
 
     Recognized: integers, decimals, thousands commas ("1,234,567"), a sign directly before the
     digits (not a hyphen after a word or number: "10-12" gives 10 and 12), ``$`` and ``\\$``
-    prefixes, fractions ``a/b`` and ``\\frac{a}{b}`` (read as their value; ``x/0`` is skipped).
+    prefixes, fractions ``a/b`` and ``\\frac{a}{b}`` (read as their value; ``x/0`` is skipped). A
+    chain of slashes is no fraction: "1/2/3" and the date "3/4/2024" are read number by number.
     A percent sign is ignored ("50%" gives 50). Digits glued after letters ("x2") do not count.
     Only the reply's tail is read (``reply_tail``).
     """
-    numbers = (_match_number(m) for m in _NUMBER_RE.finditer(_clean_latex(reply_tail(text))))
+    window, start = _window(text)
+    numbers = (_match_number(m) for m in _NUMBER_RE.finditer(_clean_latex(window), start))
     return [n for n in numbers if n is not None]
 
 
 def _match_number(m: re.Match) -> str | None:
     """The canonical number of one ``_NUMBER_RE`` match (None for ``x/0``)."""
-    num, den = (m["fn"], m["fd"]) if m["fn"] is not None else (m["n"], m["d"])
+    num, den = (m["fn"], m["fd"]) if m["fn"] is not None else (m["n"] or m["w"], m["d"])
     sign = "-" if m["sign"] in ("-", "\u2212") else ""
     return _canonical_ratio(sign + num.replace(",", ""), den and den.replace(",", ""))
 
@@ -170,7 +201,12 @@ def _exact(value: int | float | Fraction | Decimal | str) -> Fraction | None:
 def last_number(text: str) -> str | None:
     """The last number in ``text`` (see ``extract_numbers``), or None; only that one is converted, and
     only the reply's tail is read (``reply_tail``)."""
-    for m in reversed(list(_NUMBER_RE.finditer(_clean_latex(reply_tail(text))))):
+    return _last_number(*_window(text))
+
+
+def _last_number(text: str, start: int = 0) -> str | None:
+    """:func:`last_number` of all of ``text`` from ``start`` (the characters before it are context)."""
+    for m in reversed(list(_NUMBER_RE.finditer(_clean_latex(text), start))):
         number = _match_number(m)
         if number is not None:
             return number
@@ -178,40 +214,192 @@ def last_number(text: str) -> str | None:
 
 
 def reply_tail(text: str) -> str:
-    """The part of a reply the parsers read: all of it, or its last ``MAX_REPLY_CHARS`` characters. The
-    cut moves forward to just after a whitespace character near it (so no word or number is split),
-    else past the digits it falls in (so a number it splits is not read as a shorter one)."""
+    """The part of a reply the parsers read: all of it up to ``MAX_REPLY_CHARS`` characters, else from
+    the last boundary at or before its last ``MAX_REPLY_CHARS`` (looked for up to ``_EXTEND_CHARS``
+    further back, then forward from there): a point that no construct crosses, so the tail reads as
+    the same characters do in the whole reply (the same numbers, paired the same way, the same boxes
+    and markers). A reply with no boundary there ends in one unbroken run (a million digits, say) and
+    gives the empty tail: no answer.
+
+    A boundary follows a character that belongs to no construct there: punctuation such as ``!?;)``, a
+    period or comma that no digits continue (``1,1,...``), the slash of a chain (``1/1/1``), a sign or
+    ``$`` before no number, a space that no number, LaTeX head or answer marker spans (``$ 5``,
+    ``1 / 2``, ``answer is C``) and that does not indent a line; never inside a complete ``\\boxed{}``
+    or LaTeX that reading rewrites (``\\text{}``, ``\\,``)."""
+    window, start = _window(text)
+    return window[start:]
+
+
+def _window(text: str) -> tuple[str, int]:
+    """``(part, start)``: the parsers read ``part[start:]``; ``part[:start]`` is the one character
+    before the boundary, kept so that look-behinds see what they see in the whole reply."""
     if len(text) <= MAX_REPLY_CHARS:
-        return text
+        return text, 0
+    at = _boundary(text)
+    if at is None:
+        return "", 0
+    return (text, 0) if at == 0 else (text[at - 1 :], 1)
+
+
+def _boundary(text: str) -> int | None:
+    """The last boundary (see ``reply_tail``) at or before the cut, else the first after it, else None."""
     cut = len(text) - MAX_REPLY_CHARS
-    space = _SPACE_RE.search(text, cut, cut + 256)
-    return text[space.end() if space else _DIGITS_RE.match(text, cut).end() :]
+    low = max(0, cut - _EXTEND_CHARS)
+    spans = _construct_spans(text, max(0, low - MAX_BOX_CHARS - 2 * _GAP - 16))
+    before = [m.end() for m in _CUT_AFTER_RE.finditer(text, max(0, low - 1), cut)]
+    for at in reversed(before):
+        if _is_boundary(text, at, spans):
+            return at
+    if low == 0:
+        return 0
+    after = (m.end() for m in _CUT_AFTER_RE.finditer(text, cut))
+    return next((at for at in after if _is_boundary(text, at, spans)), None)
+
+
+def _is_boundary(text: str, at: int, spans: list[tuple[int, int]]) -> bool:
+    """Whether ``text`` can be cut at ``at``, after ``text[at - 1]``, without cutting a construct;
+    ``spans``: the boxes and rewritten LaTeX around it (:func:`_construct_spans`)."""
+    return _free_after(text, at, text[at - 1]) and not _inside(spans, at)
+
+
+def _free_after(text: str, at: int, char: str) -> bool:
+    """Whether no number, fraction, answer marker or line-opening letter holds both ``char``
+    (``text[at - 1]``, neither a word character nor a backslash: ``_CUT_AFTER_RE``) and ``text[at]``."""
+    if char.isspace():
+        return _gap_is_free(text, at)
+    if char in ".,/$+-\u2212{}" and _REWRITE_HEAD_RE.search(text, at, at + 6):
+        return False  # what follows is read rewritten (1,1\\,00 as 1,100): judged on the raw text, unsure
+    if char in ".,/$+-\u2212":
+        return _number_free_after(text, at, char)
+    if char in ":=*":  # in an answer marker ("**Answer:** C") or before a line's letter ("* C)")
+        return not _in_marker(text, at) and not _in_indent(text, at)
+    if char == "(":  # (C)
+        return not ("A" <= text[at : at + 1] <= "Z")
+    if char == "{":  # \frac{1}{2}
+        return text[at - 2 : at - 1] != "}" and text[max(0, at - 5) : at] != "frac{"
+    if char == "}":  # \frac{1}{2}
+        return text[at : at + 1] != "{"
+    return True
+
+
+def _number_free_after(text: str, at: int, char: str) -> bool:
+    """:func:`_free_after` of the characters numbers are written with besides digits."""
+    if char == ".":  # a decimal point when a digit follows
+        return not text[at : at + 1].isdigit()
+    if char == ",":  # a thousands comma when three digits follow
+        return not _THOUSANDS_RE.match(text, at)
+    if char == "/":  # the slash of a fraction unless the number after it goes on to another
+        return not _NUMERIC_RE.match(text, at) or bool(_CHAINED_RE.match(text, at))
+    if char == "$":  # $5, $ 5, $\frac{1}{2}
+        return not _AFTER_CURRENCY_RE.match(text, at)
+    return not _AFTER_SIGN_RE.match(text, at)  # -5, -$5, -.5, -\frac{1}{2}
+
+
+def _gap_is_free(text: str, at: int) -> bool:
+    """Whether the run of spaces around ``text[at - 1]`` can be cut at ``at``: it is longer than any gap a
+    construct spans, or no number or LaTeX head joins the characters on its two sides
+    (:func:`_joined_across`); and no answer marker spans it, nor is it a line's indentation."""
+    if _in_marker(text, at) or _in_indent(text, at):
+        return False
+    first = at - 1
+    while first > 0 and at - first <= _GAP + 1 and text[first - 1].isspace():
+        first -= 1
+    end = _SPACES_RE.match(text, at, at + _GAP + 2).end()
+    left, right = text[first - 1 : first], text[end : end + 1]
+    if _REWRITE_HEAD_RE.match(text, end) or _rewritten_before(text, first) and right in _JOINS_LEFT:
+        return False  # a side is read rewritten (\\text{5} / 3 as 5 / 3): judged on the raw text, unsure
+    return end - first > _GAP or not _joined_across(left, right)
+
+
+def _rewritten_before(text: str, at: int) -> bool:
+    """Whether ``text[at - 1]`` may end LaTeX that reading rewrites (``\\,``, ``{,}``, ``\\text{5}``)."""
+    return text[at - 2 : at - 1] == "\\" or text[at - 1 : at] == "}"
+
+
+def _joined_across(left: str, right: str) -> bool:
+    """Whether a number or a LaTeX head can hold ``left``, spaces, then ``right`` (either may be
+    empty: the reply's edge)."""
+    number = right[:1].isdigit() or right == "."
+    joins = (
+        left == "$" and (number or right == "\\"),  # $ 5, $ \frac{1}{2}
+        left in ("/", "{") and number,  # 1 / 2, \frac{ 1 }{ 2 }
+        right in ("/", "}") and left[:1].isdigit(),  # 1 / 2, \frac{1 }{2 }
+        right == "{" and left[:1].isalpha(),  # \boxed {, \text {
+    )
+    return any(joins)
+
+
+def _in_marker(text: str, at: int) -> bool:
+    """Whether an answer marker ("answer is C", "**Answer:** (C)") that starts before ``at`` goes past it."""
+    for word in _ANSWER_WORD_RE.finditer(text, max(0, at - _MARKER_REACH), at):
+        marker = _MARKED_LETTER_RE.match(text, word.start())
+        if marker and marker.end() > at:
+            return True
+    return False
+
+
+def _in_indent(text: str, at: int) -> bool:
+    """Whether ``at`` lies in the indentation of a line (spaces, tabs and ``*`` after a line break), where
+    a letter opening the line ("  C) mall") is read."""
+    newline = text.rfind("\n", max(0, at - _GAP - 2), at - 1)
+    return newline >= 0 and not text[newline + 1 : at].strip(" \t*")
+
+
+def _construct_spans(text: str, start: int) -> list[tuple[int, int]]:
+    """``(first, end)`` of every complete box (at most ``MAX_BOX_CHARS`` inside) and of the LaTeX that
+    reading rewrites (``\\text{}``, ``\\,``, ``{,}``, with the character after it) from ``start`` on,
+    overlapping ones merged, in order: a reply is not cut inside one."""
+    # reading drops LaTeX (\\text{5} is read 5, 1\\,000 1000): no cut right after it either
+    spans = [(m.start(), m.end() + 1) for m in _REWRITTEN_RE.finditer(text, start)]
+    spans += [(head, close + 1) for head, _, close, _ in _boxes(text, start)]
+    merged: list[tuple[int, int]] = []
+    for first, end in sorted(spans):
+        if merged and first < merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(end, merged[-1][1]))
+        else:
+            merged.append((first, end))
+    return merged
+
+
+def _inside(spans: list[tuple[int, int]], at: int) -> bool:
+    """Whether one of the (disjoint, ordered) ``spans`` holds both ``text[at - 1]`` and ``text[at]``."""
+    k = bisect.bisect_left(spans, (at, at))
+    return k > 0 and spans[k - 1][0] < at < spans[k - 1][1]
 
 
 def boxed_contents(text: str) -> list[str]:
     """Contents of the complete ``\\boxed{...}`` in ``text``, in order, nested braces matched.
 
     ``\\boxed{\\frac{1}{2}}`` gives ``\\frac{1}{2}``. A box whose closing brace never comes (a
-    truncated output such as ``\\boxed{12``) is not a box and is left out, and a box holding
-    another box counts through the inner one (``\\boxed{x = \\boxed{5}}`` gives ``5``). One pass
-    over the braces, so degenerate outputs ("\\boxed{\\boxed{\\boxed{...") stay linear; only the
-    reply's tail is read (``reply_tail``).
+    truncated output such as ``\\boxed{12``) or comes after more than ``MAX_BOX_CHARS`` characters is
+    not a box and is left out, and a box holding another box counts through the inner one
+    (``\\boxed{x = \\boxed{5}}`` gives ``5``). One pass over the braces, so degenerate outputs
+    ("\\boxed{\\boxed{\\boxed{...") stay linear; only the reply's tail is read (``reply_tail``).
     """
-    text = reply_tail(text)
-    box_braces = {m.end() - 1 for m in re.finditer(r"\\boxed\s*\{", text)}  # where each box opens
-    if not box_braces:
+    return _boxed_contents(*_window(text))
+
+
+def _boxed_contents(text: str, start: int = 0) -> list[str]:
+    return [text[opened + 1 : close] for _, opened, close, holds in _boxes(text, start) if not holds]
+
+
+def _boxes(text: str, start: int) -> list[tuple[int, int, int, bool]]:
+    """``(head, opening brace, closing brace, holds a box)`` of each complete box of ``text`` from
+    ``start`` on (at most ``MAX_BOX_CHARS`` inside), in the order they close."""
+    heads = {m.end() - 1: m.start() for m in _BOX_HEAD_RE.finditer(text, start)}  # brace -> head
+    if not heads:
         return []
-    found: list[str] = []
+    found: list[tuple[int, int, int, bool]] = []
     stack: list[list] = []  # [position of "{", whether a box closed inside it]
     # a brace's partner lies after it, so braces before the first box cannot change the result
-    for m in _BRACE_RE.finditer(text, min(box_braces)):
+    for m in _BRACE_RE.finditer(text, min(heads)):
         if m.group() == "{":
             stack.append([m.start(), False])
         elif stack:
             opened, holds_box = stack.pop()
-            is_box = opened in box_braces
-            if is_box and not holds_box:
-                found.append(text[opened + 1 : m.start()])
+            is_box = opened in heads and m.start() - opened - 1 <= MAX_BOX_CHARS
+            if is_box:
+                found.append((heads[opened], opened, m.start(), holds_box))
             if (is_box or holds_box) and stack:
                 stack[-1][1] = True
     return found
@@ -227,21 +415,24 @@ def parse_number_answer(text: str) -> str | None:
 
     Only the reply's tail is read (``reply_tail``).
     """
-    text = reply_tail(text)
-    for content in reversed(boxed_contents(text)):
-        number = last_number(content)
+    window, start = _window(text)
+    for content in reversed(_boxed_contents(window, start)):
+        number = _last_number(content)
         if number is not None:
             return number
-    return last_number(text)
+    return _last_number(window, start)
 
 
 # "answer is C", "Answer: (C)", "**Final answer:** C", "the answer would be C."
 _MARKED_LETTER_RE = re.compile(  # one quantifier per gap, so long runs of spaces cannot backtrack badly
-    r"(?i:\banswer)[*\s]*(?:(?i:is|would\s+be|should\s+be|must\s+be)|:|=)[*\s:]*\(?([A-Z])\)?(?![\w'])"
+    rf"(?i:\banswer)[*\s]{{0,{_GAP}}}(?:(?i:is|would\s{{1,{_GAP}}}be|should\s{{1,{_GAP}}}be|must\s{{1,{_GAP}}}be)|:|=)"
+    rf"[*\s:]{{0,{_GAP}}}\(?([A-Z])\)?(?![\w'])"
 )
 # "(C)" not glued to a word, or "C)" opening a line (how small models often answer: "C) mall")
-_PAREN_LETTER_RE = re.compile(r"(?<!\w)\(([A-Z])\)|^[ \t*]*([A-Z])\)", re.MULTILINE)
-_LONE_LETTER_RE = re.compile(r"[\s*]*\(?([A-Z])\)?[.)]?[\s*]*")  # the whole reply is one letter
+_PAREN_LETTER_RE = re.compile(rf"(?<!\w)\(([A-Z])\)|^[ \t*]{{0,{_GAP}}}([A-Z])\)", re.MULTILINE)
+_LONE_LETTER_RE = re.compile(r"\(?([A-Z])\)?[.)]?")  # the whole reply, padding aside, is one letter
+#: what may surround a lone letter: "*" and every character ``\s`` matches
+_PADDING = "*" + "".join(re.findall(r"\s", "".join(map(chr, range(0x3001)))))
 _BOXED_LETTER_RE = re.compile(r"\(?([A-Za-z])\)?\.?")
 
 
@@ -260,22 +451,31 @@ def parse_choice(text: str, letters: Sequence[str] | str) -> str | None:
     ``letters`` are ignored, so "(F)" on a five-option question is not an answer. Only the reply's
     tail is read (``reply_tail``).
     """
-    text = reply_tail(text)
+    window, start = _window(text)
     offered = set(letters)
+    # is the whole reply, padding aside, one letter? (not if its tail holds more: the cheap test first)
+    core = _unpadded(text) if len(_unpadded(window)) <= 4 else ""
     tiers = (
         [
             m.group(1).upper()
-            for c in boxed_contents(text)
+            for c in _boxed_contents(window, start)
             if (m := _BOXED_LETTER_RE.fullmatch(_strip_box(c)))
         ],
-        _MARKED_LETTER_RE.findall(text) + [m.group(1) for m in [_LONE_LETTER_RE.fullmatch(text)] if m],
-        [m.group(1) or m.group(2) for m in _PAREN_LETTER_RE.finditer(text)],
+        _MARKED_LETTER_RE.findall(window, start)
+        + [m.group(1) for m in [_LONE_LETTER_RE.fullmatch(core)] if m],
+        [m.group(1) or m.group(2) for m in _PAREN_LETTER_RE.finditer(window, start)],
     )
     for found in tiers:
         valid = [x for x in found if x in offered]
         if valid:
             return valid[-1]
     return None
+
+
+def _unpadded(text: str) -> str:
+    """``text`` without the spaces and ``*`` around it (plain spaces first: the fast case)."""
+    text = text.strip()
+    return text.strip(_PADDING) if text[:1] == "*" or text[-1:] == "*" else text
 
 
 def _strip_box(content: str) -> str:
