@@ -35,9 +35,19 @@ RESUMABLE_CHANGES = {
 
 
 def verify(trainer: Trainer, path: Path) -> None:
-    """Check the checkpoint at ``path`` whole before anything is loaded (CheckpointError names the file)."""
+    """Check the checkpoint at ``path`` whole before anything is loaded (CheckpointError names the file):
+    before the model loads against the adapters' headers, and again when loading, parameter by parameter
+    against the run's optimizer and schedule (none under DeepSpeed, which keeps its own)."""
     cfg = trainer.config
-    ckpt.verify(path, replay=cfg.replay, reference=cfg.reference == "lagged", deepspeed=trainer.deepspeed)
+    updater = None if trainer.deepspeed else getattr(trainer, "updater", None)  # built after the first check
+    ckpt.verify(
+        path,
+        replay=cfg.replay,
+        reference=cfg.reference == "lagged",
+        deepspeed=trainer.deepspeed,
+        optimizer=updater and updater.optimizer,
+        scheduler=updater and updater.scheduler,
+    )
     if trainer.critic_needed and not (path / "critic").is_dir():
         raise ckpt.CheckpointError(f"{path} has no critic/ (not written by a {cfg.algorithm} run)")
 
