@@ -266,6 +266,22 @@ def test_heterogeneous_team(tiny_path, tiny_b_path):
         MultiAgentPolicy(tiny_path, n_agents=2, agent_models=[tiny_path, tiny_b_path], shared_adapter=True)
 
 
+def test_every_base_is_checked_for_the_lora_targets_before_any_weight_loads(tiny_path, tmp_path, monkeypatch):
+    from transformers import AutoModelForCausalLM, GPT2Config
+
+    other = tmp_path / "gpt2"  # a second base whose layers have other names (c_attn, c_proj, c_fc)
+    GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=64).save_pretrained(str(other))
+    loaded = []
+    monkeypatch.setattr(
+        AutoModelForCausalLM, "from_pretrained", lambda path, **kw: loaded.append(path) or 1 / 0
+    )
+    with pytest.raises(
+        ValueError, match="lora_target_modules: q_proj, k_proj, v_proj, o_proj name.s. no module of .*c_attn"
+    ):
+        MultiAgentPolicy(tiny_path, n_agents=2, agent_models=[tiny_path, str(other)], lora=LoraSettings())
+    assert loaded == []  # the first base's weights were not read either
+
+
 def test_team_manifest_round_trip_and_register(tiny_path, tmp_path):
     policy = tiny_policy(tiny_path, n_agents=2)
     team = save_team(policy, tmp_path / "team", task="arithmetic", profiles=["calm", None], iteration=7)

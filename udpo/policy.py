@@ -581,8 +581,14 @@ def _check_target_modules(config, targets: Sequence[str], model: str) -> None:
     names = [n for n, _ in skeleton.named_modules()]
     missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
     if missing:
+        from transformers.pytorch_utils import Conv1D  # GPT-2's linear layers
+
         linear = sorted(
-            {n.rsplit(".", 1)[-1] for n, m in skeleton.named_modules() if isinstance(m, torch.nn.Linear)}
+            {
+                n.rsplit(".", 1)[-1]
+                for n, m in skeleton.named_modules()
+                if isinstance(m, torch.nn.Linear | Conv1D)
+            }
         )
         raise ValueError(
             f"lora_target_modules: {', '.join(missing)} name(s) no module of {model}; its linear layers are "
