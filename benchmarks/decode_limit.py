@@ -1,0 +1,127 @@
+"""Benchmark: how close generation comes to the hardware's limit at the decode shape.
+
+    python benchmarks/decode_limit.py [--backend hf|vllm|both] [--dtype fp32|bf16] [--batch 48]
+                                      [--max-tokens 32] [--steps 16] [--model smollm2-135m-instruct]
+
+Three numbers at one shape (``--batch`` arithmetic prompts of about 90 tokens, ``--max-tokens`` new
+tokens each), measured in one run:
+
+- the matmul roofline: a ``batch x hidden @ hidden x intermediate`` matmul in ``--dtype``, its GFLOPS
+  divided by the model's FLOPs per generated token (2 x the parameters a token passes through, the
+  output layer included): what the arithmetic alone would allow;
+- the bare decode step: one forward of ``batch x 1`` token over a KV cache of the prompts' length
+  (``--steps`` of them, no sampling, no stopping checks): what the model's own forward costs;
+- achieved: the backend's ``generate`` of the same prompts (temperature 1, ``max_tokens``), completion
+  tokens per second.
+
+Prints each as tokens/s and the ratios achieved / bare step and achieved / roofline. Threads: torch's
+current setting (``UDPO_NUM_THREADS`` / ``OMP_NUM_THREADS``); say what else ran on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from udpo.env.backends import ChatRequest, SamplingParams, make_backend
+from udpo.env.backends.hf import DTYPES, chat_prompt_ids
+from udpo.env.models import resolve_model
+from udpo.env.tasks.arithmetic import Arithmetic
+
+
+def prompts(n: int) -> list[list[dict[str, str]]]:
+    task = Arithmetic(difficulty=1, n_questions=max(n, 8))
+    questions = task.load("test")[:n]
+    system = {"role": "system", "content": "You are one of several solvers checking each other's arithmetic."}
+    return [[system, {"role": "user", "content": task.prompt(q)}] for q in questions]
+
+
+def roofline(model, batch: int, dtype: torch.dtype, repeats: int = 20) -> tuple[float, float]:
+    """(GFLOPS of the decode-shaped matmul, FLOPs per generated token)."""
+    cfg = model.config
+    a = torch.randn(batch, cfg.hidden_size, dtype=dtype)
+    b = torch.randn(cfg.hidden_size, cfg.intermediate_size, dtype=dtype)
+    a @ b  # warm-up
+    start = time.perf_counter()
+    for _ in range(repeats):
+        a @ b
+    seconds = (time.perf_counter() - start) / repeats
+    gflops = 2 * batch * cfg.hidden_size * cfg.intermediate_size / seconds / 1e9
+    per_token = 2 * sum(p.numel() for n, p in model.named_parameters() if "embed_tokens" not in n)
+    if getattr(cfg, "tie_word_embeddings", False):
+        per_token += 2 * cfg.vocab_size * cfg.hidden_size  # the output layer shares the embedding
+    return gflops, per_token
+
+
+@torch.no_grad()
+def bare_decode(model, tokenizer, chats: list, steps: int) -> float:
+    """Tokens/s of ``steps`` forward passes of one token per row over the prompts' KV cache."""
+    ids = [chat_prompt_ids(tokenizer, c, {}) for c in chats]
+    width = max(map(len, ids))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids])
+    attention = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids])
+    out = model(input_ids=input_ids, attention_mask=attention, use_cache=True)
+    cache, token = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
+    ones = torch.ones(len(ids), 1, dtype=attention.dtype)
+    times = []
+    for _ in range(steps):
+        attention = torch.cat([attention, ones], dim=1)
+        start = time.perf_counter()
+        out = model(input_ids=token, attention_mask=attention, past_key_values=cache, use_cache=True)
+        times.append(time.perf_counter() - start)
+        cache, token = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
+    times.sort()
+    return len(ids) / times[len(times) // 2]  # the median step
+
+
+def achieved(backend, chats: list, max_tokens: int) -> float:
+    sampling = SamplingParams(temperature=1.0, max_tokens=max_tokens, seed=0)
+    requests = [ChatRequest(c, sampling) for c in chats]
+    backend.generate(requests[:2])  # warm-up
+    start = time.perf_counter()
+    done = backend.generate(requests)
+    return sum(len(c.completion_ids) for c in done) / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--backend", choices=["hf", "vllm", "both"], default="hf")
+    parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument("--batch", type=int, default=48)
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument("--model", default="smollm2-135m-instruct")
+    args = parser.parse_args()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dtype, path = DTYPES[args.dtype], resolve_model(args.model)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    chats = prompts(args.batch)
+    gflops, per_token = roofline(model, args.batch, dtype)
+    limit = gflops * 1e9 / per_token
+    step = bare_decode(model, tokenizer, chats, args.steps)
+    print(
+        f"threads {torch.get_num_threads()}, {args.dtype}, batch {args.batch}, {args.max_tokens} new tokens"
+    )
+    print(f"matmul {gflops:.0f} GFLOPS, {per_token / 1e9:.3f} GFLOP per token: roofline {limit:.0f} tokens/s")
+    print(f"bare decode step: {step:.0f} tokens/s ({step / limit:.1%} of the roofline)")
+    for name in ("hf", "vllm") if args.backend == "both" else (args.backend,):
+        options = {"model_obj": model, "tokenizer": tokenizer} if name == "hf" else {"model": path}
+        backend = make_backend(name, dtype=args.dtype, **options)
+        try:
+            rate = achieved(backend, chats, args.max_tokens)
+        finally:
+            backend.close()
+        print(
+            f"{name} generate: {rate:.0f} tokens/s = {rate / step:.1%} of the bare step, {rate / limit:.1%} of the roofline"
+        )
+
+
+if __name__ == "__main__":
+    main()
