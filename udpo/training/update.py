@@ -260,7 +260,8 @@ class Updater:
             g = safe_get_full_grad(p)
         else:
             g = p.grad
-        return torch.zeros(p.ds_shape if hasattr(p, "ds_shape") else p.shape) if g is None else g
+        shape = p.ds_shape if hasattr(p, "ds_shape") else p.shape  # ZeRO-3: the full shape
+        return torch.zeros(shape, device=p.device) if g is None else g
 
     def _set_grad(self, p: torch.nn.Parameter, g: torch.Tensor) -> None:
         if self.deepspeed:
