@@ -81,6 +81,11 @@ class TrainConfig:
         "Seed of the held-out evaluation's sampling, set anew before every evaluation (hf backend), so "
         "every evaluation of a run draws the same random numbers; training's own stream resumes untouched.",
     )
+    eval_question_seed: int | None = _f(
+        None,
+        "Seed of the held-out questions a generated task (arithmetic) draws (default: seed). Fix it to give "
+        "every training seed the same test set.",
+    )
     warmup_fraction: float = _f(
         0.1,
         "Share of the training questions held out for warm-up calibration of the reward coefficients "
@@ -172,7 +177,35 @@ class TrainConfig:
     )
     gae_gamma: float = _f(1.0, "mappo, rmaac: discount over rounds in GAE.")
     gae_lambda: float = _f(0.95, "mappo, rmaac: lambda of GAE over rounds.")
-    normalize_advantages: bool = _f(True, "mappo, rmaac: scale advantages to mean 0, std 1 over the batch.")
+    advantage_norm: Literal["auto", "none", "batch", "agent"] = _f(
+        "auto",
+        "Advantage normalisation, every algorithm: none; batch (mean 0, std 1 over the batch); agent (each "
+        "agent's advantages by its own mean and std, as Dr. MAS: agents' reward scales differ). auto: batch "
+        "for mappo and rmaac, none for udpo.",
+    )
+    loss_aggregation: Literal["auto", "sum", "mean"] = _f(
+        "auto",
+        "Length normalisation, every algorithm: an agent's surrogate and KL in one debate summed over its "
+        "tokens (sum) or divided by their number (mean). auto: sum at ratio_level trajectory (udpo), mean "
+        "at ratio_level token and for mappo and rmaac.",
+    )
+    kl_loss: Literal["k3", "k2"] = _f(
+        "k3",
+        "Per-token KL loss, r = logp_ref - logp_theta: k3 = exp(r) - r - 1 (as GRPO; its gradient is that of "
+        "KL(ref || theta)) or k2 = r^2 / 2 (its gradient is that of KL(theta || ref)).",
+    )
+    critic_learning_rate: float | None = _f(
+        None,
+        "mappo, rmaac: the critic's peak AdamW learning rate, same schedule (default: 10 x learning_rate).",
+    )
+    critic_epochs: int = _f(
+        1, "mappo, rmaac: the critic's passes (optimizer steps of its own) over each iteration's debates."
+    )
+    critic_warmup_epochs: int = _f(
+        0,
+        "mappo, rmaac: warm start: before training the baselines debate the warm-up questions (as UDPO's "
+        "calibration does) and fit the critic this many passes on them (0: no warm start).",
+    )
     adversary_budget: int = _f(
         1, "rmaac: peers whose answer the adversary may swap, per agent and round (0: no adversary)."
     )
@@ -181,6 +214,13 @@ class TrainConfig:
         "Denominator of the ratio: log-probs recorded by the rollout engine, or recomputed by the trainer "
         "before the first update (removes engine/trainer numeric mismatch).",
     )
+    is_correction: Literal["none", "tis", "mask"] = _f(
+        "none",
+        "behavior_logprobs: recompute with engine-recorded log-probs: weight each sample's surrogate by the "
+        "truncated importance ratio min(exp(logp_trainer - logp_engine), is_cap) (tis: per token, or per "
+        "debate at ratio_level trajectory), or drop debates whose ratio leaves [1/is_cap, is_cap] (mask).",
+    )
+    is_cap: float = _f(2.0, "C of is_correction: the truncation (tis) or the mask's bound (mask); > 1.")
 
     # --- rewards -----------------------------------------------------------------------------
     reward_scope: Literal["trajectory", "agent"] = _f(
@@ -202,6 +242,12 @@ class TrainConfig:
     gamma_base: float | None = _f(None, "gamma_base (with alpha_base, beta_base).")
     lambda_base: float = _f(1.0, "lambda_base of the calibrated task weight.")
     eta_base: float = _f(0.01, "eta_base of the calibrated KL weight.")
+    calibration_file: str | None = _f(
+        None,
+        "A calibration.json written by another run (RUN/calibration.json): its coefficients are used instead "
+        "of calibrating here, so the runs of a study share one calibration (explicit values and ablations "
+        "still apply; no warm-up debates).",
+    )
     ablations: list[str] = _f(
         [],
         "Ablations 'intra', 'inter', 'sys' (paper's w/o rows): alpha_i, beta_i or gamma_i set to 0 for all agents.",
@@ -307,6 +353,7 @@ class TrainConfig:
             "logprob_token_budget",
             "questions_per_iteration",
             "save_steps",
+            "critic_epochs",
             "replay_capacity",
             "vllm_max_model_len",
         )
@@ -329,6 +376,7 @@ class TrainConfig:
             "w_consensus",
             "replay_eta",
             "replay_beta",
+            "critic_warmup_epochs",
         )
         for name in nonneg:
             value = getattr(self, name)
@@ -390,8 +438,8 @@ class TrainConfig:
                 f"{debates} debates (questions_per_iteration x debates_per_question) into more micro-batches "
                 f"than it has debates; lower it or raise questions_per_iteration"
             )
-        for name in ("seed", "eval_seed"):
-            if not 0 <= getattr(self, name) < 2**31:
+        for name in ("seed", "eval_seed", "eval_question_seed"):
+            if getattr(self, name) is not None and not 0 <= getattr(self, name) < 2**31:
                 raise ConfigError(f"{name} must be in [0, 2**31), got {getattr(self, name)}")
         for name in ("alpha_base", "beta_base", "gamma_base"):
             value = getattr(self, name)
@@ -432,7 +480,16 @@ class TrainConfig:
                 f"give alpha_base, beta_base and gamma_base together (missing: {missing}), or none "
                 f"of them for Cohen's d weights"
             )
-        if self.warmup_fraction == 0 and not self.coefficients_explicit and self.algorithm == "udpo":
+        if self.critic_warmup_epochs > 0 and self.warmup_fraction == 0:
+            raise ConfigError(
+                "critic_warmup_epochs > 0 fits the critic on warm-up debates: set warmup_fraction > 0"
+            )
+        if (
+            self.warmup_fraction == 0
+            and not self.coefficients_explicit
+            and self.algorithm == "udpo"
+            and self.calibration_file is None
+        ):
             missing = ", ".join(k for k in COEFFICIENTS if getattr(self, k) is None)
             raise ConfigError(
                 f"warmup_fraction: 0 leaves no warm-up debates to calibrate {missing}; "
@@ -506,7 +563,7 @@ class TrainConfig:
                 "ablations": self.ablations,
                 "reward_functions": self.reward_functions,
                 "ratio_level: token": self.ratio_level == "token",
-                "baseline: group": self.baseline == "group",
+                "calibration_file": self.calibration_file is not None,
             }
             given = [name for name, on in udpo_only.items() if on]
             if given:
@@ -518,6 +575,26 @@ class TrainConfig:
                 raise ConfigError(
                     f"algorithm: {self.algorithm} takes one eta (its KL weight), got {self.eta}"
                 )
+        if self.algorithm == "udpo":
+            critic_only = {
+                "critic_learning_rate": self.critic_learning_rate is not None,
+                "critic_epochs": self.critic_epochs != 1,
+                "critic_warmup_epochs": self.critic_warmup_epochs > 0,
+            }
+            given = [name for name, on in critic_only.items() if on]
+            if given:
+                raise ConfigError(f"{', '.join(given)}: only mappo and rmaac have a critic")
+        lr = self.critic_learning_rate
+        if lr is not None and not (lr > 0 and math.isfinite(lr)):
+            raise ConfigError(f"critic_learning_rate must be a finite number > 0, got {lr}")
+        if not (self.is_cap > 1 and math.isfinite(self.is_cap)):
+            raise ConfigError(f"is_cap must be a finite number > 1, got {self.is_cap}")
+        if self.is_correction != "none" and self.behavior_logprobs != "recompute":
+            raise ConfigError(
+                f"is_correction: {self.is_correction} weights the trainer's recomputed ratio by the "
+                f"trainer/engine ratio; with behavior_logprobs: rollout the ratio already divides by the "
+                f"engine's probabilities: use behavior_logprobs: recompute"
+            )
         for name in ("gae_gamma", "gae_lambda"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ConfigError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
@@ -602,6 +679,10 @@ class TrainConfig:
                 ckpt.resolve(out, self.resume)
             except ckpt.CheckpointError as e:
                 raise ConfigError(f"resume: {e}") from None
+        if self.calibration_file is not None and not Path(self.calibration_file).expanduser().is_file():
+            raise ConfigError(
+                f"calibration_file {self.calibration_file}: no such file (a run's RUN/calibration.json)"
+            )
         models = {
             "model": self.model,
             **{f"agent_models[{i}]": m for i, m in enumerate(self.agent_models or [])},

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .actor_critic import ActorCritic, ActorCriticConfig
-from .base import AgentTurns, Algorithm, RolloutBatch, fill_behavior_logprobs
+from .base import AgentTurns, Algorithm, LossSettings, RolloutBatch, fill_behavior_logprobs
 from .mappo import MAPPO
 from .rmaac import RMAAC
 from .udpo import UDPO, Coefficients, UDPOConfig, compute_rewards
@@ -18,28 +18,32 @@ def build_algorithm(
 ) -> Algorithm:
     """The algorithm a run's ``config`` (a :class:`udpo.config.TrainConfig`) names. UDPO takes its per-agent
     coefficients from the ``calibration`` record; MAPPO and RMAAC need the run's ``critic``."""
+    shared = {
+        "clip_eps": config.clip_eps,
+        "dual_clip": config.dual_clip,
+        "loss_aggregation": config.loss_aggregation,
+        "kl_loss": config.kl_loss,
+        "is_correction": config.is_correction,
+        "is_cap": config.is_cap,
+        "baseline": config.baseline,
+    }
+    if config.advantage_norm != "auto":  # auto: each algorithm's own default
+        shared["advantage_norm"] = config.advantage_norm
     if config.algorithm == "udpo":
         return UDPO(
             Coefficients.from_dict(calibration),
-            UDPOConfig(
-                clip_eps=config.clip_eps,
-                ratio_level=config.ratio_level,
-                baseline=config.baseline,
-                dual_clip=config.dual_clip,
-            ),
+            UDPOConfig(**shared, ratio_level=config.ratio_level),
             scope=config.reward_scope,
             functions=reward_functions,
         )
     if critic is None:
         raise ValueError(f"algorithm {config.algorithm} needs a critic")
     settings = ActorCriticConfig(
-        clip_eps=config.clip_eps,
-        dual_clip=config.dual_clip,
+        **shared,
         eta=config.eta[0] if config.eta else config.eta_base,
         w_consensus=config.w_consensus,
         gamma=config.gae_gamma,
         lam=config.gae_lambda,
-        normalize=config.normalize_advantages,
     )
     if config.algorithm == "mappo":
         return MAPPO(critic, settings)
@@ -57,6 +61,7 @@ __all__ = [
     "AgentTurns",
     "Algorithm",
     "Coefficients",
+    "LossSettings",
     "RolloutBatch",
     "UDPOConfig",
     "build_algorithm",

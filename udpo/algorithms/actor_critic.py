@@ -12,11 +12,13 @@ Names, for debate m, agent i and the rounds r = 0..K-1 the agent spoke in:
 - ``V(s_r)``: the critic (:class:`udpo.algorithms.critic.Critic`), scored before the update.
 - GAE (Schulman et al. 2016) over rounds: ``delta_r = r_r + gamma V(s_{r+1}) - V(s_r)`` with
   ``V(s_K) = 0``; ``A_r = sum_l (gamma lambda)^l delta_{r+l}``; value targets ``G_r = A_r + V(s_r)``.
-  Advantages are then normalized over the batch (mean 0, std 1), as MAPPO does.
+  Advantages are then normalized over the batch (mean 0, std 1), as MAPPO does (``advantage_norm``).
+  ``baseline: group`` puts the mean team reward of the question's debates in place of ``V(s_0)``.
 - Actor loss of agent i: per token, ``min(rho A_r, clip(rho, 1-eps, 1+eps) A_r)`` (dual-clipped for
   ``A_r < 0``) with ``rho`` the token's ratio and ``A_r`` its round's advantage, averaged over the agent's
-  tokens of each debate, then over debates; minus ``eta`` times the per-token KL to the reference
-  (the same anchor UDPO uses at ``ratio_level: token``). The loss is the negative.
+  tokens of each debate (or summed: ``loss_aggregation``), then over debates; minus ``eta`` times the
+  per-token KL loss to the reference (the same anchor UDPO uses at ``ratio_level: token``). The loss is
+  the negative.
 - Critic loss: ``mean (V(s_r) - G_r)^2`` over the states of the debates, with gradients to the critic only.
 """
 
@@ -35,40 +37,47 @@ from udpo.rewards import debate_metrics
 
 from .base import (
     Algorithm,
+    LossSettings,
     RolloutBatch,
+    aggregate,
     clipped_surrogate,
-    debate_mean,
+    correction_weights,
     kl_estimate,
     loss_metrics,
+    normalize_advantages,
     ratio,
 )
+from .udpo import group_mean
 
 
 @dataclass
-class ActorCriticConfig:
-    """clip_eps, dual_clip: as UDPO's. eta: weight of the per-token KL anchor (0: none). w_consensus: weight
-    of ``1 - C_T`` in the team reward. gamma, lam: GAE's discount and lambda over rounds. normalize: scale
-    advantages to mean 0 and std 1 over the batch."""
+class ActorCriticConfig(LossSettings):
+    """The shared loss settings (:class:`~udpo.algorithms.base.LossSettings`; advantages normalized over
+    the batch by default, as MAPPO does; ``loss_aggregation`` "auto" is "mean") and the actor-critic's
+    own. eta: weight of the per-token KL anchor (0: none). w_consensus: weight of ``1 - C_T`` in the team
+    reward. gamma, lam: GAE's discount and lambda over rounds. baseline: "batch" (the critic's values
+    alone) or "group" (the value of a debate's first state, the question alone, is the mean team reward
+    of the debates of its question instead of the critic's)."""
 
-    clip_eps: float = 0.2
-    dual_clip: float = 3.0
+    advantage_norm: str = "batch"
     eta: float = 0.01
     w_consensus: float = 0.5
     gamma: float = 1.0
     lam: float = 0.95
-    normalize: bool = True
+    baseline: str = "batch"
 
     def __post_init__(self) -> None:
-        if not 0 < self.clip_eps < 1:
-            raise ValueError(f"clip_eps must lie in (0, 1), got {self.clip_eps}")
-        if not (self.dual_clip == 0 or self.dual_clip > 1):
-            raise ValueError(f"dual_clip must be 0 (off) or > 1, got {self.dual_clip}")
+        super().__post_init__()
         for name in ("eta", "w_consensus"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         for name in ("gamma", "lam"):
             if not 0 <= getattr(self, name) <= 1:
                 raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
+        if self.baseline not in ("batch", "group"):
+            raise ValueError(f"baseline must be 'batch' or 'group', got {self.baseline!r}")
+        if self.loss_aggregation == "auto":
+            self.loss_aggregation = "mean"
 
 
 def team_rewards(trajectories: Sequence[Trajectory], w_consensus: float) -> tuple[Tensor, dict[str, Tensor]]:
@@ -123,6 +132,7 @@ class ActorCritic(Algorithm):
         self.critic = critic
         self.config = config or ActorCriticConfig()
         self.targets: dict[int, list[tuple[str, float]]] = {}  # debate -> (state, G) of its states
+        self.explained_variance = float("nan")  # of the critic's values on the last batch's targets
 
     @abc.abstractmethod
     def states(self, trajectory: Trajectory, agent: int) -> list[str]:
@@ -146,13 +156,20 @@ class ActorCritic(Algorithm):
         mask = torch.zeros(m, n, k, dtype=torch.bool)
         raw = torch.zeros(m, n, k)
         targets = torch.zeros(m, n, k)
+        values = torch.zeros(m, n, k)
+        # baseline "group": the first state's value is the mean team reward of the question's debates
+        first = group_mean(batch.rewards, batch.group_ids) if self.config.baseline == "group" else None
         for d in range(m):
             for i in range(n):
                 s = states[d][i]
                 v = torch.tensor([scored[x] for x in s])
+                values[d, i, : len(s)] = v
+                if first is not None:
+                    v[0] = first[d, i]
                 a, g = gae(v, batch.rewards[d, i], self.config.gamma, self.config.lam)
                 raw[d, i, : len(s)], targets[d, i, : len(s)] = a, g
                 mask[d, i, : len(s)] = True
+        self.explained_variance = explained_variance(values[mask], targets[mask])
         self.targets = {
             d: list(
                 dict.fromkeys(  # a centralized state shared by the agents is one regression target
@@ -163,10 +180,14 @@ class ActorCritic(Algorithm):
             )
             for d in range(m)
         }
-        if self.config.normalize and mask.sum() > 1:
-            picked = raw[mask]
-            raw = torch.where(mask, (raw - picked.mean()) / (picked.std() + 1e-8), raw.new_zeros(()))
-        return raw
+        return normalize_advantages(raw, self.config.advantage_norm, mask)
+
+    def batch_metrics(self, batch: RolloutBatch, advantages: Tensor) -> dict[str, float]:
+        """The shared statistics and ``critic/explained_variance`` (before this batch's update)."""
+        return {
+            **super().batch_metrics(batch, advantages),
+            "critic/explained_variance": self.explained_variance,
+        }
 
     def loss(
         self,
@@ -186,15 +207,25 @@ class ActorCritic(Algorithm):
             for d, row in enumerate(batch.turns)
         ]
         rho = [ratio(lp, b) for lp, b in zip(logp, behavior, strict=True)]
-        l_clip = debate_mean(
-            [clipped_surrogate(r, a, cfg.clip_eps, cfg.dual_clip) for r, a in zip(rho, A, strict=True)]
+        w_is, is_info = correction_weights(batch, agent, cfg.is_correction, cfg.is_cap, True, logp[0].device)
+        l_clip = aggregate(
+            [
+                clipped_surrogate(r, a, cfg.clip_eps, cfg.dual_clip) * w
+                for r, a, w in zip(rho, A, w_is, strict=True)
+            ],
+            cfg.loss_aggregation,
         )
         l_anchor = (
-            debate_mean(list(map(kl_estimate, logp, ref_logp))) if cfg.eta > 0 else torch.zeros_like(l_clip)
+            aggregate(
+                [kl_estimate(lp, ref, cfg.kl_loss) for lp, ref in zip(logp, ref_logp, strict=True)],
+                cfg.loss_aggregation,
+            )
+            if cfg.eta > 0
+            else torch.zeros_like(l_clip)
         )
         objective = (batch.weights.to(l_clip.device) * l_clip).mean() - cfg.eta * l_anchor.mean()
         loss = -objective
-        return loss, loss_metrics(rho, A, l_clip, l_anchor, loss, cfg.clip_eps, cfg.dual_clip)
+        return loss, {**loss_metrics(rho, A, l_clip, l_anchor, loss, cfg.clip_eps, cfg.dual_clip), **is_info}
 
     def critic_loss(self, debates: Sequence[int]) -> tuple[Tensor, dict[str, float]]:
         """``mean (V(s) - G)^2`` over the states of ``debates`` (positions in the batch given to
@@ -212,6 +243,15 @@ class ActorCritic(Algorithm):
             "value_mean": v.mean().item(),
             "return_mean": g.mean().item(),
         }
+
+
+def explained_variance(values: Tensor, targets: Tensor) -> float:
+    """``1 - Var(G - V) / Var(G)``: 1 for a perfect critic, 0 for a constant one, NaN when the targets do
+    not vary."""
+    var = targets.var(unbiased=False) if targets.numel() else torch.tensor(0.0)
+    if var <= 0:
+        return float("nan")
+    return float(1 - (targets - values).var(unbiased=False) / var)
 
 
 def previous_answers(trajectory: Trajectory, rnd: int) -> list | None:

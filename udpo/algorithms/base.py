@@ -13,13 +13,22 @@ Shared math, named once here:
 - ``min(rho A, clip(rho, 1 - eps, 1 + eps) A)``: the PPO clipped surrogate; with dual clipping (Ye et al.
   2020) ``max(that, c A)`` where ``A < 0``, so a stale sample with a huge ``rho`` cannot multiply a
   negative advantage's gradient without bound.
-- ``exp(r) - r - 1`` with ``r = logp_ref - logp_theta``: a non-negative, unbiased per-token estimator
-  of KL(pi_theta || pi_ref) on tokens sampled from pi_theta (Schulman's "k3").
+- KL losses with ``r = logp_ref - logp_theta`` on tokens sampled from pi_theta (SPEC section 5), per token:
+  ``k3 = exp(r) - r - 1`` (Schulman's "k3", GRPO's loss) is non-negative and its *value* is an unbiased
+  estimate of KL(pi_theta || pi_ref); differentiated as a loss, its expected gradient is that of
+  KL(pi_ref || pi_theta), the forward KL. ``k2 = r^2 / 2`` has in expectation the gradient of
+  KL(pi_theta || pi_ref). ``tests/test_objective.py`` checks both against the exact gradients.
+- Truncated importance sampling against sampler/trainer mismatch (SPEC section 5): a rollout engine's
+  log-probs differ from the trainer's, so the samples follow the engine while the ratio's denominator is
+  the trainer's; each sample's surrogate is weighted by ``min(exp(logp_trainer - logp_engine), C)``
+  (per token, or per debate beside a trajectory ratio), or a debate whose ratio leaves ``[1/C, C]`` is
+  dropped (:func:`correction_weights`).
 """
 
 from __future__ import annotations
 
 import abc
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -38,6 +47,9 @@ class AgentTurns:
     prompt_ids: list[list[int]]
     completion_ids: list[list[int]]
     behavior_logprobs: list[list[float]]
+    #: per token, all rounds: log pi_trainer - log pi_engine of the sampling policy, set by the update when
+    #: it recomputes behavior log-probs that the engine recorded (None: no engine record, weight 1)
+    engine_logratio: list[float] | None = None
 
     @classmethod
     def from_turns(cls, turns: Sequence[Turn]) -> AgentTurns:
@@ -215,10 +227,112 @@ def clipped_surrogate(rho: Tensor, advantage: Tensor, eps: float, dual_clip: flo
     return surrogate
 
 
-def kl_estimate(logp: Tensor, logp_ref: Tensor) -> Tensor:
-    """Per-token KL estimator exp(r) - r - 1 with r = logp_ref - logp_theta (r clamped like the ratio)."""
+KL_LOSSES = ("k3", "k2")
+ADVANTAGE_NORMS = ("none", "batch", "agent")
+AGGREGATIONS = ("auto", "sum", "mean")
+IS_CORRECTIONS = ("none", "tis", "mask")
+
+
+@dataclass
+class LossSettings:
+    """What every algorithm's loss shares. clip_eps: epsilon of the clipped surrogate. dual_clip: c of dual
+    clipping for A < 0 (Ye et al. 2020; 0 turns it off). advantage_norm: "none", "batch" or "agent"
+    (:func:`normalize_advantages`). loss_aggregation: an agent's per-token surrogate and KL in a debate
+    summed ("sum") or averaged ("mean") over its tokens; "auto" is the algorithm's own default.
+    kl_loss: "k3" or "k2" (:func:`kl_estimate`). is_correction, is_cap: sampler/trainer importance
+    weights (:func:`correction_weights`)."""
+
+    clip_eps: float = 0.2
+    dual_clip: float = 3.0
+    advantage_norm: str = "none"
+    loss_aggregation: str = "auto"
+    kl_loss: str = "k3"
+    is_correction: str = "none"
+    is_cap: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not 0 < self.clip_eps < 1:
+            raise ValueError(f"clip_eps must lie in (0, 1), got {self.clip_eps}")
+        if not (self.dual_clip == 0 or self.dual_clip > 1):
+            raise ValueError(f"dual_clip must be 0 (off) or > 1, got {self.dual_clip}")
+        choices = {
+            "advantage_norm": ADVANTAGE_NORMS,
+            "loss_aggregation": AGGREGATIONS,
+            "kl_loss": KL_LOSSES,
+            "is_correction": IS_CORRECTIONS,
+        }
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        if not self.is_cap > 1:
+            raise ValueError(f"is_cap must be > 1, got {self.is_cap}")
+
+
+def kl_estimate(logp: Tensor, logp_ref: Tensor, kind: str = "k3") -> Tensor:
+    """Per-token KL loss with r = logp_ref - logp_theta (r clamped like the ratio): ``k3`` = exp(r) - r - 1,
+    whose expected gradient on samples of pi_theta is that of KL(ref || theta); ``k2`` = r^2 / 2, whose
+    expected gradient is that of KL(theta || ref). See the module docstring."""
     r = (logp_ref - logp).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    if kind == "k2":
+        return 0.5 * r**2
+    if kind != "k3":
+        raise ValueError(f"kl_loss must be one of {KL_LOSSES}, got {kind!r}")
     return torch.exp(r) - r - 1
+
+
+def aggregate(values: Sequence[Tensor], how: str) -> Tensor:
+    """[M] each debate's per-token values summed (``sum``) or averaged (``mean``) over its tokens."""
+    return debate_sum(values) if how == "sum" else debate_mean(values)
+
+
+def normalize_advantages(advantages: Tensor, how: str, mask: Tensor | None = None) -> Tensor:
+    """Advantages [M, N, ...] scaled to mean 0 and std 1: over every entry (``batch``), over each agent's
+    entries (``agent``: dim 1, each agent's own statistics), or left as they are (``none``). ``mask``
+    (same shape, bool) marks the entries that exist (rounds an agent spoke); the others stay 0."""
+    if how == "none":
+        return advantages
+    if how not in ADVANTAGE_NORMS:
+        raise ValueError(f"advantage_norm must be one of {ADVANTAGE_NORMS}, got {how!r}")
+    mask = torch.ones_like(advantages, dtype=torch.bool) if mask is None else mask
+    out = torch.zeros_like(advantages)
+    groups = [slice(None)] if how == "batch" else [i for i in range(advantages.shape[1])]
+    for g in groups:
+        a, m = advantages[:, g], mask[:, g]
+        picked = a[m]
+        if picked.numel() < 2:
+            out[:, g] = torch.where(m, a, a.new_zeros(()))
+            continue
+        out[:, g] = torch.where(m, (a - picked.mean()) / (picked.std() + 1e-8), a.new_zeros(()))
+    return out
+
+
+def correction_weights(
+    batch: RolloutBatch, agent: int, how: str, cap: float, per_token: bool, device: torch.device | str
+) -> tuple[list[Tensor], dict[str, float]]:
+    """Sampler/trainer importance weights of ``agent``'s samples, one tensor per debate: per token
+    ``min(exp(log pi_trainer - log pi_engine), cap)`` (``tis`` with ``per_token``), per debate the same
+    of the summed log-ratio (``tis``), or 1 where the debate's ratio lies in ``[1/cap, cap]`` and 0
+    elsewhere (``mask``). A debate without an engine record (``engine_logratio`` None, e.g. replayed)
+    gets 1. Also returns ``is_weight_mean`` and ``is_clipped_frac`` (share truncated or masked)."""
+    weights = []
+    for row in batch.turns:
+        turns = row[agent]
+        n = turns.n_tokens if per_token else 1
+        if how == "none" or turns.engine_logratio is None:
+            weights.append(torch.ones(n, device=device))
+            continue
+        log_ratio = torch.tensor(turns.engine_logratio, dtype=torch.float32, device=device)
+        if how == "mask":
+            inside = log_ratio.sum().abs() <= math.log(cap)
+            weights.append(torch.full((n,), float(inside), device=device))
+            continue
+        if not per_token:
+            log_ratio = log_ratio.sum().reshape(1)
+        weights.append(torch.exp(log_ratio.clamp(max=math.log(cap))))
+    flat = torch.cat(weights) if weights else torch.ones(1)
+    clipped = flat == 0 if how == "mask" else flat >= cap * (1 - 1e-6)
+    info = {"is_weight_mean": flat.mean().item(), "is_clipped_frac": clipped.float().mean().item()}
+    return (weights if per_token else [w.reshape(()) for w in weights]), info
 
 
 def debate_mean(values: Sequence[Tensor]) -> Tensor:

@@ -7,11 +7,14 @@ perturbed prompts included, and the critic on the perturbed states (the swap is 
 
 from __future__ import annotations
 
+from torch import Tensor
+
 from udpo.env.protocols.adversary import RMAACAdversary, critic_state, observed_answers
 from udpo.env.tasks.base import Task
 from udpo.env.trajectory import Trajectory
 
 from .actor_critic import ActorCritic, ActorCriticConfig, previous_answers
+from .base import RolloutBatch
 
 
 class RMAAC(ActorCritic):
@@ -31,6 +34,14 @@ class RMAAC(ActorCritic):
                 answers = observed_answers(answers, (turn.details or {}).get("adversary"))
             out.append(critic_state(trajectory.question, answers))
         return out
+
+    def batch_metrics(self, batch: RolloutBatch, advantages: Tensor) -> dict[str, float]:
+        """The actor-critic's statistics and ``adversary/swap_rate``: the share of the turns after round 0
+        whose reader the adversary gave a swapped peer answer."""
+        read = [turn for t in batch.trajectories for row in t.turns for turn in row if turn.round > 0]
+        swapped = sum(bool((turn.details or {}).get("adversary")) for turn in read)
+        rate = swapped / len(read) if read else 0.0
+        return {**super().batch_metrics(batch, advantages), "adversary/swap_rate": rate}
 
     def adversary(self, task: Task) -> RMAACAdversary:
         """The protocol stage that perturbs training rollouts, scoring states with this critic."""

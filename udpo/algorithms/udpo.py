@@ -11,11 +11,12 @@ Names as in the paper, for agent i and debate trajectory tau:
   i's generated tokens in the debate. The paper writes the reference policy in the denominator; SPEC
   uses the policy that sampled the debate, which keeps the ratio an importance weight.
 - ``l_clip = min(rho A, clip(rho, 1-eps, 1+eps) A)`` (eq. 7), dual-clipped for ``A < 0``:
-  ``max(l_clip, c A)`` (SPEC section 5; stale replayed samples). ``l_anchor``: KL(pi_theta || pi_ref)
-  (eq. 8) from the per-token estimator ``exp(r) - r - 1``, ``r = logp_ref - logp_theta``, on the
-  ratio's scale: summed over agent i's tokens of the debate (the KL of trajectory distributions)
-  beside a trajectory ratio, averaged over them beside per-token ratios. ``eta_i``: the agent's
-  anchoring weight.
+  ``max(l_clip, c A)`` (SPEC section 5; stale replayed samples). ``l_anchor`` (eq. 8): the per-token
+  KL loss (``kl_loss``: ``exp(r) - r - 1``, whose value estimates KL(pi_theta || pi_ref) and whose
+  gradient is that of KL(pi_ref || pi_theta), or ``r^2 / 2``; ``r = logp_ref - logp_theta``), on the
+  ratio's scale: summed over agent i's tokens of the debate (the KL of trajectory distributions) beside
+  a trajectory ratio, averaged over them beside per-token ratios (``loss_aggregation`` may choose
+  either for both terms). ``eta_i``: the agent's anchoring weight.
 - Every log-prob is of the sampling distribution: log-softmax of logits / temperature.
 - Objective (eq. 6): ``mean_tau[w(tau) l_clip] - eta_i mean_tau[l_anchor]``, with replay importance
   weights ``w`` (1 for fresh debates). The loss is its negative.
@@ -38,12 +39,15 @@ from udpo.rewards import Calibration, agent_rewards, debate_metrics
 
 from .base import (
     Algorithm,
+    LossSettings,
     RolloutBatch,
+    aggregate,
     clipped_surrogate,
-    debate_mean,
+    correction_weights,
     debate_sum,
     kl_estimate,
     loss_metrics,
+    normalize_advantages,
     ratio,
 )
 
@@ -159,27 +163,25 @@ def compute_rewards(
 
 
 @dataclass
-class UDPOConfig:
-    """clip_eps: epsilon of the clipped surrogate (eq. 7). ratio_level: "trajectory" (eq. 5, one ratio per
-    agent and debate) or "token" (PPO-style per-token ratios, surrogate averaged over the agent's
-    tokens). baseline: "batch" (mean of r_i over the batch, eq. 9) or "group" (mean of r_i over the
-    debates of the same question; needs several debates per question, a lone debate gets A = 0).
-    dual_clip: c of dual clipping for A < 0 (Ye et al. 2020; 0 turns it off)."""
+class UDPOConfig(LossSettings):
+    """The shared loss settings (:class:`~udpo.algorithms.base.LossSettings`) and UDPO's own. ratio_level:
+    "trajectory" (eq. 5, one ratio per agent and debate) or "token" (PPO-style per-token ratios).
+    baseline: "batch" (mean of r_i over the batch, eq. 9) or "group" (mean of r_i over the debates of the
+    same question; needs several debates per question, a lone debate gets A = 0). loss_aggregation
+    "auto": "sum" beside a trajectory ratio (SPEC: the KL of trajectory distributions), "mean" beside
+    per-token ratios (GRPO)."""
 
-    clip_eps: float = 0.2
     ratio_level: str = "trajectory"
     baseline: str = "batch"
-    dual_clip: float = 3.0
 
     def __post_init__(self) -> None:
-        if not 0 < self.clip_eps < 1:
-            raise ValueError(f"clip_eps must lie in (0, 1), got {self.clip_eps}")
-        if not (self.dual_clip == 0 or self.dual_clip > 1):
-            raise ValueError(f"dual_clip must be 0 (off) or > 1, got {self.dual_clip}")
+        super().__post_init__()
         if self.ratio_level not in ("trajectory", "token"):
             raise ValueError(f"ratio_level must be 'trajectory' or 'token', got {self.ratio_level!r}")
         if self.baseline not in ("batch", "group"):
             raise ValueError(f"baseline must be 'batch' or 'group', got {self.baseline!r}")
+        if self.loss_aggregation == "auto":
+            self.loss_aggregation = "sum" if self.ratio_level == "trajectory" else "mean"
 
 
 class UDPO(Algorithm):
@@ -205,7 +207,7 @@ class UDPO(Algorithm):
     def advantages(self, batch: RolloutBatch) -> Tensor:
         r = batch.rewards  # r_i(tau_m), eq. 4: [M, N]
         b = group_mean(r, batch.group_ids) if self.config.baseline == "group" else r.mean(0, keepdim=True)
-        return r - b  # eq. 9
+        return normalize_advantages(r - b, self.config.advantage_norm)  # eq. 9, then the option's scaling
 
     def needs_reference(self, agent: int) -> bool:
         return self.coefficients.eta[agent] > 0
@@ -218,31 +220,43 @@ class UDPO(Algorithm):
         ref_logp: list[Tensor] | None,
         advantages: Tensor,
     ) -> tuple[Tensor, dict[str, float]]:
-        eps, c, eta = self.config.clip_eps, self.config.dual_clip, self.coefficients.eta[agent]
+        cfg = self.config
+        eps, c, eta = cfg.clip_eps, cfg.dual_clip, self.coefficients.eta[agent]
         behavior = _checked_inputs(batch, agent, logp, ref_logp, need_reference=eta > 0)
         # eq. 9: A_i(tau) = r_i(tau) - b, [M]
         A = advantages.to(logp[0].device)
-        trajectory = self.config.ratio_level == "trajectory"
+        trajectory = cfg.ratio_level == "trajectory"
+        # sampler/trainer importance weights: one per debate beside a trajectory ratio, else per token
+        w_is, is_info = correction_weights(
+            batch, agent, cfg.is_correction, cfg.is_cap, not trajectory, logp[0].device
+        )
         if trajectory:
             # eq. 5: rho_i = exp(log pi_theta(tau) - log pi_behavior(tau)), all of agent i's tokens, [M]
             rho = ratio(debate_sum(logp), debate_sum(behavior))
-            # eq. 7, dual-clipped where A < 0: [M]
-            l_clip = clipped_surrogate(rho, A, eps, c)
+            # eq. 7, dual-clipped where A < 0, [M]; "mean" aggregation divides by the agent's token count
+            l_clip = clipped_surrogate(rho, A, eps, c) * torch.stack(w_is)
+            if cfg.loss_aggregation == "mean":
+                l_clip = l_clip / torch.tensor([max(lp.numel(), 1) for lp in logp], device=A.device)
         else:
-            # per-token ratios; eq. 7 per token, averaged over agent i's tokens of each debate, [M]
+            # per-token ratios; eq. 7 per token, summed or averaged over agent i's tokens of each debate, [M]
             rho = [ratio(lp, b) for lp, b in zip(logp, behavior, strict=True)]
-            l_clip = debate_mean([clipped_surrogate(r, a, eps, c) for r, a in zip(rho, A, strict=True)])
-        # eq. 8: l_anchor = KL(pi_theta || pi_ref) from per-token exp(r) - r - 1, on the ratio's scale:
-        # summed over the debate's tokens (trajectory ratio) or averaged (per-token ratios), [M]
+            l_clip = aggregate(
+                [clipped_surrogate(r, a, eps, c) * w for r, a, w in zip(rho, A, w_is, strict=True)],
+                cfg.loss_aggregation,
+            )
+        # eq. 8: l_anchor, the per-token KL loss summed over the debate's tokens (the KL of trajectory
+        # distributions, on the trajectory ratio's scale) or averaged over them, [M]
         if eta > 0:
-            kl = list(map(kl_estimate, logp, ref_logp))
-            l_anchor = debate_sum(kl) if trajectory else debate_mean(kl)
+            l_anchor = aggregate(
+                [kl_estimate(lp, ref, cfg.kl_loss) for lp, ref in zip(logp, ref_logp, strict=True)],
+                cfg.loss_aggregation,
+            )
         else:
             l_anchor = torch.zeros_like(A)
         # eq. 6: replay-weighted clipped surrogate minus eta_i times the anchor
         objective = (batch.weights.to(A.device) * l_clip).mean() - eta * l_anchor.mean()
         loss = -objective
-        return loss, loss_metrics(rho, A, l_clip, l_anchor, loss, eps, c)
+        return loss, {**loss_metrics(rho, A, l_clip, l_anchor, loss, eps, c), **is_info}
 
 
 def group_mean(r: Tensor, group_ids: Sequence[str]) -> Tensor:

@@ -78,7 +78,12 @@ def load_training_data(config: TrainConfig, world: int) -> TrainingData:
         config.train_split, config.data_path, limit=config.max_train_questions, seed=config.seed
     )
     eval_set = (
-        task.load(config.eval_split, config.data_path, limit=config.eval_questions, seed=config.seed)
+        task.load(
+            config.eval_split,
+            config.data_path,
+            limit=config.eval_questions,
+            seed=config.seed if config.eval_question_seed is None else config.eval_question_seed,
+        )
         if config.eval_questions
         else []
     )
