@@ -213,7 +213,7 @@ def test_replayed_debates_keep_the_recomputed_behavior_logprobs(model_path, tmp_
         2: [],
     }  # iteration -> (trajectory, agent, behavior log-probs the loss saw)
     try:
-        trainer.use_calibration(trainer.calibrate())
+        trainer.use_calibration(trainer.calibrate()[0])
         loss = trainer.algorithm.loss
 
         def recording_loss(batch, agent, *args):
@@ -278,7 +278,7 @@ def test_ablations_zero_their_terms_after_the_overrides(model_path, tmp_path):
     explicit = {**EXPLICIT, "warmup_fraction": 0.1, "alpha": None, "beta": None}
     trainer = Trainer(tiny_config(model_path, tmp_path / "run", **explicit, ablations=["intra", "inter"]))
     try:
-        record = trainer.calibrate()
+        record, _ = trainer.calibrate()
     finally:
         trainer.close()
     coefficients = record["coefficients"]

@@ -330,8 +330,9 @@ class Trainer:
     ) -> list[Trajectory]:
         return self.rollouts.debate(questions, meta, protocol=protocol)
 
-    def calibrate(self) -> dict[str, Any]:
-        """The calibration record of this run (:func:`udpo.training.calibration.calibrate`)."""
+    def calibrate(self) -> tuple[dict[str, Any], list[Trajectory]]:
+        """The calibration record of this run and its warm-up debates
+        (:func:`udpo.training.calibration.calibrate`)."""
         return calibration.calibrate(self.config, self.data.warmup_set, self.debate, self.run_dir, self.main)
 
     def evaluate(self, iteration: int) -> dict[str, Any]:
@@ -480,7 +481,7 @@ class Trainer:
         try:
             if resumed is None:
                 self.rollouts.sync_adapters(0)
-                record = self.calibrate()
+                record, warmup = self.calibrate()
                 self.use_calibration(record)
                 if self.main:
                     write_json(self.run_dir / "calibration.json", record)
@@ -488,6 +489,14 @@ class Trainer:
                 self.tracker.log(
                     {"coefficients": calibration.flat_coefficients(record)}, 0, kind="calibration"
                 )
+                if self.critic is not None and warmup:  # critic_warmup_epochs: a warm start
+                    fitted = self.updater.warm_start_critic(
+                        self.algorithm,
+                        self.rollout_batch(warmup),
+                        cfg.critic_warmup_epochs,
+                        self._fail_non_finite,
+                    )
+                    self.tracker.log(fitted, 0, kind="critic_warmup")
                 if cfg.eval_at_start and self.eval_set:
                     self.history["before"] = self._evaluate_and_log(0)
                 self.save_checkpoint(0)

@@ -47,16 +47,21 @@ class AgentTurns:
     prompt_ids: list[list[int]]
     completion_ids: list[list[int]]
     behavior_logprobs: list[list[float]]
-    #: per token, all rounds: log pi_trainer - log pi_engine of the sampling policy, set by the update when
-    #: it recomputes behavior log-probs that the engine recorded (None: no engine record, weight 1)
+    #: the log-probs the rollout engine recorded, all rounds concatenated (None unless every round has
+    #: one per token); kept when the trainer fills or recomputes ``behavior_logprobs``
+    engine_logprobs: list[float] | None = None
+    #: per token, all rounds: log pi_trainer - log pi_engine of the sampling policy, set by the update's
+    #: first epoch on fresh debates with an engine record (None: no record, importance weight 1)
     engine_logratio: list[float] | None = None
 
     @classmethod
     def from_turns(cls, turns: Sequence[Turn]) -> AgentTurns:
+        recorded = all(len(t.logprobs) == len(t.completion_ids) for t in turns)
         return cls(
             prompt_ids=[list(t.prompt_ids) for t in turns],
             completion_ids=[list(t.completion_ids) for t in turns],
             behavior_logprobs=[list(t.logprobs) for t in turns],
+            engine_logprobs=[float(x) for t in turns for x in t.logprobs] if recorded else None,
         )
 
     @property

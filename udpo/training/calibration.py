@@ -1,20 +1,57 @@
-"""UDPO's per-agent reward coefficients for a run: calibrated on warm-up debates (SPEC section 4), then
-explicit config values override and ``ablations`` zero their terms. The baselines (mappo, rmaac) train
-on the team reward and skip the warm-up debates; their warm-up questions stay out of training all the
-same, so every algorithm trains on the same questions."""
+"""UDPO's per-agent reward coefficients for a run: calibrated on warm-up debates (SPEC section 4), or read
+from another run's calibration (``calibration_file``: the runs of a study share one), then explicit config
+values override and ``ablations`` zero their terms. The baselines (mappo, rmaac) train on the team reward
+and need no coefficients; they debate the warm-up questions only to warm-start their critic
+(``critic_warmup_epochs``). Every algorithm holds the warm-up questions out of training all the same, so
+every algorithm trains on the same questions."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from udpo.config import COEFFICIENTS, TrainConfig
+from udpo.config import COEFFICIENTS, ConfigError, TrainConfig
 from udpo.env.tasks.base import Question
 from udpo.env.trajectory import Trajectory, TrajectoryWriter
 from udpo.evaluate import summarize
 
 WARMUP_FILE = "trajectories/warmup.jsonl"
+
+
+def warmup_debates(
+    warmup_set: Sequence[Question], debate: Callable[..., list[Trajectory]], run_dir: Path, main: bool
+) -> list[Trajectory]:
+    """Debate the warm-up questions; the main process writes them to RUN_DIR/trajectories/warmup.jsonl."""
+    trajectories = debate(warmup_set, {"phase": "warmup"})
+    if main:
+        (run_dir / WARMUP_FILE).unlink(missing_ok=True)
+        with TrajectoryWriter(run_dir / WARMUP_FILE) as writer:
+            writer.write(trajectories)
+    return trajectories
+
+
+def shared_calibration(path: str | Path) -> dict[str, Any]:
+    """The calibration record another run wrote (RUN/calibration.json), checked: it holds five
+    coefficients per agent, none given explicitly and none ablated (those would leak that run's
+    settings into this one)."""
+    path = Path(path).expanduser()
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"calibration_file {path}: cannot read a calibration record ({e})") from None
+    coefficients = record.get("coefficients") if isinstance(record, dict) else None
+    if not isinstance(coefficients, dict) or any(k not in coefficients for k in COEFFICIENTS):
+        raise ConfigError(
+            f"calibration_file {path}: no coefficients {', '.join(COEFFICIENTS)} (a UDPO run's)"
+        )
+    if record.get("explicit") or record.get("ablations"):
+        raise ConfigError(
+            f"calibration_file {path}: written by a run with explicit coefficients {record.get('explicit')} "
+            f"or ablations {record.get('ablations')}; share the calibration of a plain UDPO run"
+        )
+    return record
 
 
 def calibrate(
@@ -23,22 +60,32 @@ def calibrate(
     debate: Callable[..., list[Trajectory]],
     run_dir: Path,
     main: bool,
-) -> dict[str, Any]:
-    """The calibration record (what RUN_DIR/calibration.json holds): ``coefficients`` per agent (empty
-    for the baselines), ``explicit`` (those given in the config), ``ablations``, and for a calibrated
-    run the warm-up statistics. ``debate(questions, meta)`` runs the warm-up debates; the main
-    process writes them to RUN_DIR/trajectories/warmup.jsonl."""
+) -> tuple[dict[str, Any], list[Trajectory]]:
+    """The calibration record (what RUN_DIR/calibration.json holds) and the warm-up debates run for it
+    ([] when none ran). The record: ``coefficients`` per agent (empty for the baselines), ``explicit``
+    (those given in the config), ``ablations``, for a calibrated run the warm-up statistics, and with
+    ``calibration_file`` that file's record and its path. The baselines debate the warm-up questions
+    only when ``critic_warmup_epochs`` asks for a warm start."""
     from udpo.rewards import calibrate as calibrate_coefficients
 
     cfg = config
     if cfg.algorithm != "udpo":
-        return {"coefficients": {}, "explicit": [], "ablations": [], "algorithm": cfg.algorithm}
-    if warmup_set:
-        trajectories = debate(warmup_set, {"phase": "warmup"})
-        if main:
-            (run_dir / WARMUP_FILE).unlink(missing_ok=True)
-            with TrajectoryWriter(run_dir / WARMUP_FILE) as writer:
-                writer.write(trajectories)
+        trajectories = (
+            warmup_debates(warmup_set, debate, run_dir, main)
+            if cfg.critic_warmup_epochs and warmup_set
+            else []
+        )
+        record = {"coefficients": {}, "explicit": [], "ablations": [], "algorithm": cfg.algorithm}
+        if trajectories:
+            record["warmup"] = {"summary": summarize(trajectories)}
+        return record, trajectories
+    trajectories = []
+    if cfg.calibration_file is not None:
+        record = shared_calibration(cfg.calibration_file)
+        record["calibration_file"] = str(cfg.calibration_file)
+        coefficients = dict(record["coefficients"])
+    elif warmup_set:
+        trajectories = warmup_debates(warmup_set, debate, run_dir, main)
         result = calibrate_coefficients(
             [t.answers for t in trajectories],
             [t.gold for t in trajectories],
@@ -66,7 +113,7 @@ def calibrate(
     record["coefficients"] = coefficients
     record["explicit"] = sorted(overrides)
     record["ablations"] = list(cfg.ablations)
-    return record
+    return record, trajectories
 
 
 def describe(record: dict[str, Any]) -> str:

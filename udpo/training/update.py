@@ -1,6 +1,12 @@
-"""The optimizer and one update: per epoch, agent and micro-batch, the agent's log-probs, the
-algorithm's loss and backward; then the critic's loss (critic-based algorithms); gradients summed over
-processes, each adapter's (and the critic's) norm clipped on its own, one AdamW step.
+"""The optimizer, its schedule and one update: per epoch, agent and micro-batch, the agent's log-probs,
+the algorithm's loss and backward; gradients summed over processes, each adapter's norm clipped on its
+own, one AdamW step; then (critic-based algorithms) ``critic_epochs`` passes of the critic's loss, each a
+step of the critic's parameter group alone, at its own learning rate.
+
+The schedule (:func:`lr_factor`) warms up linearly from ``1 / (warmup + 1)`` of the peak, so the first
+optimizer step moves, then decays (cosine, linear) or stays (constant). The first epoch also measures the
+sampler/trainer mismatch of the fresh debates whose engine recorded log-probs (``mismatch/*``) and keeps
+each agent's per-token log-ratio for the importance weights of ``is_correction``.
 
 The same steps run on every path. Without DeepSpeed the gradients are summed with one all-reduce
 (:func:`udpo.distributed.sum_gradients`) and the optimizer is torch's AdamW. Under DeepSpeed (ZeRO-2/3)
@@ -14,15 +20,16 @@ backward passes (micro-batches of the smallest shard's size) and, through the po
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 
 from udpo import distributed as dist
-from udpo.algorithms.base import Algorithm, RolloutBatch
+from udpo.algorithms.base import LOG_RATIO_CLAMP, Algorithm, RolloutBatch
 from udpo.config import TrainConfig
 
 #: on_non_finite(iteration, what, metrics): stop the run (save the last good state, raise)
@@ -45,8 +52,6 @@ class Updater:
         critic=None,
         deepspeed: bool = False,
     ):
-        from transformers import get_scheduler
-
         self.config, self.policy, self.accelerator = config, policy, accelerator
         self.deepspeed = deepspeed
         self.rank, self.world = accelerator.process_index, accelerator.num_processes
@@ -54,8 +59,10 @@ class Updater:
         groups = [
             {"params": policy.parameters_of(policy.adapter_names.index(a)), "adapter": a} for a in adapters
         ]
+        #: the critic's peak learning rate (SPEC section 5: default 10 x the actors')
+        self.critic_lr = config.critic_learning_rate or 10 * config.learning_rate
         if critic is not None:
-            groups.append({"params": critic.parameters(), "adapter": "critic"})
+            groups.append({"params": critic.parameters(), "adapter": "critic", "lr": self.critic_lr})
         self.params = [p for g in groups for p in g["params"]]
         #: adapter (or "critic") -> its parameters: what is clipped on its own
         self.groups = {g["adapter"]: g["params"] for g in groups}
@@ -67,9 +74,11 @@ class Updater:
             eps=config.adam_epsilon,
             weight_decay=config.weight_decay,
         )
-        name = "constant_with_warmup" if config.lr_scheduler_type == "constant" else config.lr_scheduler_type
-        self.scheduler = get_scheduler(
-            name, self.optimizer, num_warmup_steps=warmup_steps, num_training_steps=total_steps
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer,
+            functools.partial(
+                lr_factor, warmup=warmup_steps, total=total_steps, kind=config.lr_scheduler_type
+            ),
         )
         self.steps = 0
         self.engine = None  # the DeepSpeed engine (wrapping the base model) under DeepSpeed
@@ -148,14 +157,7 @@ class Updater:
             reference = self._reference_logprobs(algorithm, batch, local)
         recompute = cfg.behavior_logprobs == "recompute" and fresh_count > 0
         stats: dict[str, list[float]] = {}
-
-        def record(prefix: str, loss: torch.Tensor, info: dict[str, float], what: str) -> None:
-            finite = bool(torch.isfinite(loss))
-            if dist.any_true(not finite):  # every process stops together (saving is collective)
-                state = f"is {loss.item()}" if not finite else "is not finite on another process"
-                on_non_finite(iteration, f"{what} {state}", info)
-            for key, value in {**info, "loss": float(loss.detach())}.items():
-                stats.setdefault(f"{prefix}/{key}", []).append(float(value))
+        mismatch: list[torch.Tensor] = []  # per fresh debate and agent: log pi_trainer - log pi_engine
 
         for epoch in range(cfg.update_epochs):
             for agent in range(cfg.n_agents):
@@ -164,8 +166,11 @@ class Updater:
                     prompts, completions = sub.agent_sequences(agent)
                     with self.accelerator.autocast():
                         flat = self.policy.token_logprobs(agent, prompts, completions, **self.scoring())
-                    if epoch == 0 and recompute:
-                        _set_behavior(sub, agent, [m for m, g in enumerate(chunk) if g < fresh_count], flat)
+                    if epoch == 0:  # the adapters have not moved: these are the sampling policy's log-probs
+                        fresh = [m for m, g in enumerate(chunk) if g < fresh_count]
+                        mismatch += _engine_logratios(sub, agent, fresh, flat)
+                        if recompute:
+                            _set_behavior(sub, agent, fresh, flat)
                     loss, info = algorithm.loss(
                         sub,
                         agent,
@@ -173,18 +178,24 @@ class Updater:
                         [reference[agent, g] for g in chunk] if algorithm.needs_reference(agent) else None,
                         advantages[chunk, agent],
                     )
-                    record(f"agent_{agent}", loss, info, f"loss of agent {agent}")
-                    self._backward(loss * len(chunk) / total)
-            if algorithm.critic is not None:
-                for chunk in chunks:
-                    with self.accelerator.autocast():
-                        loss, info = algorithm.critic_loss(chunk)
-                    record("critic", loss, info, "the critic's loss")
+                    self._record(
+                        stats,
+                        f"agent_{agent}",
+                        loss,
+                        info,
+                        f"loss of agent {agent}",
+                        iteration,
+                        on_non_finite,
+                    )
                     self._backward(loss * len(chunk) / total)
             if epoch == 0 and recompute and self.world > 1:
                 _share_behavior(batch, [g for g in local if g < fresh_count])
-            stats.update(self.step(iteration, on_non_finite))
+            stats.update(self.step(iteration, on_non_finite, groups=self.actor_groups))
+        if algorithm.critic is not None:
+            for _ in range(cfg.critic_epochs):
+                self._critic_pass(algorithm, chunks, total, stats, iteration, on_non_finite)
         means = {key: float(np.mean(v)) for key, v in stats.items()}
+        means.update(mismatch_stats(mismatch))
         means["update/padding"] = self.policy.forward_stats.padding
         means["update/empty_passes"] = float(self.policy.forward_stats.empty_passes)
         means = dist.mean_over_processes(means)
@@ -192,6 +203,77 @@ class Updater:
             values = [means[f"agent_{i}/{key}"] for i in range(cfg.n_agents) if f"agent_{i}/{key}" in means]
             means[f"update/{key}"] = float(np.mean(values))
         return means
+
+    @property
+    def actor_groups(self) -> list[str]:
+        """The agents' parameter groups (every group but the critic's)."""
+        return [g for g in self.groups if g != "critic"]
+
+    def warm_start_critic(
+        self, algorithm: Algorithm, batch: RolloutBatch, epochs: int, on_non_finite: NonFinite
+    ) -> dict[str, float]:
+        """Fit the critic on ``batch`` (the warm-up debates) before training: ``epochs`` passes, each with
+        value targets from the critic as it then is (``algorithm.advantages``) and one step at the critic's
+        peak learning rate; the schedule does not advance. Returns the mean value loss of the first and
+        last pass (``critic_warmup/value_loss_first``, ``..._last``) and the final explained variance."""
+        total = len(batch)
+        chunks = self.micro_batches(dist.shard(total, self.rank, self.world), total)
+        (group,) = [g for g in self.optimizer.param_groups if g["adapter"] == "critic"]
+        scheduled, group["lr"] = group["lr"], self.critic_lr
+        losses = []
+        try:
+            for _ in range(epochs):
+                algorithm.advantages(batch)
+                stats: dict[str, list[float]] = {}
+                self._critic_pass(algorithm, chunks, total, stats, 0, on_non_finite)
+                losses.append(float(np.mean(stats["critic/value_loss"])))
+        finally:
+            group["lr"] = scheduled
+        algorithm.advantages(batch)  # the explained variance of the fitted critic
+        return dist.mean_over_processes(
+            {
+                "critic_warmup/value_loss_first": losses[0],
+                "critic_warmup/value_loss_last": losses[-1],
+                "critic_warmup/explained_variance": algorithm.explained_variance,
+            }
+        )
+
+    def _critic_pass(
+        self,
+        algorithm: Algorithm,
+        chunks: list[list[int]],
+        total: int,
+        stats: dict[str, list[float]],
+        iteration: int,
+        on_non_finite: NonFinite,
+    ) -> None:
+        """One pass of the critic's loss over ``chunks`` and one step of the critic's group alone (the
+        schedule advances with the actors' steps only)."""
+        for chunk in chunks:
+            with self.accelerator.autocast():
+                loss, info = algorithm.critic_loss(chunk)
+            self._record(stats, "critic", loss, info, "the critic's loss", iteration, on_non_finite)
+            self._backward(loss * len(chunk) / total)
+        for key, value in self.step(iteration, on_non_finite, groups=["critic"], schedule=False).items():
+            stats.setdefault(key, []).extend(value)
+
+    @staticmethod
+    def _record(
+        stats: dict[str, list[float]],
+        prefix: str,
+        loss: torch.Tensor,
+        info: dict[str, float],
+        what: str,
+        iteration: int,
+        on_non_finite: NonFinite,
+    ) -> None:
+        """Keep a loss and its metrics under ``prefix/``; stop every process on a non-finite loss."""
+        finite = bool(torch.isfinite(loss))
+        if dist.any_true(not finite):  # every process stops together (saving is collective)
+            state = f"is {loss.item()}" if not finite else "is not finite on another process"
+            on_non_finite(iteration, f"{what} {state}", info)
+        for key, value in {**info, "loss": float(loss.detach())}.items():
+            stats.setdefault(f"{prefix}/{key}", []).append(float(value))
 
     @torch.no_grad()
     def _reference_logprobs(
@@ -225,13 +307,23 @@ class Updater:
         else:
             loss.backward()
 
-    def step(self, iteration: int, on_non_finite: NonFinite) -> dict[str, list[float]]:
-        """Sum gradients over processes, clip each group's norm, step; returns the norms."""
+    def step(
+        self,
+        iteration: int,
+        on_non_finite: NonFinite,
+        groups: Sequence[str] | None = None,
+        schedule: bool = True,
+    ) -> dict[str, list[float]]:
+        """Sum gradients over processes, clip each group's norm, step; returns the norms. ``groups``: the
+        parameter groups that took part (default: all; the others have no gradient, and AdamW leaves them
+        alone); ``schedule``: advance the learning-rate schedule (and count an optimizer step)."""
+        groups = list(self.groups) if groups is None else list(groups)
         if not self.deepspeed:
-            dist.sum_gradients(self.params)
+            dist.sum_gradients([p for g in groups for p in self.groups[g]])
         norms = {}
         limit = self.config.max_grad_norm if self.config.max_grad_norm > 0 else float("inf")
-        for adapter, params in self.groups.items():
+        for adapter in groups:
+            params = self.groups[adapter]
             grads = [self._grad(p) for p in params]
             norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in grads]))
             norms[adapter] = float(norm)
@@ -247,9 +339,10 @@ class Updater:
             self.engine.step()  # the optimizer step and the schedule
         else:
             self.optimizer.step()
-            self.scheduler.step()
+            if schedule:
+                self.scheduler.step()
         self.zero_grad()
-        self.steps += 1
+        self.steps += int(schedule)
         return {f"grad_norm/{a}": [n] for a, n in norms.items()}
 
     def _grad(self, p: torch.nn.Parameter) -> torch.Tensor:
@@ -276,6 +369,60 @@ class Updater:
             self.engine.zero_grad()
         else:
             self.optimizer.zero_grad(set_to_none=True)
+
+
+def lr_factor(step: int, warmup: int, total: int, kind: str) -> float:
+    """The learning rate of optimizer step ``step`` (0-based) as a share of the peak. Warm-up: ``(step + 1) /
+    (warmup + 1)``, so the first step moves (a warm-up from 0 would waste it); then ``cosine`` (half a
+    cosine to 0 at ``total``), ``linear`` (to 0 at ``total``) or ``constant`` (the peak)."""
+    if step < warmup:
+        return (step + 1) / (warmup + 1)
+    if kind == "constant":
+        return 1.0
+    progress = (step - warmup) / max(1, total - warmup)
+    if kind == "linear":
+        return max(0.0, 1.0 - progress)
+    if kind != "cosine":
+        raise ValueError(f"lr_scheduler_type must be cosine, linear or constant, got {kind!r}")
+    return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def _engine_logratios(
+    batch: RolloutBatch, agent: int, debates: list[int], flat: list[torch.Tensor]
+) -> list[torch.Tensor]:
+    """For each of ``debates`` whose engine recorded log-probs: the per-token ``log pi_trainer - log
+    pi_engine`` of ``agent``'s tokens (``flat``: the trainer's log-probs before any step, ordered as
+    ``batch.agent_sequences(agent)``), kept on the batch for the importance weights and returned."""
+    starts = np.cumsum([0, *(len(row[agent].completion_ids) for row in batch.turns)])
+    out = []
+    for m in debates:
+        turns = batch.turns[m][agent]
+        if turns.engine_logprobs is None:
+            continue
+        trainer = torch.cat([lp.detach().float().cpu() for lp in flat[starts[m] : starts[m + 1]]])
+        diff = trainer - torch.tensor(turns.engine_logprobs, dtype=torch.float32)
+        turns.engine_logratio = diff.tolist()
+        out.append(diff)
+    return out
+
+
+def mismatch_stats(logratios: list[torch.Tensor]) -> dict[str, float]:
+    """Sampler/trainer mismatch of the engine-recorded tokens of every process (``d = log pi_trainer -
+    log pi_engine``): ``mismatch/abs_mean`` and ``mismatch/abs_max`` of ``|d|``,
+    ``mismatch/engine_minus_trainer`` (mean of ``-d``, SPEC's number), ``mismatch/kl`` (mean of
+    ``exp(d) - d - 1``, an estimate of KL(engine || trainer) on the engine's samples) and
+    ``mismatch/tokens``. Empty when no token was recorded."""
+    local = torch.cat(logratios) if logratios else torch.zeros(0)
+    d = torch.cat(dist.gather_objects(local)).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    if not d.numel():
+        return {}
+    return {
+        "mismatch/abs_mean": d.abs().mean().item(),
+        "mismatch/abs_max": d.abs().max().item(),
+        "mismatch/engine_minus_trainer": (-d).mean().item(),
+        "mismatch/kl": (torch.exp(d) - d - 1).mean().item(),
+        "mismatch/tokens": float(d.numel()),
+    }
 
 
 def _set_behavior(batch: RolloutBatch, agent: int, debates: list[int], flat: list[torch.Tensor]) -> None:
