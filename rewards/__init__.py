@@ -1,7 +1,8 @@
 """udpo.rewards: uncertainty metrics, rewards and calibration as pure functions of answer matrices.
 
 An answer matrix is N per-agent sequences of T+1 hashable answers (``None`` = unparsed). One debate:
-:func:`uncertainty`, :func:`agent_uncertainty`, :func:`rewards`. Many debates at once (vectorized):
+:func:`uncertainty`, :func:`agent_uncertainty`, :func:`rewards`, the consensus-on-wrong guard
+:func:`wrong_consensus`. Many debates at once (vectorized):
 :func:`debate_metrics` on answer matrices, :func:`batch_uncertainty` on integer codes from
 :func:`encode_answers`, and :func:`agent_rewards` for each agent's UDPO reward. Warm-up calibration of
 per-agent coefficients: :func:`calibrate`. Hallucination propagation (the DIGRA paper's woozle metrics
@@ -26,7 +27,14 @@ from .diverse_agent_entropy import (
     make_dae_reward,
     self_consistency,
 )
-from .metrics import AgentUncertainty, Uncertainty, agent_uncertainty, uncertainty
+from .metrics import (
+    AgentUncertainty,
+    Uncertainty,
+    WrongConsensus,
+    agent_uncertainty,
+    uncertainty,
+    wrong_consensus,
+)
 from .reward import Rewards, composite_uncertainty, is_correct, rewards
 from .vote import majority_vote
 from .woozle import WoozleMetrics, correctness, read_flow, woozle_metrics
@@ -45,6 +53,7 @@ __all__ = [
     "Rewards",
     "Uncertainty",
     "WoozleMetrics",
+    "WrongConsensus",
     "agent_rewards",
     "agent_uncertainty",
     "batch_uncertainty",
@@ -67,4 +76,5 @@ __all__ = [
     "self_consistency",
     "uncertainty",
     "woozle_metrics",
+    "wrong_consensus",
 ]

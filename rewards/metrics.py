@@ -12,6 +12,10 @@ For an answer matrix ``a[i][t]`` (N agents, rounds t = 0..T; see :mod:`udpo.rewa
   ``loo_instability`` L (share of agents whose removal changes the vote; 0 when N = 1);
   ``u_sys`` = (H + D + L) / 3: system-level uncertainty.
 
+The consensus-on-wrong guard (issue 24: agreement must not be bought with correctness), from the final
+round and whether the debate's vote is right: ``majority`` is 1 when more than half of the agents give
+the same answer and the vote (then that answer) is wrong, ``unanimous`` when every agent gives it.
+
 This is the reference path, one debate at a time; :mod:`udpo.rewards.batch` computes the same
 numbers for many debates at once.
 """
@@ -58,6 +62,27 @@ class AgentUncertainty:
     u_intra: tuple[float, ...]
     u_inter: tuple[float, ...]
     loo: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class WrongConsensus:
+    """The consensus-on-wrong guard of one debate: 1.0 or 0.0 each (see the module docstring)."""
+
+    majority: float
+    unanimous: float
+
+
+def wrong_consensus(answers: AnswerMatrix, correct: bool) -> WrongConsensus:
+    """Whether a strict majority (``majority``) or every agent (``unanimous``) ends on one answer while the
+    debate's vote is wrong (``correct``: the task's verdict on the vote). A strict majority's answer is
+    the vote, so the vote being wrong means that answer is; unparsed answers (None) never count."""
+    a = check_answers(answers)
+    final = [row[-1] for row in a]
+    top = max(Counter(x for x in final if x is not None).values(), default=0)
+    wrong = not correct
+    return WrongConsensus(
+        majority=float(wrong and 2 * top > len(final)), unanimous=float(wrong and top == len(final))
+    )
 
 
 def _check_lam(lam: float) -> None:

@@ -185,7 +185,15 @@ def test_attack_eval_hook(setup, tmp_path):
     assert set(metrics) == {
         f"attack/m{m}/{k}"
         for m in (1, 2)
-        for k in ("accuracy", "u_intra", "u_inter", "u_sys", "accuracy_drop")
+        for k in (
+            "accuracy",
+            "u_intra",
+            "u_inter",
+            "u_sys",
+            "wrong_majority",
+            "wrong_unanimous",
+            "accuracy_drop",
+        )
     }
     assert (tmp_path / "evals" / "iter_000010" / "m2-agents-1-2" / "trajectories.jsonl").exists()
     assert not (tmp_path / "evals" / "iter_000010" / "natural").exists()  # natural runs in the trainer

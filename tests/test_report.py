@@ -589,7 +589,10 @@ def table_cells(results: dict) -> dict[str, list[str]]:
 
     return {
         m: [
-            *(cell(e[k]) for k in ("accuracy", "u_intra", "u_inter", "u_sys")),
+            *(
+                cell(e[k])
+                for k in ("accuracy", "u_intra", "u_inter", "u_sys", "wrong_majority", "wrong_unanimous")
+            ),
             "–" if m == "standard_mad" else cell(e["accuracy"], "change", "+"),
             str(e["n_questions"]),
         ]

@@ -44,7 +44,7 @@ from udpo.env.protocols import Protocol
 from udpo.env.tasks.base import Question, Task
 from udpo.evaluate import previous_debates, run_debates, write_json
 
-METRICS = ("accuracy", "u_intra", "u_inter", "u_sys")
+METRICS = ("accuracy", "u_intra", "u_inter", "u_sys", "wrong_majority", "wrong_unanimous")
 NATURAL = "natural"
 
 
@@ -195,7 +195,7 @@ def _run_row(
 
 
 def _metrics(summary: dict[str, Any]) -> dict[str, Any]:
-    return {"n_questions": summary["n_questions"], **{k: summary[k] for k in METRICS}}
+    return {"n_questions": summary["n_questions"], **{k: summary.get(k) for k in METRICS}}
 
 
 def _with_deltas(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -229,7 +229,8 @@ def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
 
 def format_table(summary: dict[str, Any]) -> str:
     """The summary's rows as a plain-text table (accuracy in %, drop in percentage points)."""
-    header = ["m", "compromised", "n", "acc %", "U_intra", "U_inter", "U_sys", "acc drop (pp)"]
+    header = ["m", "compromised", "n", "acc %", "U_intra", "U_inter", "U_sys", "wrong maj %", "wrong unan %"]
+    header.append("acc drop (pp)")
     lines = []
     for r in summary["rows"]:
         delta = r.get("delta", {}).get("accuracy")
@@ -242,6 +243,8 @@ def format_table(summary: dict[str, Any]) -> str:
                 _fmt(r["u_intra"], 1, ".3f"),
                 _fmt(r["u_inter"], 1, ".3f"),
                 _fmt(r["u_sys"], 1, ".3f"),
+                _fmt(r.get("wrong_majority"), 100, ".1f"),
+                _fmt(r.get("wrong_unanimous"), 100, ".1f"),
                 "-" if r["m"] == 0 or delta is None else f"{100 * delta:+.1f}",
             ]
         )

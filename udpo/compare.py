@@ -72,7 +72,7 @@ BUDGET_FIELDS = (
     "gradient_accumulation_steps",
     "seed",
 )
-TABLE_METRICS = ("accuracy", "u_intra", "u_inter", "u_sys")
+TABLE_METRICS = ("accuracy", "u_intra", "u_inter", "u_sys", "wrong_majority", "wrong_unanimous")
 DONE = "done.json"
 #: seconds a process waits for another one writing the tables before giving up
 TABLES_PATIENCE = 600.0

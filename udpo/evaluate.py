@@ -17,14 +17,20 @@ from udpo.env.progress import DebateProgress
 from udpo.env.protocols import Protocol, Stage
 from udpo.env.tasks.base import Question, Task
 from udpo.env.trajectory import Trajectory, TrajectoryWriter, iter_numbered_records
-from udpo.rewards import uncertainty
+from udpo.rewards import uncertainty, wrong_consensus
 
 
 def summarize(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
-    """n_questions, accuracy and the mean U_intra / U_inter / U_sys of a set of debates."""
+    """n_questions, accuracy, the mean U_intra / U_inter / U_sys, the unparsed rate and the
+    consensus-on-wrong guard (``wrong_majority``, ``wrong_unanimous``: shares of debates ending with a
+    majority, or every agent, on a wrong answer) of a set of debates."""
     if not trajectories:
-        return {"n_questions": 0, "accuracy": None, "u_intra": None, "u_inter": None, "u_sys": None}
+        return {
+            "n_questions": 0,
+            **dict.fromkeys(("accuracy", "u_intra", "u_inter", "u_sys", "wrong_majority", "wrong_unanimous")),
+        }
     metrics = [uncertainty(t.answers) for t in trajectories]
+    guard = [wrong_consensus(t.answers, t.correct) for t in trajectories]
     return {
         "n_questions": len(trajectories),
         "accuracy": float(np.mean([t.correct for t in trajectories])),
@@ -32,6 +38,8 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
         "u_inter": float(np.mean([m.u_inter for m in metrics])),
         "u_sys": float(np.mean([m.u_sys for m in metrics])),
         "unparsed_rate": float(np.mean([a is None for t in trajectories for row in t.answers for a in row])),
+        "wrong_majority": float(np.mean([g.majority for g in guard])),
+        "wrong_unanimous": float(np.mean([g.unanimous for g in guard])),
     }
 
 

@@ -1,5 +1,6 @@
 """Per-question metrics of a training run's held-out evaluations, what learning studies and
-``udpo compare`` measure: correctness, U_intra, U_inter, U_sys and the share of unparsed answers."""
+``udpo compare`` measure: correctness, U_intra, U_inter, U_sys, the share of unparsed answers and the
+consensus-on-wrong guard (a majority, or every agent, ending on a wrong answer)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from udpo.env.trajectory import Trajectory, read_trajectories
-from udpo.rewards import uncertainty
+from udpo.rewards import uncertainty, wrong_consensus
 
 METRICS: dict[str, Callable[[Trajectory], float]] = {
     "accuracy": lambda t: float(t.correct),
@@ -17,6 +18,8 @@ METRICS: dict[str, Callable[[Trajectory], float]] = {
     "u_inter": lambda t: uncertainty(t.answers).u_inter,
     "u_sys": lambda t: uncertainty(t.answers).u_sys,
     "unparsed_rate": lambda t: float(np.mean([a is None for row in t.answers for a in row])),
+    "wrong_majority": lambda t: wrong_consensus(t.answers, t.correct).majority,
+    "wrong_unanimous": lambda t: wrong_consensus(t.answers, t.correct).unanimous,
 }
 
 

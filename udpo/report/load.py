@@ -209,7 +209,7 @@ def iteration_dirs(folder: Path) -> list[tuple[int, Path]]:
 def load_set(file: Path, name: str, lam: float = 0.5) -> DebateSet:
     """A trajectory file's debates (validated; errors name the file and line) with their uncertainties."""
     from udpo.env.trajectory import iter_records
-    from udpo.rewards import debate_metrics
+    from udpo.rewards import debate_metrics, wrong_consensus
 
     records = list(iter_records(file))
     if not records:
@@ -227,6 +227,9 @@ def load_set(file: Path, name: str, lam: float = 0.5) -> DebateSet:
         "u_sys": finite(float(metrics.u_sys.mean())),
         "unparsed_rate": sum(a is None for a in cells) / len(cells),
     }
+    guard = [wrong_consensus(r["answers"], bool(r["correct"])) for r in records]
+    stats["wrong_majority"] = sum(g.majority for g in guard) / len(guard)
+    stats["wrong_unanimous"] = sum(g.unanimous for g in guard) / len(guard)
     return DebateSet(name=name, path=file, debates=debates, stats=stats, common_meta=common)
 
 

@@ -39,7 +39,14 @@ KIND_NAMES = {
     "collection": "collection of runs",
 }
 #: ``udpo compare``'s table: results.json's metric keys -> column names, and the method changes are over
-COMPARE_METRICS = {"accuracy": "accuracy", "u_intra": "U_intra", "u_inter": "U_inter", "u_sys": "U_sys"}
+COMPARE_METRICS = {
+    "accuracy": "accuracy",
+    "u_intra": "U_intra",
+    "u_inter": "U_inter",
+    "u_sys": "U_sys",
+    "wrong_majority": "wrong majority",
+    "wrong_unanimous": "wrong unanimous",
+}
 BASELINE = "standard_mad"
 _AGENT_KEY = re.compile(r"^agent_(\d+)/(.+)$")
 
@@ -90,16 +97,19 @@ def run_overview(run: Run, tag: str = "") -> str:
 
 
 def sets_table(sets: Sequence[DebateSet]) -> str:
-    """Debates, accuracy, mean U_intra / U_inter / U_sys and the unparsed rate of each debate set."""
+    """Debates, accuracy, mean U_intra / U_inter / U_sys, the unparsed rate and the consensus-on-wrong guard
+    (shares of debates ending with a majority, or every agent, on a wrong answer) of each debate set."""
     rows = "".join(
         f"<tr><td>{escape(s.name)}</td><td>{s.stats['n']}</td><td>{number(s.stats['accuracy'])}</td>"
         f"<td>{number(s.stats['u_intra'])}</td><td>{number(s.stats['u_inter'])}</td>"
-        f"<td>{number(s.stats['u_sys'])}</td><td>{number(s.stats['unparsed_rate'])}</td></tr>"
+        f"<td>{number(s.stats['u_sys'])}</td><td>{number(s.stats['unparsed_rate'])}</td>"
+        f"<td>{number(s.stats.get('wrong_majority'))}</td><td>{number(s.stats.get('wrong_unanimous'))}</td></tr>"
         for s in sets
     )
     return (
         '<table class="stats"><thead><tr><th>debates</th><th>n</th><th>accuracy</th><th>U_intra</th>'
-        f"<th>U_inter</th><th>U_sys</th><th>unparsed rate</th></tr></thead><tbody>{rows}</tbody></table>"
+        f"<th>U_inter</th><th>U_sys</th><th>unparsed rate</th><th>wrong majority</th><th>wrong unanimous</th>"
+        f"</tr></thead><tbody>{rows}</tbody></table>"
     )
 
 
@@ -174,7 +184,7 @@ def compare_progress(done: dict[str, bool]) -> str:
 
 def attack_table(summary: dict[str, Any]) -> str:
     """An attack run's rows: compromised agents, accuracy and uncertainties, change from natural."""
-    keys = ("accuracy", "u_intra", "u_inter", "u_sys")
+    keys = ("accuracy", "u_intra", "u_inter", "u_sys", "wrong_majority", "wrong_unanimous")
     rows = []
     for r in summary.get("rows", []):
         if not isinstance(r, dict):
@@ -240,6 +250,7 @@ def training_plots(metrics: Sequence[dict[str, Any]]) -> list[str]:
     specs: list[tuple[str, Sequence[dict[str, Any]], list[str]]] = [
         ("Held-out accuracy", evals, ["accuracy", *callback_acc]),
         ("Held-out uncertainty", evals, ["u_intra", "u_inter", "u_sys", "unparsed_rate"]),
+        ("Consensus on a wrong answer", evals, ["wrong_majority", "wrong_unanimous"]),
         (
             "Reward terms",
             train,
