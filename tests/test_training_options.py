@@ -1,6 +1,6 @@
 """Issue 24's training options in a real (tiny-model) run: the critic's own learning rate, its warm start on
 the warm-up debates and several passes per iteration, the sampler/trainer mismatch logged under the
-default ``behavior_logprobs: recompute``, one calibration shared by several runs, and a test set that is the
+default ``behavior_logprobs: recompute``, one calibration (``udpo calibrate``) shared by several runs, and a test set that is the
 same for every training seed."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ import json
 
 import pytest
 from tiny_models import build_tiny_llama
-from train_helpers import EXPLICIT, read_jsonl, tiny_config
+from train_helpers import EXPLICIT, read_jsonl, tiny_config, write_recipe
 
+from udpo.cli import main
 from udpo.config import ConfigError
 from udpo.trainer import Trainer
 
@@ -62,10 +63,22 @@ def test_mappo_critic_warm_start_epochs_learning_rate_and_mismatch(tiny_path, tm
 
 
 def test_runs_share_one_calibration_file_and_one_test_set(tiny_path, tmp_path):
-    first = tiny_config(tiny_path, tmp_path / "a", max_iterations=1, eval_questions=3, warmup_fraction=0.1)
-    run(first)
-    shared = tmp_path / "a" / "calibration.json"
+    # udpo calibrate: the warm-up debates and calibration.json, no training
+    recipe = write_recipe(tmp_path / "recipe.yaml", tiny_path, max_iterations=1, warmup_fraction=0.1)
+    assert main(["calibrate", "--config", str(recipe), "--output_dir", str(tmp_path / "cal")]) == 0
+    shared = tmp_path / "cal" / "calibration.json"
     record = json.loads(shared.read_text())
+    assert len(record["coefficients"]["alpha"]) == 2 and record["warmup"]["n_debates"] == 3
+    assert not (tmp_path / "cal" / "checkpoints").exists()
+    first = tiny_config(
+        tiny_path,
+        tmp_path / "a",
+        max_iterations=1,
+        eval_questions=3,
+        warmup_fraction=0.1,
+        calibration_file=str(shared),
+    )
+    run(first)
     # a second run, another seed: the same coefficients without warm-up debates, the importance weights on
     config = tiny_config(
         tiny_path,

@@ -14,7 +14,18 @@ import sys
 
 from udpo.threads import configure_threads
 
-COMMANDS = ("debate", "detect", "uncertainty", "diagnose", "train", "eval", "compare", "export", "report")
+COMMANDS = (
+    "debate",
+    "detect",
+    "uncertainty",
+    "diagnose",
+    "train",
+    "calibrate",
+    "eval",
+    "compare",
+    "export",
+    "report",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

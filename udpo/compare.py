@@ -58,6 +58,8 @@ BUDGET_FIELDS = (
     "max_train_questions",
     "eval_questions",
     "eval_seed",
+    "eval_question_seed",
+    "calibration_file",
     "warmup_fraction",
     "n_agents",
     "rounds",

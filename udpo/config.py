@@ -244,9 +244,9 @@ class TrainConfig:
     eta_base: float = _f(0.01, "eta_base of the calibrated KL weight.")
     calibration_file: str | None = _f(
         None,
-        "A calibration.json written by another run (RUN/calibration.json): its coefficients are used instead "
-        "of calibrating here, so the runs of a study share one calibration (explicit values and ablations "
-        "still apply; no warm-up debates).",
+        "A calibration.json written by another run or by `udpo calibrate` (RUN/calibration.json): udpo uses "
+        "its coefficients instead of calibrating, so the runs of a study share one calibration (explicit "
+        "values and ablations still apply; no warm-up debates). The baselines have no coefficients.",
     )
     ablations: list[str] = _f(
         [],
@@ -563,7 +563,6 @@ class TrainConfig:
                 "ablations": self.ablations,
                 "reward_functions": self.reward_functions,
                 "ratio_level: token": self.ratio_level == "token",
-                "calibration_file": self.calibration_file is not None,
             }
             given = [name for name, on in udpo_only.items() if on]
             if given:
