@@ -24,7 +24,14 @@ calibration turns into its 1/3 fallback (SPEC section 4).
   may abstain (DiverseAgentEntropy paper, section 4.1).
 - :func:`paired_bootstrap`: mean change after - before of a per-question metric, with a percentile
   bootstrap interval that resamples questions (each question keeps its pairs; seeds that share their
-  questions share each draw, seeds with their own questions are resampled independently).
+  questions share each draw, seeds with their own questions are resampled independently). It is
+  conditional on the trained runs: it does not resample them.
+- :func:`seed_change`: the analysis of a study whose S training seeds were all evaluated on the same Q
+  problems (``docs/preregistration.md``): each seed's mean change ``d_s``; a t-interval over seeds,
+  ``mean(d) +- t_{S-1} sd(d) / sqrt(S)`` (run-to-run variance, problems fixed); and a percentile
+  bootstrap that resamples seeds and problems together (S seeds and Q problems drawn with replacement,
+  the statistic the mean of ``after - before`` over the drawn seed x problem cells), so both the
+  runs and the test problems vary.
 """
 
 from __future__ import annotations
@@ -350,3 +357,77 @@ def _seed_rows(values: Sequence[float] | Sequence[Sequence[float]] | np.ndarray)
     if len(values) and np.ndim(values[0]) == 0:
         values = [values]
     return [np.asarray(r, dtype=float).reshape(-1) for r in values]
+
+
+@dataclass(frozen=True)
+class SeedChange:
+    """The change after - before of a metric over S seeds x Q shared problems (:func:`seed_change`).
+
+    delta: mean over seeds of each seed's mean change (``per_seed``). t_low, t_high: the t-interval over
+    seeds (nan with one seed). boot_low, boot_high: the seeds x problems bootstrap interval."""
+
+    before: float
+    after: float
+    delta: float
+    per_seed: tuple[float, ...]
+    t_low: float
+    t_high: float
+    boot_low: float
+    boot_high: float
+    level: float
+    n_seeds: int
+    n_questions: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def seed_change(
+    before: Sequence[Sequence[float]] | np.ndarray,
+    after: Sequence[Sequence[float]] | np.ndarray,
+    level: float = 0.95,
+    n_resamples: int = 10_000,
+    seed: int = 0,
+) -> SeedChange:
+    """The pre-registered analysis of ``before`` and ``after``, [S seeds, Q problems] each, every row the
+    same problems in the same order (see the module docstring)."""
+    from scipy import stats as scipy_stats
+
+    b, a = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
+    if b.ndim != 2 or b.shape != a.shape or not b.size:
+        raise ValueError(
+            f"before and after must be [seeds, problems] of one shape, got {b.shape} and {a.shape}"
+        )
+    if not (np.isfinite(b).all() and np.isfinite(a).all()):
+        raise ValueError("before and after must be finite numbers")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    change = a - b
+    per_seed = change.mean(1)
+    n_seeds, n_questions = change.shape
+    delta = float(per_seed.mean())
+    if n_seeds > 1:
+        half = scipy_stats.t.ppf((1 + level) / 2, n_seeds - 1) * per_seed.std(ddof=1) / math.sqrt(n_seeds)
+        t_low, t_high = delta - half, delta + half
+    else:
+        t_low = t_high = float("nan")
+    rng = np.random.default_rng(seed)
+    stats = np.empty(n_resamples)
+    for k in range(n_resamples):
+        seeds = rng.integers(0, n_seeds, n_seeds)
+        problems = rng.integers(0, n_questions, n_questions)
+        stats[k] = change[np.ix_(seeds, problems)].mean()
+    boot_low, boot_high = np.quantile(stats, [(1 - level) / 2, (1 + level) / 2])
+    return SeedChange(
+        before=float(b.mean()),
+        after=float(a.mean()),
+        delta=delta,
+        per_seed=tuple(float(x) for x in per_seed),
+        t_low=float(t_low),
+        t_high=float(t_high),
+        boot_low=float(boot_low),
+        boot_high=float(boot_high),
+        level=level,
+        n_seeds=n_seeds,
+        n_questions=n_questions,
+    )

@@ -279,7 +279,7 @@ def write_results(config: CompareConfig) -> dict[str, Any]:
 
 
 def _write_results(config: CompareConfig) -> dict[str, Any]:
-    from udpo.rewards.statistics import paired_bootstrap
+    from udpo.rewards.statistics import paired_bootstrap, seed_change
 
     out = Path(config.output_dir)
     check_same_start(config)
@@ -291,6 +291,8 @@ def _write_results(config: CompareConfig) -> dict[str, Any]:
     results: dict[str, Any] = {"seeds": config.seeds, "methods": {}, "budget": budget_rows(config)}
     for method, per_seed in values.items():
         entry = {}
+        # every seed evaluated the same problems (eval_question_seed): the seeds x problems analysis too
+        shared = len({tuple(sorted(q)) for q in per_seed}) == 1
         for metric in METRICS:
             rows = [[q[qid][metric] for qid in sorted(q)] for q in per_seed]
             base = [[b[qid][metric] for qid in sorted(q)] for b, q in zip(baseline, per_seed, strict=True)]
@@ -304,6 +306,7 @@ def _write_results(config: CompareConfig) -> dict[str, Any]:
                 "change": change.delta,
                 "change_low": change.low,
                 "change_high": change.high,
+                "seed_change": seed_change(base, rows).to_dict() if shared else None,
             }
         entry["n_questions"] = sum(len(q) for q in per_seed)
         results["methods"][method] = entry
@@ -348,7 +351,9 @@ def budget_rows(config: CompareConfig) -> list[dict[str, Any]]:
 
 def markdown_table(results: dict[str, Any]) -> str:
     """Table 1: each metric's mean over seeds and 95% interval (questions resampled within each seed),
-    accuracy's change over Standard MAD with its paired interval, and accuracy per seed."""
+    accuracy's change over Standard MAD with its paired interval, and accuracy per seed; then, when every
+    seed evaluated the same problems, each metric's change with the t-interval over seeds and the seeds x
+    problems bootstrap (:func:`udpo.rewards.statistics.seed_change`)."""
     head = (
         "| method | " + " | ".join(TABLE_METRICS) + " | accuracy change vs Standard MAD | accuracy per seed |"
     )
@@ -365,6 +370,28 @@ def markdown_table(results: dict[str, Any]) -> str:
         )
         per_seed = ", ".join(f"{v:.3f}" for v in acc["per_seed"])
         lines.append(f"| {method} | " + " | ".join(cells) + f" | {change} | {per_seed} |")
+    studied = [
+        (method, metric, e[metric]["seed_change"])
+        for method, e in results["methods"].items()
+        if METHODS[method] is not None
+        for metric in TABLE_METRICS
+        if e[metric].get("seed_change")
+    ]
+    if studied:
+        lines += [
+            "",
+            "Change over Standard MAD, seeds sharing their problems (docs/preregistration.md): mean of the "
+            "seeds' changes, 95% t-interval over seeds, 95% bootstrap over seeds and problems.",
+            "",
+            "| method | metric | change | t-interval over seeds | bootstrap seeds x problems | change per seed |",
+            "|---|---|---|---|---|---|",
+        ]
+        for method, metric, c in studied:
+            per_seed = ", ".join(f"{v:+.3f}" for v in c["per_seed"])
+            lines.append(
+                f"| {method} | {metric} | {c['delta']:+.3f} | [{c['t_low']:+.3f}, {c['t_high']:+.3f}] | "
+                f"[{c['boot_low']:+.3f}, {c['boot_high']:+.3f}] | {per_seed} |"
+            )
     return "\n".join(lines)
 
 
