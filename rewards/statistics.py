@@ -29,9 +29,9 @@ calibration turns into its 1/3 fallback (SPEC section 4).
 - :func:`seed_change`: the analysis of a study whose S training seeds were all evaluated on the same Q
   problems (``docs/preregistration.md``): each seed's mean change ``d_s``; a t-interval over seeds,
   ``mean(d) +- t_{S-1} sd(d) / sqrt(S)`` (run-to-run variance, problems fixed); and a percentile
-  bootstrap that resamples seeds and problems together (S seeds and Q problems drawn with replacement,
-  the statistic the mean of ``after - before`` over the drawn seed x problem cells), so both the
-  runs and the test problems vary.
+  bootstrap that resamples seeds and problems together (S seeds and the distinct problems drawn with
+  replacement, a problem posed by several questions drawn with all of them; the statistic the mean of
+  ``after - before`` over the drawn seed x question cells), so both the runs and the test problems vary.
 """
 
 from __future__ import annotations
@@ -361,7 +361,8 @@ def _seed_rows(values: Sequence[float] | Sequence[Sequence[float]] | np.ndarray)
 
 @dataclass(frozen=True)
 class SeedChange:
-    """The change after - before of a metric over S seeds x Q shared problems (:func:`seed_change`).
+    """The change after - before of a metric over S seeds x the same questions (:func:`seed_change`);
+    ``n_questions`` counts distinct problems.
 
     delta: mean over seeds of each seed's mean change (``per_seed``). t_low, t_high: the t-interval over
     seeds (nan with one seed). boot_low, boot_high: the seeds x problems bootstrap interval."""
@@ -388,9 +389,12 @@ def seed_change(
     level: float = 0.95,
     n_resamples: int = 10_000,
     seed: int = 0,
+    clusters: Sequence[object] | None = None,
 ) -> SeedChange:
-    """The pre-registered analysis of ``before`` and ``after``, [S seeds, Q problems] each, every row the
-    same problems in the same order (see the module docstring)."""
+    """The pre-registered analysis of ``before`` and ``after``, [S seeds, Q questions] each, every row the
+    same questions in the same order (see the module docstring). ``clusters``: one key per question (its
+    problem text): questions that pose the same problem are drawn together by the bootstrap, so a test
+    set that repeats a problem is resampled by distinct problems; ``n_questions`` then counts those."""
     from scipy import stats as scipy_stats
 
     b, a = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
@@ -411,12 +415,21 @@ def seed_change(
         t_low, t_high = delta - half, delta + half
     else:
         t_low = t_high = float("nan")
+    if clusters is not None and len(clusters) != n_questions:
+        raise ValueError(f"clusters needs one key per question ({n_questions}), got {len(clusters)}")
+    keys = list(range(n_questions)) if clusters is None else list(clusters)
+    members = list({k: None for k in keys})  # distinct problems in first-seen order
+    index = {k: i for i, k in enumerate(members)}
+    # per seed, each problem's summed change and its number of questions: a draw of problems sums both
+    problem_sum = np.zeros((n_seeds, len(members)))
+    np.add.at(problem_sum, (slice(None), [index[k] for k in keys]), change)
+    problem_count = np.bincount([index[k] for k in keys], minlength=len(members)).astype(float)
     rng = np.random.default_rng(seed)
     stats = np.empty(n_resamples)
     for k in range(n_resamples):
         seeds = rng.integers(0, n_seeds, n_seeds)
-        problems = rng.integers(0, n_questions, n_questions)
-        stats[k] = change[np.ix_(seeds, problems)].mean()
+        problems = rng.integers(0, len(members), len(members))
+        stats[k] = problem_sum[np.ix_(seeds, problems)].sum() / (n_seeds * problem_count[problems].sum())
     boot_low, boot_high = np.quantile(stats, [(1 - level) / 2, (1 + level) / 2])
     return SeedChange(
         before=float(b.mean()),
@@ -429,5 +442,5 @@ def seed_change(
         boot_high=float(boot_high),
         level=level,
         n_seeds=n_seeds,
-        n_questions=n_questions,
+        n_questions=len(members),
     )

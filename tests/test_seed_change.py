@@ -55,3 +55,16 @@ def test_compare_adds_the_seed_analysis_when_seeds_share_their_problems(tmp_path
     assert json.loads((tmp_path / "out" / "results.json").read_text())["methods"]["udpo"]["accuracy"][
         "seed_change"
     ]
+
+
+def test_questions_that_repeat_a_problem_are_resampled_together():
+    # one seed, ten questions posing two problems (five times each): right on one, wrong on the other
+    change = np.array([[1.0] * 5 + [0.0] * 5])
+    problems = ["2 + 2"] * 5 + ["3 * 3"] * 5
+    clustered = seed_change(np.zeros_like(change), change, n_resamples=4000, clusters=problems)
+    assert clustered.n_questions == 2 and clustered.delta == pytest.approx(0.5)
+    assert (clustered.boot_low, clustered.boot_high) == (0.0, 1.0)  # draws of 2 problems: 0, 1/2 or 1
+    naive = seed_change(np.zeros_like(change), change, n_resamples=4000)
+    assert naive.n_questions == 10 and naive.boot_low >= 0.1 and naive.boot_high <= 0.9
+    with pytest.raises(ValueError, match="one key per question"):
+        seed_change(np.zeros_like(change), change, clusters=problems[:3])

@@ -35,7 +35,7 @@ import numpy as np
 
 from udpo.config import ConfigError, TrainConfig, load_yaml
 from udpo.evaluate import write_json
-from udpo.results import METRICS, eval_iterations, per_question
+from udpo.results import METRICS, eval_iterations, per_question, problems
 
 #: method -> the training settings that define it (None: not trained)
 METHODS: dict[str, dict[str, Any] | None] = {
@@ -293,6 +293,9 @@ def _write_results(config: CompareConfig) -> dict[str, Any]:
         entry = {}
         # every seed evaluated the same problems (eval_question_seed): the seeds x problems analysis too
         shared = len({tuple(sorted(q)) for q in per_seed}) == 1
+        if shared:  # questions posing one problem are resampled together
+            texts = problems(runs[method][0][1], runs[method][0][2])
+            clusters = [texts[qid] for qid in sorted(per_seed[0])]
         for metric in METRICS:
             rows = [[q[qid][metric] for qid in sorted(q)] for q in per_seed]
             base = [[b[qid][metric] for qid in sorted(q)] for b, q in zip(baseline, per_seed, strict=True)]
@@ -306,7 +309,7 @@ def _write_results(config: CompareConfig) -> dict[str, Any]:
                 "change": change.delta,
                 "change_low": change.low,
                 "change_high": change.high,
-                "seed_change": seed_change(base, rows).to_dict() if shared else None,
+                "seed_change": seed_change(base, rows, clusters=clusters).to_dict() if shared else None,
             }
         entry["n_questions"] = sum(len(q) for q in per_seed)
         results["methods"][method] = entry

@@ -33,6 +33,13 @@ def per_question(run: Path, iteration: int) -> dict[str, dict[str, float]]:
     return {t.question_id: {m: f(t) for m, f in METRICS.items()} for t in read_trajectories(path)}
 
 
+def problems(run: Path, iteration: int) -> dict[str, str]:
+    """question id -> the problem's text, from the same evaluation (questions that repeat a problem share
+    it: the unit an analysis resamples)."""
+    path = eval_folder(run, iteration) / "trajectories.jsonl"
+    return {t.question_id: t.question for t in read_trajectories(path)}
+
+
 def eval_iterations(run: Path) -> list[int]:
     """The iterations with an evaluation folder, ascending."""
     return sorted(
