@@ -365,14 +365,14 @@ class SeedChange:
     ``n_questions`` counts distinct problems.
 
     delta: mean over seeds of each seed's mean change (``per_seed``). t_low, t_high: the t-interval over
-    seeds (nan with one seed). boot_low, boot_high: the seeds x problems bootstrap interval."""
+    seeds (None with one seed). boot_low, boot_high: the seeds x problems bootstrap interval."""
 
     before: float
     after: float
     delta: float
     per_seed: tuple[float, ...]
-    t_low: float
-    t_high: float
+    t_low: float | None
+    t_high: float | None
     boot_low: float
     boot_high: float
     level: float
@@ -380,7 +380,8 @@ class SeedChange:
     n_questions: int
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Plain JSON data (``per_seed`` a list)."""
+        return {**asdict(self), "per_seed": list(self.per_seed)}
 
 
 def seed_change(
@@ -414,7 +415,7 @@ def seed_change(
         half = scipy_stats.t.ppf((1 + level) / 2, n_seeds - 1) * per_seed.std(ddof=1) / math.sqrt(n_seeds)
         t_low, t_high = delta - half, delta + half
     else:
-        t_low = t_high = float("nan")
+        t_low = t_high = None
     if clusters is not None and len(clusters) != n_questions:
         raise ValueError(f"clusters needs one key per question ({n_questions}), got {len(clusters)}")
     keys = list(range(n_questions)) if clusters is None else list(clusters)
@@ -436,8 +437,8 @@ def seed_change(
         after=float(a.mean()),
         delta=delta,
         per_seed=tuple(float(x) for x in per_seed),
-        t_low=float(t_low),
-        t_high=float(t_high),
+        t_low=None if t_low is None else float(t_low),
+        t_high=None if t_high is None else float(t_high),
         boot_low=float(boot_low),
         boot_high=float(boot_high),
         level=level,

@@ -391,8 +391,9 @@ def markdown_table(results: dict[str, Any]) -> str:
         ]
         for method, metric, c in studied:
             per_seed = ", ".join(f"{v:+.3f}" for v in c["per_seed"])
+            t = "one seed: none" if c["t_low"] is None else f"[{c['t_low']:+.3f}, {c['t_high']:+.3f}]"
             lines.append(
-                f"| {method} | {metric} | {c['delta']:+.3f} | [{c['t_low']:+.3f}, {c['t_high']:+.3f}] | "
+                f"| {method} | {metric} | {c['delta']:+.3f} | {t} | "
                 f"[{c['boot_low']:+.3f}, {c['boot_high']:+.3f}] | {per_seed} |"
             )
     return "\n".join(lines)
