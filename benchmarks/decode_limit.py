@@ -1,7 +1,8 @@
 """Benchmark: how close generation comes to the hardware's limit at the decode shape.
 
     python benchmarks/decode_limit.py [--backend hf|vllm|both] [--dtype fp32|bf16] [--batch 48]
-                                      [--max-tokens 32] [--steps 16] [--model smollm2-135m-instruct]
+                                      [--max-tokens 32] [--steps 16] [--adapters 3]
+                                      [--model smollm2-135m-instruct]
 
 Three numbers at one shape (``--batch`` arithmetic prompts of about 90 tokens, ``--max-tokens`` new
 tokens each), measured in one run:
@@ -12,7 +13,8 @@ tokens each), measured in one run:
 - the bare decode step: one forward of ``batch x 1`` token over a KV cache of the prompts' length
   (``--steps`` of them, no sampling, no stopping checks): what the model's own forward costs;
 - achieved: the backend's ``generate`` of the same prompts (temperature 1, ``max_tokens``), completion
-  tokens per second.
+  tokens per second; and the hf backend again with the rows spread over ``--adapters`` LoRA adapters,
+  as in a debate (each agent its own adapter, all in one batch).
 
 Prints each as tokens/s and the ratios achieved / bare step and achieved / roofline. Threads: torch's
 current setting (``UDPO_NUM_THREADS`` / ``OMP_NUM_THREADS``); say what else ran on the machine.
@@ -86,6 +88,26 @@ def achieved(backend, chats: list, max_tokens: int) -> float:
     return sum(len(c.completion_ids) for c in done) / (time.perf_counter() - start)
 
 
+def with_adapters(model, tokenizer, chats: list, max_tokens: int, n: int) -> float:
+    """Tokens/s of the hf backend when the rows are spread over ``n`` LoRA adapters (non-zero, r=8, every
+    linear layer of the blocks), the way a debate's agents share one batch. Wraps ``model`` in place."""
+    from peft import LoraConfig, get_peft_model
+
+    from udpo.env.backends.hf import HFBackend
+
+    config = LoraConfig(r=8, lora_alpha=16, target_modules="all-linear", init_lora_weights=False)
+    peft = get_peft_model(model, config, adapter_name="agent_0")
+    for k in range(1, n):
+        peft.add_adapter(f"agent_{k}", config)
+    backend = HFBackend(model_obj=peft.eval(), tokenizer=tokenizer)
+    sampling = SamplingParams(temperature=1.0, max_tokens=max_tokens, seed=0)
+    requests = [ChatRequest(c, sampling, adapter=f"agent_{k % n}") for k, c in enumerate(chats)]
+    backend.generate(requests[:2])  # warm-up
+    start = time.perf_counter()
+    done = backend.generate(requests)
+    return sum(len(c.completion_ids) for c in done) / (time.perf_counter() - start)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -96,6 +118,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument(
+        "--adapters", type=int, default=3, help="also time hf with rows over N LoRA adapters (0: no)"
+    )
     args = parser.parse_args()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -120,6 +145,12 @@ def main() -> None:
             backend.close()
         print(
             f"{name} generate: {rate:.0f} tokens/s = {rate / step:.1%} of the bare step, {rate / limit:.1%} of the roofline"
+        )
+    if args.adapters:
+        rate = with_adapters(model, tokenizer, chats, args.max_tokens, args.adapters)
+        print(
+            f"hf generate, rows over {args.adapters} LoRA adapters: {rate:.0f} tokens/s = {rate / step:.1%} of the "
+            f"bare step, {rate / limit:.1%} of the roofline"
         )
 
 

@@ -199,12 +199,16 @@ def update_throughput(args, out: Path) -> dict[str, float]:
         rows, _ = plan_passes(*batch.agent_sequences(agent), batch_size=1, token_budget=1)
         return [(r.ids, [(start, n) for _, start, n in r.spans]) for r in rows]
 
+    def bare(sequences_of) -> None:  # under the trainer's autocast (bf16 where the update runs in bf16)
+        with trainer.accelerator.autocast():
+            bare_pass(policy, sequences_of)
+
     counts = [0, 0]
     modes = {
-        "bare_rounds": lambda: bare_pass(policy, per_round),
+        "bare_rounds": lambda: bare(per_round),
         "before": lambda: old_update(trainer, batch, advantages, counts),
         "after": lambda: trainer.update(batch, advantages, fresh_count=len(batch), iteration=1),
-        "bare_packed": lambda: bare_pass(policy, packed),
+        "bare_packed": lambda: bare(packed),
     }
     times: dict[str, list[float]] = {m: [] for m in modes}
     for _ in range(args.repeats):

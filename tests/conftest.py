@@ -45,10 +45,11 @@ def model_path() -> str:
 
 @pytest.fixture(scope="session")
 def hf_backend(model_path):
-    """One HF backend on the real model for the whole session."""
+    """One HF backend on the real model for the whole session, in fp32: the exactness tests (padding,
+    batching, log-probs against a forward pass) compare to 1e-4, below bf16's resolution."""
     from udpo.env.backends.hf import HFBackend
 
-    backend = HFBackend(model=model_path)
+    backend = HFBackend(model=model_path, dtype="fp32")
     yield backend
     backend.close()
 

@@ -45,6 +45,8 @@ SETTINGS = {
     "ref_update_interval": 1,
     "logprob_batch_size": 1,  # one pass per row: the busier process runs more passes
     "debate_batch_size": 1,  # one question per generate call: more calls on the busier process
+    "dtype": "fp32",  # adapters compared to 1e-4 across shardings: below bf16's resolution
+    "bf16": False,
 }
 TOLERANCE = 1e-4  # 4 Adam steps at lr 0.01 of sums taken in another order; measured ~2e-6
 

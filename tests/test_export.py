@@ -24,8 +24,9 @@ def tiny_path(model_path, tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def checkpoint(tiny_path, tmp_path_factory):
-    """A trained-looking 2-agent team (random adapters) saved as a checkpoint; returns (folder, policy)."""
-    policy = MultiAgentPolicy(tiny_path, n_agents=2, lora=LoraSettings(r=4, alpha=8))
+    """A trained-looking 2-agent team (random adapters) saved as a checkpoint; returns (folder, policy).
+    fp32: the exported adapters are compared with the policy's logits to 1e-5."""
+    policy = MultiAgentPolicy(tiny_path, n_agents=2, lora=LoraSettings(r=4, alpha=8), dtype="fp32")
     perturb_adapters(policy)
     folder = tmp_path_factory.mktemp("run") / "checkpoints" / "iter_000010"
     save_team(

@@ -33,6 +33,8 @@ def tiny_b_path(model_path, tmp_path_factory) -> str:
 
 
 def tiny_policy(path, n_agents=3, **kw) -> MultiAgentPolicy:
+    """fp32 unless asked: these tests compare log-probs to 1e-5, below bf16's resolution."""
+    kw.setdefault("dtype", "fp32")
     policy = MultiAgentPolicy(path, n_agents=n_agents, lora=LoraSettings(r=4, alpha=8), **kw)
     perturb_adapters(policy)
     return policy
@@ -292,7 +294,7 @@ def test_team_manifest_round_trip_and_register(tiny_path, tmp_path):
         ("calm", "agent_0", None),
         (None, "agent_1", None),
     ]
-    rebuilt = MultiAgentPolicy.from_team(tmp_path / "team")
+    rebuilt = MultiAgentPolicy.from_team(tmp_path / "team", dtype="fp32")
     for agent in range(2):
         a = policy.token_logprobs(agent, PROMPTS, COMPLETIONS)
         b = rebuilt.token_logprobs(agent, PROMPTS, COMPLETIONS)
@@ -300,7 +302,7 @@ def test_team_manifest_round_trip_and_register(tiny_path, tmp_path):
     # register into a plain HF backend on the same base: it serves the saved adapters
     from udpo.env.backends.hf import HFBackend
 
-    backend = HFBackend(model=tiny_path)
+    backend = HFBackend(model=tiny_path, dtype="fp32")
     assert sorted(loaded.register(backend)) == ["agent_0", "agent_1"]
     c = backend.generate(
         [ChatRequest([{"role": "user", "content": "Hi"}], SamplingParams(0, max_tokens=4), "agent_1")]

@@ -59,7 +59,10 @@ class TrainConfig:
     agent_models: list[str] | None = _f(
         None, "Heterogeneous teams: one base model per agent (N entries); default: `model` for all."
     )
-    dtype: str = _f("auto", "Weights dtype: auto (bf16 on GPU, fp32 on CPU), bf16, fp16 or fp32.")
+    dtype: str = _f(
+        "auto",
+        "Weights dtype: auto (bf16 on GPU and on CPUs with bf16 matrix units, else fp32), bf16, fp16 or fp32.",
+    )
     gradient_checkpointing: bool = _f(False, "Recompute activations in the backward pass to save memory.")
 
     # --- task and data -----------------------------------------------------------------------
@@ -289,7 +292,7 @@ class TrainConfig:
         1, "Split each process's update batch into this many micro-batches (same update, less memory)."
     )
     logprob_batch_size: int = _f(8, "Rows (sequences) per forward pass at most when scoring log-probs.")
-    bf16: bool | None = _f(None, "bf16 autocast (default: on when a CUDA device supports it).")
+    bf16: bool | None = _f(None, "bf16 autocast (default: on when the weights are bf16).")
     num_train_epochs: float = _f(10.0, "Passes over the training questions.")
     max_iterations: int | None = _f(None, "Stop after this many iterations (overrides num_train_epochs).")
     questions_per_iteration: int = _f(32, "Questions debated per iteration, over all processes.")

@@ -112,7 +112,7 @@ class MultiAgentPolicy:
     model: alias, folder or Hub id of the base model (see :func:`udpo.env.models.resolve_model`).
     n_agents: N. lora: adapter settings. shared_adapter: one adapter ("shared") for every agent.
     agent_models: one base model name per agent for heterogeneous teams (default: ``model`` for all).
-    dtype: "auto" (bf16 on GPU, fp32 on CPU), "bf16", "fp16" or "fp32". device: default cuda if
+    dtype: "auto" (see :func:`~udpo.env.backends.hf.pick_dtype`), "bf16", "fp16" or "fp32". device: default cuda if
     available, else cpu. reference: "base" (adapters disabled) or "lagged" (snapshot adapters).
     """
 

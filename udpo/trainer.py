@@ -48,6 +48,7 @@ from udpo.algorithms import build_algorithm
 from udpo.algorithms.base import RolloutBatch, fill_behavior_logprobs
 from udpo.config import TrainConfig
 from udpo.env.backends.base import Backend
+from udpo.env.backends.hf import pick_dtype
 from udpo.env.debate import DebateConfig
 from udpo.env.protocols import Protocol
 from udpo.env.tasks.base import Question
@@ -88,6 +89,15 @@ def process_group_settings() -> dict[str, Any]:
 
     os.environ.setdefault("DS_ACCELERATOR", "cpu")
     return {"cpu": False, "kwargs_handlers": [InitProcessGroupKwargs(backend="gloo")]}
+
+
+def bf16_autocast_default(dtype: str) -> bool:
+    """bf16 autocast unless asked: on wherever the weights are bf16 (``dtype`` auto on a GPU with bf16 or
+    a CPU with bf16 matrix units, or bf16 set), so the fp32 LoRA weights' matmuls run in bf16 too."""
+    cuda = torch.cuda.is_available()
+    if cuda and not torch.cuda.is_bf16_supported():
+        return False
+    return pick_dtype(dtype, "cuda" if cuda else "cpu") == torch.bfloat16
 
 
 def peak_memory() -> dict[str, float]:
@@ -144,11 +154,7 @@ class Trainer:
 
         self.config = config
         self.run_dir = Path(config.output_dir)
-        use_bf16 = (
-            config.bf16
-            if config.bf16 is not None
-            else torch.cuda.is_available() and torch.cuda.is_bf16_supported()
-        )
+        use_bf16 = config.bf16 if config.bf16 is not None else bf16_autocast_default(config.dtype)
         self.accelerator = Accelerator(
             **process_group_settings(),
             mixed_precision="bf16" if use_bf16 else "no",

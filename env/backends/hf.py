@@ -8,13 +8,12 @@ quantity the trainer's importance ratio compares against.
 
 from __future__ import annotations
 
-import time
-
 import torch
 
-from ..progress import DebateProgress, active_progress
+from ..progress import active_progress
 from .base import Backend, BackendError, ChatRequest, Completion, SamplingParams, ScoreRequest
-from .chat import chat_prompt_ids, prompt_ids_of, sampling_temperature
+from .chat import chat_prompt_ids, prompt_ids_of
+from .decoding import sample
 
 #: dtype names accepted everywhere a dtype is set (besides "auto")
 DTYPES = {
@@ -30,14 +29,32 @@ DTYPES = {
 SCORE_POSITIONS = 1024
 
 
+def cpu_has_bf16() -> bool:
+    """Whether this CPU multiplies bf16 matrices in hardware (AMX tiles or AVX512-BF16): there bf16 runs
+    several times faster than fp32; elsewhere torch emulates it, slower than fp32."""
+    probes = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
+    return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in probes)
+
+
 def pick_dtype(name: str, device: str) -> torch.dtype:
-    """ "auto" is bf16 on GPU and fp32 on CPU (bf16 matmuls are slow on most CPUs)."""
+    """ "auto" is bf16 on GPU and on CPUs with bf16 matrix units (:func:`cpu_has_bf16`), else fp32."""
     if name == "auto":
-        return torch.bfloat16 if device.startswith("cuda") else torch.float32
+        return torch.bfloat16 if device.startswith("cuda") or cpu_has_bf16() else torch.float32
     try:
         return DTYPES[name]
     except KeyError:
         raise ValueError(f"unknown dtype {name!r}; use auto, bf16, fp16 or fp32") from None
+
+
+def kv_bytes_per_token(model) -> int:
+    """Bytes of KV cache one token position takes in ``model`` (keys and values of every layer)."""
+    cfg = model.config
+    cfg = getattr(cfg, "text_config", None) or cfg
+    heads = getattr(cfg, "num_attention_heads", 1)
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+    width = next(model.parameters()).element_size()
+    return 2 * cfg.num_hidden_layers * kv_heads * head_dim * width
 
 
 class HFBackend(Backend):
@@ -45,7 +62,8 @@ class HFBackend(Backend):
 
     model: alias, folder or Hub id (ignored when ``model_obj`` is given).
     model_obj / tokenizer: an already loaded (Peft)model and tokenizer to generate with.
-    max_batch: rows per ``generate`` call (longer batches are split). device: "cpu", "cuda", ...
+    max_batch: rows per sampling loop at most. kv_cache_gib: KV cache one loop may fill (a batch whose rows
+    x (prompt + max_tokens) would need more is split). device: "cpu", "cuda", ...
     chat_template_kwargs: extra chat-template variables (e.g. ``{"enable_thinking": False}``).
     """
 
@@ -58,7 +76,8 @@ class HFBackend(Backend):
         tokenizer=None,
         device: str | None = None,
         dtype: str = "auto",
-        max_batch: int = 64,
+        max_batch: int = 512,
+        kv_cache_gib: float = 2.0,
         chat_template_kwargs: dict | None = None,
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -81,7 +100,12 @@ class HFBackend(Backend):
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
+        if max_batch < 1 or not kv_cache_gib > 0:
+            raise ValueError(
+                f"max_batch must be >= 1 and kv_cache_gib > 0, got {max_batch} and {kv_cache_gib}"
+            )
         self.max_batch = max_batch
+        self.kv_bytes = kv_cache_gib * 2**30
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
 
     # adapters -------------------------------------------------------------------------------
@@ -106,98 +130,90 @@ class HFBackend(Backend):
         return chat_prompt_ids(self.tokenizer, messages, self.chat_template_kwargs)
 
     def generate(self, requests: list[ChatRequest]) -> list[Completion]:
+        """One sampling loop per distinct sampling setting, its rows sorted by prompt length and split
+        into calls whose KV cache stays within ``kv_cache_gib`` (and at most ``max_batch`` rows)."""
+        prompts = [self.encode(r.messages) for r in requests]
         out: list[Completion | None] = [None] * len(requests)
-        # one generate call per distinct sampling setting, split into max_batch rows
         groups: dict[SamplingParams, list[int]] = {}
         for k, r in enumerate(requests):
             groups.setdefault(r.sampling, []).append(k)
         for sampling, idx in groups.items():
-            for s in range(0, len(idx), self.max_batch):
-                chunk = idx[s : s + self.max_batch]
-                for k, c in zip(chunk, self._generate([requests[k] for k in chunk], sampling), strict=True):
+            idx.sort(key=lambda k: len(prompts[k]))
+            for chunk in self._calls(idx, [len(prompts[k]) for k in idx], sampling.max_tokens):
+                done = self._generate([requests[k] for k in chunk], [prompts[k] for k in chunk], sampling)
+                for k, c in zip(chunk, done, strict=True):
                     out[k] = c
         return out  # type: ignore[return-value]
 
+    def _calls(self, idx: list[int], lengths: list[int], max_tokens: int) -> list[list[int]]:
+        """``idx`` (sorted by prompt length) in consecutive calls of at most ``max_batch`` rows whose
+        rows x (longest prompt + max_tokens) positions of KV cache fit the budget (one row at least)."""
+        per_position = kv_bytes_per_token(self.model)
+        calls: list[list[int]] = [[]]
+        for k, n in zip(idx, lengths, strict=True):
+            rows = len(calls[-1]) + 1
+            if calls[-1] and (
+                rows > self.max_batch or rows * (n + max_tokens) * per_position > self.kv_bytes
+            ):
+                calls.append([])
+            calls[-1].append(k)
+        return calls
+
     @torch.no_grad()
-    def _generate(self, requests: list[ChatRequest], sp: SamplingParams) -> list[Completion]:
-        prompts = [self.encode(r.messages) for r in requests]
+    def _generate(
+        self, requests: list[ChatRequest], prompts: list[list[int]], sp: SamplingParams
+    ) -> list[Completion]:
         width = max(len(p) for p in prompts)
         pad = self.tokenizer.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
         attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
-        kwargs = self._adapter_kwargs([r.adapter for r in requests])
-        stops = {self.tokenizer.eos_token_id, pad, *self._extra_stops()}
+        adapters = [r.adapter for r in requests]
+        self._check_adapters(adapters)
         reporter = active_progress()
-        counter = _token_counter(reporter, stops, len(requests)) if reporter else None
-        if counter is not None:
-            from transformers import StoppingCriteriaList
-
-            kwargs["stopping_criteria"] = StoppingCriteriaList([counter])
         if sp.seed is not None:
             torch.manual_seed(sp.seed)
         was_training = self.model.training
         self.model.eval()
         try:
-            gen = self.model.generate(
-                input_ids=input_ids,
-                attention_mask=attention,
+            rows = sample(
+                self.model,
+                input_ids,
+                attention,
                 max_new_tokens=sp.max_tokens,
-                do_sample=sp.temperature > 0,
-                temperature=sp.temperature if sp.temperature > 0 else None,
-                top_p=sp.top_p if sp.temperature > 0 else None,
-                top_k=None,
-                pad_token_id=pad,
-                # each process generates alone with weights it holds (under ZeRO-3 the trainer gathers
-                # them first): transformers would otherwise sync every step with the other processes
-                synced_gpus=False,
-                return_dict_in_generate=True,
-                output_logits=sp.logprobs,
-                **kwargs,
+                temperature=sp.temperature,
+                top_p=sp.top_p,
+                stops={self.tokenizer.eos_token_id, pad, *self._extra_stops()} - {None},
+                adapters=adapters if self.adapters else None,
+                on_tokens=reporter.add_tokens if reporter else None,
             )
         except (RuntimeError, ValueError) as e:
-            raise BackendError(f"hf generate failed: {e}") from e
+            raise BackendError(f"hf generation failed: {e}") from e
         finally:
             self.model.train(was_training)
-            if counter is not None:
-                counter.flush()
-        seqs = gen.sequences[:, width:].tolist()
-        logps = None
-        if sp.logprobs:
-            # raw logits, B x L x V, scaled to the distribution the tokens were drawn from
-            logits = torch.stack(gen.logits, dim=1).float() / sampling_temperature(sp.temperature)
-            chosen = gen.sequences[:, width:].unsqueeze(-1)
-            logps = (torch.log_softmax(logits, dim=-1).gather(-1, chosen).squeeze(-1)).tolist()
-        out = []
-        for b, seq in enumerate(seqs):
-            n, finish = len(seq), "length"
-            for k, tok in enumerate(seq):
-                if tok in stops:
-                    n, finish = k + 1, "stop"
-                    break
-            ids = seq[:n]
-            text = self.tokenizer.decode(ids, skip_special_tokens=True)
-            out.append(
-                Completion(
-                    text=text,
-                    prompt_ids=prompts[b],
-                    completion_ids=ids,
-                    logprobs=logps[b][:n] if logps else [],
-                    finish_reason=finish,
-                )
+        return [
+            Completion(
+                text=self.tokenizer.decode(row.tokens, skip_special_tokens=True),
+                prompt_ids=prompt,
+                completion_ids=row.tokens,
+                logprobs=row.logprobs if sp.logprobs else [],
+                finish_reason=row.finish_reason,
             )
-        return out
+            for prompt, row in zip(prompts, rows, strict=True)
+        ]
+
+    def _check_adapters(self, names: list[str | None]) -> None:
+        missing = sorted({n for n in names if n is not None} - set(self.adapters))
+        if missing:
+            raise BackendError(
+                f"adapter(s) {missing} are not loaded in the hf backend (loaded: {self.adapters})"
+            )
 
     def _adapter_kwargs(self, names: list[str | None]) -> dict:
         """PEFT's per-row ``adapter_names`` for a batch (None rows use the base model)."""
-        if any(n is not None for n in names):
-            known = set(self.adapters)
-            missing = sorted({n for n in names if n is not None and n not in known})
-            if missing:
-                raise BackendError(
-                    f"adapter(s) {missing} are not loaded in the hf backend (loaded: {sorted(known)})"
-                )
-            return {"adapter_names": [n if n is not None else "__base__" for n in names]}
-        return {"adapter_names": ["__base__"] * len(names)} if self.adapters else {}
+        self._check_adapters(names)
+        if not self.adapters:
+            return {}
+        return {"adapter_names": [n if n is not None else "__base__" for n in names]}
 
     @torch.no_grad()
     def completion_logprobs(
@@ -279,7 +295,9 @@ class HFBackend(Backend):
                 input_ids=ids,
                 attention_mask=mask,
                 position_ids=positions,
-                logits_to_keep=keep,
+                # as indices, not an int: torch multiplies a sliced (strided) input by expanding the
+                # output layer's weight per row, seconds per call on CPU
+                logits_to_keep=torch.arange(width - keep, width, device=self.device),
                 use_cache=False,
                 **self._adapter_kwargs(adapters),
             ).logits
@@ -301,40 +319,3 @@ class HFBackend(Backend):
 
     def close(self) -> None:
         self.model = None
-
-
-#: seconds between the token counts a generate call hands to the progress reporter
-COUNT_INTERVAL = 0.25
-
-
-def _token_counter(reporter: DebateProgress, stops: set[int], rows: int):
-    """A transformers stopping criterion that never stops: once per decoding step it adds the rows still
-    generating (their new token included; finished rows only pad) to a count on the device, and hands the
-    count to ``reporter`` at most every ``COUNT_INTERVAL`` seconds (one device sync each) and at
-    ``flush()``. The total equals the completions' lengths as ``_generate`` cuts them."""
-    from transformers import StoppingCriteria
-
-    class TokenCounter(StoppingCriteria):
-        def __init__(self) -> None:
-            self.stops = torch.tensor(sorted(s for s in stops if s is not None))
-            self.alive = torch.ones(rows, dtype=torch.bool)
-            self.pending = torch.zeros((), dtype=torch.long)
-            self.last = time.monotonic()
-
-        def __call__(self, input_ids: torch.LongTensor, scores, **kwargs) -> torch.BoolTensor:
-            if self.alive.device != input_ids.device:  # the model's device, known at the first step
-                self.stops, self.alive = self.stops.to(input_ids.device), self.alive.to(input_ids.device)
-                self.pending = self.pending.to(input_ids.device)
-            self.pending += self.alive.sum()
-            self.alive &= ~torch.isin(input_ids[:, -1], self.stops)
-            if time.monotonic() - self.last >= COUNT_INTERVAL:
-                self.flush()
-            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
-
-        def flush(self) -> None:
-            n = int(self.pending.item())
-            self.pending.zero_()
-            self.last = time.monotonic()
-            reporter.add_tokens(n)
-
-    return TokenCounter()

@@ -63,8 +63,10 @@ class Critic:
         pad = self.tokenizer.pad_token_id
         ids = torch.tensor([e + [pad] * (width - len(e)) for e in enc], device=self.policy.device)
         mask = torch.tensor([[1] * len(e) + [0] * (width - len(e)) for e in enc], device=self.policy.device)
+        # logits of one position as an index (the int 1 makes torch expand the output layer per row)
+        one = torch.tensor([width - 1], device=ids.device)
         hidden = self.model(
-            input_ids=ids, attention_mask=mask, output_hidden_states=True, logits_to_keep=1, use_cache=False
+            input_ids=ids, attention_mask=mask, output_hidden_states=True, logits_to_keep=one, use_cache=False
         ).hidden_states[-1]
         last = hidden[torch.arange(len(enc), device=ids.device), torch.tensor([len(e) - 1 for e in enc])]
         return self.head(last.float()).squeeze(-1)

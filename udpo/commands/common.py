@@ -81,7 +81,7 @@ def add_backend_args(p: argparse.ArgumentParser) -> None:
         default="auto",
         choices=("auto", *DTYPE_NAMES),
         metavar="DTYPE",
-        help="auto (bf16 on GPU, fp32 on CPU), bf16, fp16 or fp32 (default: auto)",
+        help="auto (bf16 on GPU and on CPUs with bf16 matrix units, else fp32), bf16, fp16 or fp32 (default: auto)",
     )
     g.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="openai: server URL")
     g.add_argument(

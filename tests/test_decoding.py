@@ -1,0 +1,104 @@
+"""The hf backend's sampling loop (udpo.env.backends.decoding) on a tiny random Llama, in fp32.
+
+Row adapters against PEFT's own per-row dispatch, finished rows leaving the batch against keeping them,
+the draw against the distribution it samples, nucleus truncation, and the stop/length bookkeeping.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tiny_models import build_tiny_llama, perturb_adapters
+
+from udpo.env.backends import decoding
+from udpo.env.backends.decoding import RowAdapters, _draw, sample
+from udpo.policy import LoraSettings, MultiAgentPolicy
+
+
+@pytest.fixture(scope="module")
+def policy(model_path, tmp_path_factory) -> MultiAgentPolicy:
+    tiny = build_tiny_llama(tmp_path_factory.mktemp("tiny"), model_path, initializer_range=0.3)
+    policy = MultiAgentPolicy(tiny, n_agents=3, lora=LoraSettings(r=4, alpha=8), dtype="fp32")
+    perturb_adapters(policy, std=0.3)
+    return policy
+
+
+def batch(policy, lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded rows of random token ids of the given lengths."""
+    gen = torch.Generator().manual_seed(0)
+    width = max(lengths)
+    ids = torch.randint(10, 1000, (len(lengths), width), generator=gen)
+    attention = torch.zeros_like(ids)
+    for row, n in enumerate(lengths):
+        ids[row, : width - n] = policy.tokenizer.pad_token_id
+        attention[row, width - n :] = 1
+    return ids, attention
+
+
+def test_row_adapters_give_the_logits_of_peft_per_row_dispatch(policy):
+    model = policy.models[policy.base_model]
+    names = ["agent_0", None, "agent_2", "agent_1", "agent_0"]
+    ids, attention = batch(policy, [5, 9, 7, 9, 3])
+    assert RowAdapters.supported(model, names)
+    with torch.no_grad():
+        expected = model(
+            input_ids=ids, attention_mask=attention, adapter_names=[n or "__base__" for n in names]
+        )
+        with RowAdapters(model, names):
+            got = model(input_ids=ids, attention_mask=attention)
+        after = model(input_ids=ids, attention_mask=attention)  # the layers' own forward is back
+    assert torch.allclose(got.logits, expected.logits, atol=1e-5)
+    assert not torch.allclose(got.logits, after.logits, atol=1e-3)  # the active adapter alone differs
+
+
+def test_finished_rows_leaving_the_batch_change_nothing(policy, monkeypatch):
+    model = policy.models[policy.base_model]
+    ids, attention = batch(policy, [4, 8, 6, 8])
+    first = model(input_ids=ids[:1], attention_mask=attention[:1]).logits[0, -1]
+    stops = set(first.topk(200).indices.tolist())  # likely tokens end rows early, at different steps
+    names = ["agent_0", "agent_1", None, "agent_2"]
+
+    def run(share: float):
+        monkeypatch.setattr(decoding, "COMPACT_SHARE", share)
+        return sample(model, ids, attention, max_new_tokens=12, temperature=0.0, top_p=1.0, stops=stops,
+                      adapters=names)  # fmt: skip
+
+    kept, dropped = run(2.0), run(0.0)  # never / at every finished row
+    assert {r.finish_reason for r in kept} == {"stop", "length"}  # rows end at different times
+    for a, b in zip(kept, dropped, strict=True):
+        assert a.tokens == b.tokens and a.finish_reason == b.finish_reason
+        assert a.logprobs == pytest.approx(b.logprobs, abs=1e-5)
+        assert len(a.tokens) == len(a.logprobs) and (a.finish_reason == "length") == (
+            a.tokens[-1] not in stops
+        )
+
+
+def test_sampled_logprobs_are_those_of_a_forward_pass_at_the_temperature(policy):
+    model = policy.models[policy.base_model]
+    ids, attention = batch(policy, [6])
+    torch.manual_seed(3)
+    row = sample(model, ids, attention, max_new_tokens=6, temperature=0.7, top_p=1.0, stops=set(),
+                 adapters=["agent_1"])[0]  # fmt: skip
+    full = torch.cat([ids[0], torch.tensor(row.tokens)])[None]
+    with torch.no_grad():
+        logits = model(input_ids=full, adapter_names=["agent_1"]).logits[0, ids.shape[1] - 1 : -1]
+    expected = torch.log_softmax(logits / 0.7, -1).gather(-1, torch.tensor(row.tokens)[:, None]).squeeze(-1)
+    assert row.logprobs == pytest.approx(expected.tolist(), abs=1e-4)
+    assert row.finish_reason == "length" and len(row.tokens) == 6
+
+
+def test_the_draw_follows_the_distribution_and_the_nucleus():
+    logits = torch.tensor([2.0, 1.0, 0.0, -1.0, -30.0]).repeat(40_000, 1)
+    torch.manual_seed(0)
+    token, logp = _draw(logits, temperature=0.5, top_p=1.0)
+    expected = torch.softmax(logits[0] / 0.5, -1)
+    freq = torch.bincount(token, minlength=5).double() / len(token)
+    assert torch.allclose(freq, expected.double(), atol=0.01)  # 4 sigma of 40,000 draws is ~0.01
+    assert torch.allclose(logp, torch.log(expected)[token], atol=1e-5)  # log-probs ignore the nucleus
+    # top_p 0.9 at temperature 1: tokens 0 and 1 hold 0.87 < 0.9, so token 2 stays and 3, 4 go
+    token, _ = _draw(logits, temperature=1.0, top_p=0.9)
+    kept = torch.softmax(logits[0], -1)[:3]
+    freq = torch.bincount(token, minlength=5).double() / len(token)
+    assert freq[3:].sum() == 0 and torch.allclose(freq[:3], (kept / kept.sum()).double(), atol=0.01)
+    token, logp = _draw(logits[:3], temperature=0.0, top_p=1.0)  # greedy: temperature-1 log-probs
+    assert token.tolist() == [0, 0, 0] and torch.allclose(logp, torch.log_softmax(logits[0], -1)[0])
