@@ -40,6 +40,19 @@ EVAL = [
 ]  # fmt: skip
 
 
+#: runs a script (``*.py``) or the ``udpo`` CLI with this environment's editable install of the checkout
+#: and the working folder taken out of the import system, so that ``PYTHONPATH`` (the baseline's install)
+#: provides ``udpo``
+WITHOUT_EDITABLE = (
+    "import os, runpy, sys; "
+    "sys.meta_path[:] = [f for f in sys.meta_path if 'Editable' not in getattr(f, '__name__', type(f).__name__)]; "
+    "sys.path[:] = [p for p in sys.path if p not in ('', os.getcwd())]; "
+    "sys.argv = sys.argv[1:]; "
+    "runpy.run_path(sys.argv[0], run_name='__main__') if sys.argv[0].endswith('.py') else "
+    "sys.exit(__import__('udpo.cli', fromlist=['main']).main(sys.argv))"
+)
+
+
 def checkout(rev: str, scratch: Path) -> tuple[Path, dict[str, str]]:
     """(working folder, environment) that run ``rev``'s code: a detached worktree, installed beside."""
     tree, site = scratch / "tree", scratch / "site"
@@ -53,10 +66,22 @@ def checkout(rev: str, scratch: Path) -> tuple[Path, dict[str, str]]:
 
 
 def run(cwd: Path, env: dict[str, str], threads: int, args: list[str]) -> float:
-    """Wall seconds of ``python args`` in ``cwd``."""
+    """Wall seconds of ``python script.py ...`` or of ``udpo ...`` (``args[0]`` not a script) in ``cwd``;
+    with ``PYTHONPATH`` in ``env``, from the code there, not this checkout's."""
     full = {**os.environ, **env, "OMP_NUM_THREADS": str(threads), "UDPO_NUM_THREADS": str(threads)}
+    if "PYTHONPATH" in env:
+        command = [sys.executable, "-c", WITHOUT_EDITABLE, *args]
+    elif args[0].endswith(".py"):
+        command = [sys.executable, *args]
+    else:
+        command = [
+            sys.executable,
+            "-c",
+            "import sys; from udpo.cli import main; sys.exit(main(sys.argv[1:]))",
+            *args,
+        ]
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, *args], cwd=cwd, env=full, capture_output=True, text=True)
+    done = subprocess.run(command, cwd=cwd, env=full, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(args)} failed in {cwd}:\n{done.stderr[-3000:]}")
     return time.perf_counter() - start
@@ -64,7 +89,7 @@ def run(cwd: Path, env: dict[str, str], threads: int, args: list[str]) -> float:
 
 def iteration(cwd: Path, env: dict[str, str], threads: int, iterations: int, out: Path) -> dict[str, float]:
     run(cwd, env, threads, ["train_udpo.py", "--config", STUDY, "--max_iterations", str(iterations),
-                            "--eval_questions", "0", "--save_steps", "0", "--output_dir", str(out)])  # fmt: skip
+                            "--eval_questions", "0", "--save_steps", "1000", "--output_dir", str(out)])  # fmt: skip
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     its = [r for r in rows if "time/rollout" in r][1:]
     parts = {k: statistics.median(r[k] for r in its) for k in ("time/rollout", "time/update", "tokens_per_s")}
@@ -74,8 +99,7 @@ def iteration(cwd: Path, env: dict[str, str], threads: int, iterations: int, out
 
 
 def evaluation(cwd: Path, env: dict[str, str], threads: int, questions: int, out: Path) -> dict[str, float]:
-    cli = "import sys; from udpo.cli import main; sys.exit(main())"
-    seconds = run(cwd, env, threads, ["-c", cli, *EVAL, "--limit", str(questions), "--out", str(out)])
+    seconds = run(cwd, env, threads, [*EVAL, "--limit", str(questions), "--out", str(out)])
     summary = json.loads((out / "summary.json").read_text())
     return {"eval_s": seconds, "eval_accuracy": summary["accuracy"]}
 
@@ -91,18 +115,21 @@ def main() -> int:
     )
     parser.add_argument("--questions", type=int, default=100, help="questions of the evaluation")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--sides", choices=["both", "baseline", "this"], default="both")
     parser.add_argument("--json", default=None, help="also write the numbers to this file")
     args = parser.parse_args()
     head = subprocess.run(
         ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     )
+    parser_sides = {"both": ("baseline", "this"), "baseline": ("baseline",), "this": ("this",)}
     results: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
         base_tree, base_env = checkout(args.baseline, scratch / "baseline")
         sides = {"baseline": (base_tree, base_env), "this": (REPO, {})}
         try:
-            for name, (cwd, env) in sides.items():
+            for name in parser_sides[args.sides]:
+                cwd, env = sides[name]
                 numbers: dict[str, float] = {}
                 if args.only in (None, "iteration"):
                     numbers |= iteration(cwd, env, args.threads, args.iterations, scratch / f"{name}-train")
@@ -114,6 +141,8 @@ def main() -> int:
             subprocess.run(
                 ["git", "-C", str(REPO), "worktree", "remove", "--force", str(base_tree)], check=False
             )
+    if len(results) < 2:
+        return 0
     print(f"\nbaseline {args.baseline} vs this checkout {head.stdout.strip()}, {args.threads} threads")
     print(f"{'':24} {'baseline':>10} {'this':>10} {'ratio':>8}")
     for key in results["this"]:

@@ -15,8 +15,11 @@ THREADS = None  # torch's intra-op threads for this session, chosen in pytest_co
 def pytest_configure(config: pytest.Config) -> None:
     """Threads for the session's own process, as the ``udpo`` entry points choose them."""
     global THREADS
-    from udpo.threads import configure_threads
+    from udpo.threads import ENV, available_cores, configure_threads
 
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))  # pytest -n: the cores are shared
+    if workers > 1:
+        os.environ.setdefault(ENV, str(max(1, available_cores() // workers)))  # subprocesses inherit it
     THREADS = configure_threads()
 
 

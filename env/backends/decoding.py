@@ -4,9 +4,11 @@ Why not ``generate``: at the batch sizes of a debate (a dozen to a few hundred r
 per-step work around the model (logits processors, stopping criteria, keeping every step's logits for the
 log-probs) and PEFT's per-row adapter dispatch (an index, a cast and two matmuls per adapter and layer)
 cost more than the model's own forward. This loop keeps one step to: the forward over the KV cache, one
-fp32 log-softmax of the last logits, the draw, and a check for finished rows. Rows that finished leave
-the batch (their KV cache rows are dropped) once a quarter of the batch is done, so a long answer does
-not make every finished row pay for its steps.
+fp32 log-softmax of the last logits, the draw, and a check for finished rows. The KV cache is one
+buffer of prompt + ``max_new_tokens`` positions written in place (transformers' growing cache
+concatenates, copying the whole cache at every step: at a few hundred rows that copy costs more than
+the step). Rows that finished leave the batch (their cache rows are dropped) once a quarter of the
+batch is done, so a long answer does not make every finished row pay for its steps.
 
 Sampling matches ``generate``'s: temperature scaling, then nucleus (top-p) truncation, then one draw
 from torch's generator (seed it with ``torch.manual_seed`` for reproducible draws). The log-prob of each
@@ -135,13 +137,15 @@ def sample(
     is. on_tokens: called with the number of tokens sampled since its last call (rows still running),
     at most every 0.25 s and once at the end.
     """
-    from transformers import DynamicCache
+    from transformers import StaticCache
 
-    rows, device = input_ids.shape[0], input_ids.device
-    config = getattr(model, "config", None)
-    cache = DynamicCache(config=config) if config is not None else DynamicCache()
+    (rows, width), device = input_ids.shape, input_ids.device
+    # one KV buffer for prompt + answer, written in place (a growing cache copies itself every step)
+    cache = StaticCache(config=model.config, max_cache_len=width + max_new_tokens)
     kwargs, row_adapters = _adapter_setup(model, adapters)
     positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    # the mask covers the whole buffer: answer positions are 1 (causality hides those not written yet)
+    attention = torch.cat([attention, attention.new_ones(rows, max_new_tokens)], dim=1)
     live = torch.arange(rows, device=device)  # original row of each batch row
     running = torch.ones(rows, dtype=torch.bool, device=device)  # batch rows not yet stopped
     stop_ids = torch.tensor(sorted(stops), device=device)
@@ -158,7 +162,7 @@ def sample(
             use_cache=True,
             # the last position as an index, not the int 1: torch multiplies a strided slice by expanding
             # the output layer's weight per row (seconds on CPU)
-            logits_to_keep=torch.tensor([input_ids.shape[1] - 1], device=device),
+            logits_to_keep=torch.tensor([width - 1], device=device),
             **kwargs,
         )
         for step in range(max_new_tokens):
@@ -176,13 +180,12 @@ def sample(
                 break
             if len(live) - n_running >= COMPACT_SHARE * len(live):  # finished rows leave the batch
                 keep = running.nonzero().squeeze(-1)
-                cache.batch_select_indices(keep)
+                cache.reorder_cache(keep)
                 live, token, attention, positions = live[keep], token[keep], attention[keep], positions[keep]
                 running = running[keep]
                 kwargs = _keep_adapter_kwargs(kwargs, keep)
                 if row_adapters is not None:
                     row_adapters.keep(keep)
-            attention = torch.cat([attention, attention.new_ones(len(live), 1)], dim=1)
             positions = positions[:, -1:] + 1
             out = model(
                 input_ids=token[:, None],
