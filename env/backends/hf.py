@@ -1,4 +1,4 @@
-"""Transformers ``generate`` backend: batched, one LoRA adapter per row (PEFT mixed batches).
+"""Transformers backend: batched, one LoRA adapter per row, sampled by :mod:`.decoding`'s loop.
 
 The CPU default. It can wrap a live ``PeftModel`` (the trainer's), so on-policy rollouts need no
 adapter sync at all. Log-probs are those of the sampled tokens under log-softmax(logits / temperature)
