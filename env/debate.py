@@ -3,9 +3,9 @@
 In round t >= 1 each agent that still speaks reads what the debate protocol shows it (Standard MAD:
 every peer's round t-1 response) on top of its own conversation so far, and answers again. Every
 (question, agent) request of a round goes to the backend in one ``generate`` call. The protocol
-(``udpo.env.protocols``: topologies, interventions, attacks, injection, stopping rules) decides who
-reads what and who stops; this loop only runs its hooks. The team's prediction is the majority vote
-of the last round (SPEC section 1); an agent or debate that stopped carries its answer forward.
+(``udpo.env.protocols``: topologies, interventions, attacks, injection, stopping rules) decides who reads what
+and who stops; this loop only runs its hooks. The team's prediction is the majority vote of the last round
+(docs/metrics.md, "The answer matrix"); an agent or debate that stopped carries its answer forward.
 """
 
 from __future__ import annotations

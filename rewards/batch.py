@@ -6,11 +6,12 @@ and returns every metric of :mod:`udpo.rewards.metrics` and every reward term of
 :func:`debate_metrics` does the same for a list of answer matrices (shapes may differ; debates are
 grouped by shape), adds predictions and r_task, and is what the trainer calls every iteration.
 
-Implementation notes: pairwise disagreement is counted in N passes over the ``M x N x (T+1)`` codes.
-For the final round, ``c_i`` (how many agents share agent i's answer) gives everything else:
-entropy ``-mean_i ln(c_i / N)``, distinct answers ``K = sum_i 1 / c_i``, unanimity ``max c_i = N``;
-the vote is the agent with the largest non-None count (``argmax`` takes the earliest, which is SPEC's
-tie rule), and removing agent k lowers the counts of the agents that share k's answer.
+Implementation notes: pairwise disagreement is counted in N passes over the ``M x N x (T+1)`` codes. For the
+final round, ``c_i`` (how many agents share agent i's answer) gives everything else: entropy
+``-mean_i ln(c_i / N)``, distinct answers ``K = sum_i 1 / c_i``, unanimity ``max c_i = N``; the vote is the
+agent with the largest non-None count (``argmax`` takes the earliest, which is the tie rule of
+docs/metrics.md, "The answer matrix"), and removing agent k lowers the counts of the agents that share k's
+answer.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Agent-tailored reward coefficients from warm-up debates (SPEC section 4, paper appendix A.2).
+"""Agent-tailored reward coefficients from warm-up debates (docs/metrics.md, "Agent-tailored coefficients";
+paper appendix A.2).
 
 Profile, per agent i, averaged over the warm-up debates: ``u_intra`` (lam * F_i + (1 - lam) * M_i),
 ``u_inter`` (share of disagreeing peers per round), ``loo`` (how often removing i changes the vote) and

@@ -1,4 +1,5 @@
-"""Binary error detection scores (ColMAD, SPEC section 7): precision, recall, F1 and F2, "error" positive.
+"""Binary error detection scores (ColMAD, docs/error_detection.md, "Metrics"): precision, recall, F1 and F2,
+"error" positive.
 
 With ``tp, fp, fn, tn`` the confusion counts for the positive class:
 
@@ -9,8 +10,8 @@ With ``tp, fp, fn, tn`` the confusion counts for the positive class:
 - A ratio whose denominator is 0 is 0 (scikit-learn's ``zero_division=0``): a detector that never says
   "error" has precision 0, and F_beta is 0 when precision and recall are both 0.
 
-A ``None`` prediction (no verdict could be parsed) is always wrong (SPEC section 1): on an item
-labelled positive it is a false negative, on a negative item a false positive. ``n_unparsed`` counts
+A ``None`` prediction (no verdict could be parsed) is always wrong (docs/metrics.md, "The answer matrix"): on
+an item labelled positive it is a false negative, on a negative item a false positive. ``n_unparsed`` counts
 them. Labels and predictions are compared with ``==``; the positive label is ``"error"`` by default.
 """
 

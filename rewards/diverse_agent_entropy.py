@@ -1,4 +1,4 @@
-"""DiverseAgentEntropy (SPEC section 7): weighted answer entropy after 1-1 agent interaction, abstention.
+"""DiverseAgentEntropy (docs/uncertainty.md): weighted answer entropy after 1-1 agent interaction, abstention.
 
 n agents each answer the query (each through its own varied question), then interact for R rounds;
 ``r_j`` is the number of rounds in which agent j changed its answer. With the answer matrix
@@ -7,7 +7,7 @@ n agents each answer the query (each through its own varied question), then inte
 - weights ``w_j = (R - r_j + 1) / sum_k (R - r_k + 1)`` (Laplace-smoothed: a stable agent counts more,
   none counts 0; with R = 0 every weight is 1/n);
 - ``p(y) = sum_j w_j [a[j][R] = y]`` over the distinct final answers y (``None``, "no answer", is an
-  answer value here, as in every uncertainty metric of SPEC section 2);
+  answer value here, as in every uncertainty metric of docs/metrics.md, "The answer matrix");
 - DiverseAgentEntropy ``H = -sum_y p(y) ln p(y)`` in nats; ``normalized`` divides by ln n (0 when n = 1)
   so it lies in [0, 1] beside U_intra, U_inter and U_sys.
 - Prediction: the non-``None`` answer of highest p (ties: the one an earlier agent gave); ``None`` if
@@ -174,8 +174,8 @@ def diverse_agent_entropy(answers: AnswerMatrix, rounds: int | None = None) -> D
 @dataclass(frozen=True)
 class SelfConsistency:
     """Self-consistency of k samples of the original query: ``entropy`` (nats) of their answers,
-    ``normalized`` (/ ln k), the majority ``prediction`` (SPEC vote), its ``votes``, and whether SC(3/5)
-    abstains (fewer than ``min_votes`` samples give the majority answer)."""
+    ``normalized`` (/ ln k), the majority ``prediction`` (the vote of docs/metrics.md), its ``votes``, and
+    whether SC(3/5) abstains (fewer than ``min_votes`` samples give the majority answer)."""
 
     entropy: float
     normalized: float

@@ -1,4 +1,5 @@
-"""Three-level uncertainty of one debate (SPEC sections 2 and 4), written to read like the formulas.
+"""Three-level uncertainty of one debate (docs/metrics.md, "Formulas as implemented" and "Agent-tailored
+coefficients"), written to read like the formulas.
 
 For an answer matrix ``a[i][t]`` (N agents, rounds t = 0..T; see :mod:`udpo.rewards.coding`):
 
@@ -50,7 +51,8 @@ class Uncertainty:
 
 @dataclass(frozen=True)
 class AgentUncertainty:
-    """Per-agent profile of one debate (SPEC sections 3 and 4), one value per agent.
+    """Per-agent profile of one debate (docs/metrics.md, "Rewards" and "Agent-tailored coefficients"), one
+    value per agent.
 
     flips: answer changes over all transitions t = 0..T-1 (the count behind r_intra).
     u_intra: lam * F_i + (1 - lam) * M_i with F_i over t = 1..T-1 (0 when T < 2), M_i = [a_i0 != a_iT].

@@ -1,7 +1,8 @@
-"""Uncertainty-driven rewards of one debate (SPEC section 3) and the replay priority (SPEC section 5).
+"""Uncertainty-driven rewards of one debate (docs/metrics.md, "Rewards") and the replay priority
+(docs/algorithms.md, "Uncertainty-driven replay").
 
 - ``r_intra`` = 1 - (answer changes over all N*T transitions t -> t+1, t = 0..T-1) / (N*T); 1 when T = 0.
-  (The paper prints the normalizer N(T-1); SPEC normalizes by the number of transitions so the reward
+  (The paper prints the normalizer N(T-1); we normalize by the number of transitions so the reward
   stays in [0, 1].) Note r_intra is *not* 1 - U_intra: it counts the round-0 transition and no revision term.
 - ``r_inter`` = 1 - U_inter, ``r_sys`` = 1 - U_sys, ``r_task`` = [vote(final round) == gold]
   (an all-None vote is wrong).
@@ -81,7 +82,8 @@ def composite_uncertainty(
     beta: float = 1 / 3,
     gamma: float = 1 / 3,
 ) -> float | np.ndarray:
-    """Replay priority ``U = alpha (1 - r_intra) + beta (1 - r_inter) + gamma (1 - r_sys)`` (SPEC section 5).
+    """Replay priority ``U = alpha (1 - r_intra) + beta (1 - r_inter) + gamma (1 - r_sys)``
+    (docs/algorithms.md, "Uncertainty-driven replay").
 
     Works on floats or arrays (broadcast). The weights are the calibration's base weights
     (``Calibration.alpha_base`` etc.); with the 1/3 defaults U is the mean of the three uncertainties.

@@ -1,4 +1,5 @@
-"""Does uncertainty predict failure? The statistics of SPEC section 9 (SciPy underneath).
+"""Does uncertainty predict failure? The statistics of docs/metrics.md, "``udpo diagnose``" (SciPy
+underneath).
 
 - :func:`cohens_d`: (mean_fail - mean_success) / pooled sd, with the pooled sd
   ``sqrt(((n_f - 1) s_f^2 + (n_s - 1) s_s^2) / (n_f + n_s - 2))`` (sample variances, ddof = 1;
@@ -11,7 +12,7 @@
 exact arithmetic can differ in its last bits between debates (1/3 reached by two sums), and even
 equal values have a float mean off by an ulp, so ``var() > 0`` would let noise pass for variation
 (a Cohen's d of 1 from ten copies of 0.1). Such groups give the undefined result above, which
-calibration turns into its 1/3 fallback (SPEC section 4).
+calibration turns into its 1/3 fallback (docs/metrics.md, "Agent-tailored coefficients").
 - :func:`selective_prediction`: accuracy of the k% least uncertain debates. Debates tied at the cut
   are counted by their mean accuracy (the expected accuracy under a random tie-break), so the curve
   does not depend on file order.
@@ -43,7 +44,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-#: SPEC section 9 difficulty bins of Standard-MAD U_sys: [0,.2) [.2,.4) [.4,.6) [.6,.8) [.8,1]
+#: difficulty bins of Standard-MAD U_sys, [0,.2) [.2,.4) [.4,.6) [.6,.8) [.8,1] (docs/metrics.md,
+#: "``udpo diagnose``")
 U_SYS_BINS: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
 #: selective-prediction coverages k (%)
 COVERAGES: tuple[int, ...] = tuple(range(10, 101, 10))

@@ -1,4 +1,4 @@
-"""Majority vote over one round of answers (SPEC section 1)."""
+"""Majority vote over one round of answers (docs/metrics.md, "The answer matrix")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""The MAPPO / RMAAC math (SPEC section 5) on hand-computed cases: GAE over rounds, the team reward, the
-per-token surrogate with round advantages, the critic loss, and the adversary's choice within its budget."""
+"""The MAPPO / RMAAC math (docs/algorithms.md, "The baselines: MAPPO and RMAAC") on hand-computed cases: GAE
+over rounds, the team reward, the per-token surrogate with round advantages, the critic loss, and the
+adversary's choice within its budget."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""AutoTransform, AutoInject and the attack factory (SPEC section 8).
+"""AutoTransform, AutoInject and the attack factory (docs/attacks.md).
 
 Logic is tested with the scripted backend as a stand-in attacker whose replies the test controls;
 the real model is used where it can run (the slow tests at the end).

@@ -1,4 +1,5 @@
-"""Agent-tailored coefficients (SPEC section 4): formulas, monotonicity, Cohen's d base weights and fallbacks."""
+"""Agent-tailored coefficients (docs/metrics.md, "Agent-tailored coefficients"): formulas, monotonicity,
+Cohen's d base weights and fallbacks."""
 
 from __future__ import annotations
 

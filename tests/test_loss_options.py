@@ -1,7 +1,7 @@
-"""The loss options every algorithm shares (issue 24; SPEC section 5): the KL loss's true gradient, advantage
-normalisation per batch or per agent, one length normalisation, the sampler/trainer importance weights,
-the group baseline of the actor-critic baselines, the critic's explained variance, RMAAC's swap rate and
-the learning-rate warm-up whose first step moves."""
+"""The loss options every algorithm shares (issue 24; docs/algorithms.md, "Options every algorithm shares"):
+the KL loss's true gradient, advantage normalisation per batch or per agent, one length normalisation, the
+sampler/trainer importance weights, the group baseline of the actor-critic baselines, the critic's explained
+variance, RMAAC's swap rate and the learning-rate warm-up whose first step moves."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Uncertainty metrics of one debate (SPEC section 2): hand-computed cases, properties, bad input."""
+"""Uncertainty metrics of one debate (docs/metrics.md, "Formulas as implemented"): hand-computed cases,
+properties, bad input."""
 
 from __future__ import annotations
 

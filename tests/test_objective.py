@@ -1,4 +1,4 @@
-"""The UDPO objective (paper eqs. 4-9, SPEC section 5) on hand-computed tensors."""
+"""The UDPO objective (paper eqs. 4-9; docs/algorithms.md, "The objective") on hand-computed tensors."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Debate protocols (SPEC section 7): DIGRA's arithmetic on hand-computed cases, subset enumeration,
+"""Debate protocols (docs/protocols.md): DIGRA's arithmetic on hand-computed cases, subset enumeration,
 stopping rules, topologies, pruning on hand-made embeddings, misconception refutation, injection,
 composition with the attacks, and the protocol options. Logic runs on the scripted backend and a
 table-driven scorer; the real model is in test_protocols_real.py."""

@@ -1,4 +1,4 @@
-"""Uncertainty-driven replay (SPEC section 5, paper A.3): priorities, probabilities, IS weights, state."""
+"""Uncertainty-driven replay (docs/algorithms.md, paper A.3): priorities, probabilities, IS weights, state."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Reward terms (SPEC section 3) and the replay priority (SPEC section 5): hand cases and properties."""
+"""Reward terms (docs/metrics.md, "Rewards") and the replay priority (docs/algorithms.md, "Uncertainty-driven
+replay"): hand cases and properties."""
 
 from __future__ import annotations
 
@@ -121,7 +122,7 @@ def test_rewards_to_dict_and_bad_scope():
 def test_reward_properties(a, gold):
     u = uncertainty(a)
     r = rewards(a, gold)
-    # SPEC: r_inter = 1 - U_inter and r_sys = 1 - U_sys
+    # docs/metrics.md, "Rewards": r_inter = 1 - U_inter and r_sys = 1 - U_sys
     assert r.r_inter == pytest.approx(1 - u.u_inter)
     assert r.r_sys == pytest.approx(1 - u.u_sys)
     for value in (r.r_intra, r.r_inter, r.r_sys, r.r_task):

@@ -1,4 +1,5 @@
-"""Diagnostic statistics (SPEC section 9): Cohen's d, Welch t-test, Pearson r, selective prediction, bins."""
+"""Diagnostic statistics (docs/metrics.md, "``udpo diagnose``"): Cohen's d, Welch t-test, Pearson r, selective
+prediction, bins."""
 
 from __future__ import annotations
 

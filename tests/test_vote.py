@@ -1,4 +1,5 @@
-"""Majority vote (SPEC section 1): plurality of non-None answers, ties to the earliest first occurrence."""
+"""Majority vote (docs/metrics.md, "The answer matrix"): plurality of non-None answers, ties to the earliest
+first occurrence."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``udpo diagnose``: does uncertainty predict failure? Statistics and plots of SPEC section 9.
+"""``udpo diagnose``: does uncertainty predict failure? The statistics and plots of docs/metrics.md,
+"``udpo diagnose``".
 
 Reads one or more runs (a folder holding ``trajectories.jsonl``, or a ``.jsonl`` file), computes each
 debate's U_intra, U_inter and U_sys from its answer matrix, and its DiverseAgentEntropy (DAE: the entropy
@@ -210,7 +211,7 @@ def _means(run: Run, sel: np.ndarray) -> dict[str, float]:
 
 
 def analyze_run(run: Run) -> dict[str, Any]:
-    """Every single-run statistic of SPEC section 9 for one run."""
+    """Every single-run statistic of docs/metrics.md, "``udpo diagnose``", for one run."""
     everything = np.ones(len(run), dtype=bool)
     groups = []
     for key in sorted(set(zip(run.tasks, run.n_agents.tolist(), run.n_rounds.tolist(), strict=True))):

@@ -1,4 +1,4 @@
-"""Uncertainty-driven replay (paper appendix A.3, SPEC section 5).
+"""Uncertainty-driven replay (paper appendix A.3; docs/algorithms.md, "Uncertainty-driven replay").
 
 The buffer keeps the most recent ``capacity`` debates. A debate's priority is its composite uncertainty
 ``U(tau) = alpha_base (1 - r_intra) + beta_base (1 - r_inter) + gamma_base (1 - r_sys)``; it is drawn

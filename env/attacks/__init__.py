@@ -1,4 +1,4 @@
-"""Attacks on a debate: ``m`` of the N agents are compromised (SPEC section 8).
+"""Attacks on a debate: ``m`` of the N agents are compromised (docs/attacks.md).
 
 - ``autotransform``: each compromised agent runs with a malicious profile (system prompt) that
   an attacker LLM rewrote from its benign one (``autotransform.py``).

@@ -1,4 +1,4 @@
-"""Debate protocols: who reads whom each round, in what form, and when agents stop (SPEC section 7).
+"""Debate protocols: who reads whom each round, in what form, and when agents stop (docs/protocols.md).
 
 A :class:`Protocol` composes :class:`Stage` objects (hooks in ``base``): topologies (full, sparse,
 random, DIG/DIGRA), the interventions of Estornell & Liu, controlled injection, stopping rules, and the

@@ -1,7 +1,7 @@
-"""RMAAC's adversary (He et al. 2023, adapted to debate; SPEC section 5): before each round, it may swap
-the final answer of at most ``budget`` of the peers an agent reads for another candidate answer, and
-picks, among every swap within the budget (and no swap), the one whose resulting state a critic values
-lowest.
+"""RMAAC's adversary (He et al. 2023, adapted to debate; docs/algorithms.md, "The baselines: MAPPO and
+RMAAC"): before each round, it may swap the final answer of at most ``budget`` of the peers an agent reads for
+another candidate answer, and picks, among every swap within the budget (and no swap), the one whose resulting
+state a critic values lowest.
 
 The state an agent observes in round t >= 1 is the question and the answers after round t - 1: its own
 and its peers' (:func:`critic_state` writes it as text, the same text the centralized critic scores in

@@ -1,6 +1,7 @@
 """From model text to normalized answers: numbers, ``\\boxed{...}`` contents, option letters.
 
-Every parser returns a normalized string or ``None`` (SPEC sections 1 and 6):
+Every parser returns a normalized string or ``None`` (docs/tasks.md, "Answers"; docs/metrics.md, "The answer
+matrix"):
 
 - numbers are canonical decimals, ``canonical_number``: rounded to 6 decimal places, no trailing
   zeros, no ``.0``, no ``+``, never ``-0`` ("1000", "-3", "12.5", "0.333333"). Two numbers that

@@ -40,7 +40,7 @@ from .base import Answer, Question, Task
 from .data import DataError, HubDataset, default_data_dir, get_field, given_path, load_hub, take
 
 HUB_NAME = "ryokamoi/realmistake"
-#: the zip password the authors publish with the data (also in SPEC section 6)
+#: the zip password the authors publish with the data (also in docs/tasks.md, "realmistake")
 ZIP_PASSWORD = "open-realmistake"
 ERROR, NO_ERROR = "error", "no_error"
 LABELS = (ERROR, NO_ERROR)

@@ -1,11 +1,13 @@
-"""What the MAPPO and RMAAC baselines share (SPEC section 5): a team reward, a critic, GAE over rounds,
-a per-token clipped surrogate with each round's advantage, and a squared-error value loss.
+"""What the MAPPO and RMAAC baselines share (docs/algorithms.md, "The baselines: MAPPO and RMAAC"): a team
+reward, a critic, GAE over rounds, a per-token clipped surrogate with each round's advantage, and a
+squared-error value loss.
 
 Names, for debate m, agent i and the rounds r = 0..K-1 the agent spoke in:
 
 - ``R = r_task + w_consensus (1 - C_T)``: the team reward, shared by every agent; ``C_T`` is the pairwise
-  conflict of the final answers (SPEC section 3), so ``1 - C_T`` rewards the consensus MAPPO is adapted
-  to optimize. It arrives after the last round: ``r_r = R`` for r = K-1 and 0 before.
+  conflict of the final answers (docs/metrics.md, "Inter-agent uncertainty"), so ``1 - C_T`` rewards the
+  consensus MAPPO is adapted to optimize. It arrives after the last round: ``r_r = R`` for r = K-1 and 0
+  before.
 - ``s_r``: the state before round r, the question and the answers after round r-1 (the question alone
   for r = 0), as text (:func:`udpo.env.protocols.adversary.critic_state`). MAPPO's is the same for every
   agent (centralized); RMAAC's is what agent i observed, the adversary's swap included.

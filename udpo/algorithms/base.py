@@ -13,16 +13,16 @@ Shared math, named once here:
 - ``min(rho A, clip(rho, 1 - eps, 1 + eps) A)``: the PPO clipped surrogate; with dual clipping (Ye et al.
   2020) ``max(that, c A)`` where ``A < 0``, so a stale sample with a huge ``rho`` cannot multiply a
   negative advantage's gradient without bound.
-- KL losses with ``r = logp_ref - logp_theta`` on tokens sampled from pi_theta (SPEC section 5), per token:
-  ``k3 = exp(r) - r - 1`` (Schulman's "k3", GRPO's loss) is non-negative and its *value* is an unbiased
-  estimate of KL(pi_theta || pi_ref); differentiated as a loss, its expected gradient is that of
-  KL(pi_ref || pi_theta), the forward KL. ``k2 = r^2 / 2`` has in expectation the gradient of
+- KL losses with ``r = logp_ref - logp_theta`` on tokens sampled from pi_theta (docs/algorithms.md, "The
+  objective"), per token: ``k3 = exp(r) - r - 1`` (Schulman's "k3", GRPO's loss) is non-negative and its
+  *value* is an unbiased estimate of KL(pi_theta || pi_ref); differentiated as a loss, its expected gradient
+  is that of KL(pi_ref || pi_theta), the forward KL. ``k2 = r^2 / 2`` has in expectation the gradient of
   KL(pi_theta || pi_ref). ``tests/test_objective.py`` checks both against the exact gradients.
-- Truncated importance sampling against sampler/trainer mismatch (SPEC section 5): a rollout engine's
-  log-probs differ from the trainer's, so the samples follow the engine while the ratio's denominator is
-  the trainer's; each sample's surrogate is weighted by ``min(exp(logp_trainer - logp_engine), C)``
-  (per token, or per debate beside a trajectory ratio), or a debate whose ratio leaves ``[1/C, C]`` is
-  dropped (:func:`correction_weights`).
+- Truncated importance sampling against sampler/trainer mismatch (docs/algorithms.md, "Sampler/trainer
+  mismatch"): a rollout engine's log-probs differ from the trainer's, so the samples follow the engine while
+  the ratio's denominator is the trainer's; each sample's surrogate is weighted by ``min(exp(logp_trainer -
+  logp_engine), C)`` (per token, or per debate beside a trajectory ratio), or a debate whose ratio leaves
+  ``[1/C, C]`` is dropped (:func:`correction_weights`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
-"""MAPPO (Yu et al. 2022), adapted to debate as the UDPO paper does (SPEC section 5): every agent is a
-policy trained with PPO on the shared team reward, and one centralized critic ``V(s_r)`` sees the question
-and all agents' answers of the previous round. The shared math is in :mod:`.actor_critic`."""
+"""MAPPO (Yu et al. 2022), adapted to debate as the UDPO paper does (docs/algorithms.md, "The baselines:
+MAPPO and RMAAC"): every agent is a policy trained with PPO on the shared team reward, and one centralized
+critic ``V(s_r)`` sees the question and all agents' answers of the previous round. The shared math is in
+:mod:`.actor_critic`."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""RMAAC (He et al. 2023), adapted to debate as the UDPO paper does (SPEC section 5): the state an agent
-observes is the set of peer answers; during training rollouts an adversary swaps at most ``budget``
-peers' answers per round for the candidate the critic values lowest
-(:class:`udpo.env.protocols.adversary.RMAACAdversary`). The actors train on the debates they saw,
-perturbed prompts included, and the critic on the perturbed states (the swap is recorded in each turn's
+"""RMAAC (He et al. 2023), adapted to debate as the UDPO paper does (docs/algorithms.md, "The baselines: MAPPO
+and RMAAC"): the state an agent observes is the set of peer answers; during training rollouts an adversary
+swaps at most ``budget`` peers' answers per round for the candidate the critic values lowest
+(:class:`udpo.env.protocols.adversary.RMAACAdversary`). The actors train on the debates they saw, perturbed
+prompts included, and the critic on the perturbed states (the swap is recorded in each turn's
 ``details["adversary"]``). Advantages, losses and GAE are MAPPO's (:mod:`.actor_critic`)."""
 
 from __future__ import annotations

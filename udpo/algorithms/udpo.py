@@ -1,4 +1,4 @@
-"""UDPO: Uncertainty-Driven Policy Optimization (paper section 4.3 and appendix A; SPEC sections 3-5).
+"""UDPO: Uncertainty-Driven Policy Optimization (paper section 4.3 and appendix A; docs/algorithms.md).
 
 Names as in the paper, for agent i and debate trajectory tau:
 
@@ -8,15 +8,15 @@ Names as in the paper, for agent i and debate trajectory tau:
 - ``A_i = r_i - b`` (eq. 9): advantage over the batch-mean baseline (or the mean over the debates of
   the same question, ``baseline="group"``).
 - ``rho_i = exp(logp_i^theta - logp_i^behavior)`` (eq. 5): the trajectory-level ratio over all of agent
-  i's generated tokens in the debate. The paper writes the reference policy in the denominator; SPEC
-  uses the policy that sampled the debate, which keeps the ratio an importance weight.
-- ``l_clip = min(rho A, clip(rho, 1-eps, 1+eps) A)`` (eq. 7), dual-clipped for ``A < 0``:
-  ``max(l_clip, c A)`` (SPEC section 5; stale replayed samples). ``l_anchor`` (eq. 8): the per-token
-  KL loss (``kl_loss``: ``exp(r) - r - 1``, whose value estimates KL(pi_theta || pi_ref) and whose
-  gradient is that of KL(pi_ref || pi_theta), or ``r^2 / 2``; ``r = logp_ref - logp_theta``), on the
-  ratio's scale: summed over agent i's tokens of the debate (the KL of trajectory distributions) beside
-  a trajectory ratio, averaged over them beside per-token ratios (``loss_aggregation`` may choose
-  either for both terms). ``eta_i``: the agent's anchoring weight.
+  i's generated tokens in the debate. The paper writes the reference policy in the denominator; we
+  use the policy that sampled the debate, which keeps the ratio an importance weight.
+- ``l_clip = min(rho A, clip(rho, 1-eps, 1+eps) A)`` (eq. 7), dual-clipped for ``A < 0``: ``max(l_clip, c A)``
+  (docs/algorithms.md, "The objective"; stale replayed samples). ``l_anchor`` (eq. 8): the per-token KL loss
+  (``kl_loss``: ``exp(r) - r - 1``, whose value estimates KL(pi_theta || pi_ref) and whose gradient is that of
+  KL(pi_ref || pi_theta), or ``r^2 / 2``; ``r = logp_ref - logp_theta``), on the ratio's scale: summed over
+  agent i's tokens of the debate (the KL of trajectory distributions) beside a trajectory ratio, averaged over
+  them beside per-token ratios (``loss_aggregation`` may choose either for both terms). ``eta_i``: the agent's
+  anchoring weight.
 - Every log-prob is of the sampling distribution: log-softmax of logits / temperature.
 - Objective (eq. 6): ``mean_tau[w(tau) l_clip] - eta_i mean_tau[l_anchor]``, with replay importance
   weights ``w`` (1 for fresh debates). The loss is its negative.
@@ -56,8 +56,9 @@ from .base import (
 class Coefficients:
     """Per-agent reward weights ``alpha, beta, gamma, lambda_`` (eq. 4) and anchoring weights ``eta`` (eq. 6).
 
-    Each is a tuple of N non-negative floats. Build with :meth:`uniform`, :meth:`from_calibration`
-    (warm-up calibration, SPEC section 4) or explicitly; :meth:`without` applies ablations.
+    Each is a tuple of N non-negative floats. Build with :meth:`uniform`, :meth:`from_calibration` (warm-up
+    calibration, docs/metrics.md, "Agent-tailored coefficients") or explicitly; :meth:`without` applies
+    ablations.
     """
 
     alpha: tuple[float, ...]
@@ -92,7 +93,8 @@ class Coefficients:
         lambda_: float = 1.0,
         eta: float = 0.01,
     ) -> Coefficients:
-        """The same coefficients for every agent (defaults: SPEC's base values without calibration)."""
+        """The same coefficients for every agent (defaults: the base values of docs/metrics.md without
+        calibration)."""
         return cls(*([v] * n_agents for v in (alpha, beta, gamma, lambda_, eta)))
 
     @classmethod
@@ -165,11 +167,11 @@ def compute_rewards(
 @dataclass
 class UDPOConfig(LossSettings):
     """The shared loss settings (:class:`~udpo.algorithms.base.LossSettings`) and UDPO's own. ratio_level:
-    "trajectory" (eq. 5, one ratio per agent and debate) or "token" (PPO-style per-token ratios).
-    baseline: "batch" (mean of r_i over the batch, eq. 9) or "group" (mean of r_i over the debates of the
-    same question; needs several debates per question, a lone debate gets A = 0). loss_aggregation
-    "auto": "sum" beside a trajectory ratio (SPEC: the KL of trajectory distributions), "mean" beside
-    per-token ratios (GRPO)."""
+    "trajectory" (eq. 5, one ratio per agent and debate) or "token" (PPO-style per-token ratios). baseline:
+    "batch" (mean of r_i over the batch, eq. 9) or "group" (mean of r_i over the debates of the same question;
+    needs several debates per question, a lone debate gets A = 0). loss_aggregation "auto": "sum" beside a
+    trajectory ratio (the KL of trajectory distributions, docs/algorithms.md), "mean" beside per-token ratios
+    (GRPO)."""
 
     ratio_level: str = "trajectory"
     baseline: str = "batch"

@@ -1,7 +1,8 @@
 """``udpo calibrate --config recipes/x.yaml [--field value ...]``: the warm-up calibration of a recipe alone.
 
-Debates the recipe's warm-up questions, calibrates the per-agent reward coefficients (SPEC section 4) and
-writes ``OUTPUT_DIR/calibration.json`` and ``OUTPUT_DIR/trajectories/warmup.jsonl``, without training.
+Debates the recipe's warm-up questions, calibrates the per-agent reward coefficients (docs/metrics.md,
+"Agent-tailored coefficients") and writes ``OUTPUT_DIR/calibration.json`` and
+``OUTPUT_DIR/trajectories/warmup.jsonl``, without training.
 Other runs then share that one calibration with ``calibration_file: OUTPUT_DIR/calibration.json``
 (a study's runs differ in their trained weights, not in coefficients drawn from a few noisy warm-up
 debates). Arguments are config fields, as for ``udpo train``.

@@ -1,4 +1,5 @@
-"""``udpo diagnose``: uncertainty statistics and plots of debate runs (SPEC section 9)."""
+"""``udpo diagnose``: uncertainty statistics and plots of debate runs (docs/metrics.md,
+"``udpo diagnose``")."""
 
 from __future__ import annotations
 

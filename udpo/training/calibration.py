@@ -1,9 +1,9 @@
-"""UDPO's per-agent reward coefficients for a run: calibrated on warm-up debates (SPEC section 4), or read
-from another run's calibration (``calibration_file``: the runs of a study share one), then explicit config
-values override and ``ablations`` zero their terms. The baselines (mappo, rmaac) train on the team reward
-and need no coefficients; they debate the warm-up questions only to warm-start their critic
-(``critic_warmup_epochs``). Every algorithm holds the warm-up questions out of training all the same, so
-every algorithm trains on the same questions."""
+"""UDPO's per-agent reward coefficients for a run: calibrated on warm-up debates (docs/metrics.md,
+"Agent-tailored coefficients"), or read from another run's calibration (``calibration_file``: the runs of a
+study share one), then explicit config values override and ``ablations`` zero their terms. The baselines
+(mappo, rmaac) train on the team reward and need no coefficients; they debate the warm-up questions only to
+warm-start their critic (``critic_warmup_epochs``). Every algorithm holds the warm-up questions out of
+training all the same, so every algorithm trains on the same questions."""
 
 from __future__ import annotations
 

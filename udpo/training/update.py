@@ -59,7 +59,7 @@ class Updater:
         groups = [
             {"params": policy.parameters_of(policy.adapter_names.index(a)), "adapter": a} for a in adapters
         ]
-        #: the critic's peak learning rate (SPEC section 5: default 10 x the actors')
+        #: the critic's peak learning rate (docs/algorithms.md, "The baselines": default 10 x the actors')
         self.critic_lr = config.critic_learning_rate or 10 * config.learning_rate
         if critic is not None:
             groups.append({"params": critic.parameters(), "adapter": "critic", "lr": self.critic_lr})
@@ -407,11 +407,11 @@ def _engine_logratios(
 
 
 def mismatch_stats(logratios: list[torch.Tensor]) -> dict[str, float]:
-    """Sampler/trainer mismatch of the engine-recorded tokens of every process (``d = log pi_trainer -
-    log pi_engine``): ``mismatch/abs_mean`` and ``mismatch/abs_max`` of ``|d|``,
-    ``mismatch/engine_minus_trainer`` (mean of ``-d``, SPEC's number), ``mismatch/kl`` (mean of
-    ``exp(d) - d - 1``, an estimate of KL(engine || trainer) on the engine's samples) and
-    ``mismatch/tokens``. Empty when no token was recorded."""
+    """Sampler/trainer mismatch of the engine-recorded tokens of every process (``d = log pi_trainer - log
+    pi_engine``): ``mismatch/abs_mean`` and ``mismatch/abs_max`` of ``|d|``, ``mismatch/engine_minus_trainer``
+    (mean of ``-d``, the number docs/algorithms.md asks for), ``mismatch/kl`` (mean of ``exp(d) - d - 1``, an
+    estimate of KL(engine || trainer) on the engine's samples) and ``mismatch/tokens``. Empty when no token
+    was recorded."""
     local = torch.cat(logratios) if logratios else torch.zeros(0)
     d = torch.cat(dist.gather_objects(local)).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     if not d.numel():
