@@ -1,4 +1,5 @@
-"""The one reader of JSON Lines files: task data and trajectory files alike.
+"""The one reader of JSON Lines files (task data and trajectory files alike), and the one atomic writer
+of JSON and text files (:func:`write_json`, :func:`write_text_atomic`).
 
 One JSON object per line, UTF-8 (a byte-order mark is accepted), blank lines skipped. Every error
 names the file and the line: invalid UTF-8, invalid JSON, nesting too deep for the decoder, a value
@@ -7,6 +8,9 @@ cut short: :func:`iter_jsonl` with ``append_only=True`` drops such a last line (
 and nothing follows it) with a warning, and :func:`repair_tail` cuts it off before appending, so the
 reader and the writer always agree on which lines a file holds. A last line that decodes but lacks
 its newline is a whole record: it is read, and ``repair_tail`` gives it its newline.
+
+A file written by :func:`write_json` is replaced whole: a reader, or the disk after a crash, finds the
+old content or the new, never part of either.
 """
 
 from __future__ import annotations
@@ -104,3 +108,29 @@ def _last_line_start(fh, block: int = 1 << 16) -> int:
             return start + newline + 1
         end = start
     return 0
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Replace ``path`` with ``text`` (UTF-8) atomically: a temporary file in the same folder (named for
+    this process, so two processes never share one) is written, flushed and fsynced, then renamed over
+    ``path`` (``os.replace``), so the new content is on disk before the name points at it. The folder is
+    created when missing; a failed write leaves ``path`` as it was and no temporary file behind. (The
+    rename itself is made durable by fsyncing the folder, which callers that need it do:
+    ``udpo.checkpoint`` after its ``latest`` pointer.)"""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_json(path: str | os.PathLike, data: Any) -> None:
+    """Write ``data`` as indented JSON (non-ASCII kept as is, a final newline) with
+    :func:`write_text_atomic`: readers never see half a file."""
+    write_text_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")

@@ -272,7 +272,7 @@ def test_attack_eval_callback_for_the_trainer(setup, tmp_path):
     from types import SimpleNamespace
 
     from udpo.attack_eval import attack_eval_callback
-    from udpo.evaluate import write_json
+    from udpo.env.jsonl import write_json
 
     task, questions = setup
     config = DebateConfig(n_agents=3, rounds=1, agents=[AgentSpec() for _ in range(3)])

@@ -421,7 +421,8 @@ def test_attack_run_marks_compromised_agents(browser, attack_run, tmp_path):
 
 def test_training_run_folder_shows_curves_and_calibration(browser, tmp_path):
     """A training-run folder from udpo's own writers (Tracker, calibrate, write_json)."""
-    from udpo.evaluate import summarize, write_json
+    from udpo.env.jsonl import write_json
+    from udpo.evaluate import summarize
     from udpo.rewards import calibrate
     from udpo.tracking import Tracker
 

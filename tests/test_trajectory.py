@@ -117,3 +117,25 @@ def test_bad_line_is_named(tmp_path, line, needle):
 def test_missing_file_is_named(tmp_path):
     with pytest.raises(FileNotFoundError, match="nope.jsonl"):
         read_trajectories(tmp_path / "nope.jsonl")
+
+
+def test_write_json_replaces_the_file_whole(tmp_path, monkeypatch):
+    """udpo.env.jsonl.write_json, the one atomic writer: folders made, the old file kept when the rename
+    fails, no temporary file left either way."""
+    import os
+
+    from udpo.env.jsonl import write_json
+
+    path = tmp_path / "a" / "summary.json"
+    write_json(path, {"x": 1, "name": "Zoë"})
+    assert path.read_text(encoding="utf-8") == '{\n  "x": 1,\n  "name": "Zoë"\n}\n'
+
+    def fail(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(OSError, match="disk full"):
+        write_json(path, {"x": 2})
+    monkeypatch.undo()
+    assert json.loads(path.read_text(encoding="utf-8")) == {"x": 1, "name": "Zoë"}
+    assert sorted(p.name for p in path.parent.iterdir()) == ["summary.json"]

@@ -36,6 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from udpo.env.jsonl import write_json, write_text_atomic
+
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"
 STATE = "trainer_state.json"
@@ -112,19 +114,6 @@ def prune(run_dir: str | os.PathLike, keep: int | None) -> list[Path]:
     for p in doomed:
         shutil.rmtree(p)
     return doomed
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def write_json(path: Path, data: Any) -> None:
-    write_text_atomic(path, json.dumps(data, indent=2, ensure_ascii=False) + "\n")
 
 
 # --- reading ---------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from udpo.config import ConfigError, TrainConfig, load_yaml
-from udpo.evaluate import write_json
+from udpo.env.jsonl import write_json
 from udpo.results import METRICS, eval_iterations, per_question, problems
 
 #: method -> the training settings that define it (None: not trained)

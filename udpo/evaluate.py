@@ -3,7 +3,6 @@ the trainer's eval hook and ``udpo eval``)."""
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,6 +12,7 @@ import numpy as np
 
 from udpo.env.backends.base import Backend
 from udpo.env.debate import DebateConfig, DebateEnv
+from udpo.env.jsonl import write_json  # noqa: F401  (re-exported: udpo.trainer imports it from here)
 from udpo.env.progress import DebateProgress
 from udpo.env.protocols import Protocol, Stage
 from udpo.env.tasks.base import Question, Task
@@ -41,15 +41,6 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
         "wrong_majority": float(np.mean([g.majority for g in guard])),
         "wrong_unanimous": float(np.mean([g.unanimous for g in guard])),
     }
-
-
-def write_json(path: str | os.PathLike, data: dict[str, Any]) -> None:
-    """Write JSON atomically (temp file + rename): readers never see half a file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
 
 
 #: run settings a resumed run may change: they say how debates are computed, not what is debated

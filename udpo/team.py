@@ -14,6 +14,7 @@ from pathlib import Path
 
 from udpo.env.backends.base import Backend
 from udpo.env.debate import AgentSpec
+from udpo.env.jsonl import write_json
 
 TEAM_FILE = "team.json"
 #: the files of one PEFT adapter folder
@@ -85,9 +86,7 @@ class TeamManifest:
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / TEAM_FILE
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        write_json(path, self.to_dict())
         self.root = directory
         return path
 

@@ -25,6 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..backends.base import Backend, BackendError, ChatRequest, SamplingParams
+from ..jsonl import write_json
 from ..models import cache_dir as udpo_cache_dir
 from ..tasks.parsing import MAX_REPLY_CHARS
 from .errors import AttackError
@@ -210,7 +211,7 @@ def transform_profile(
                 "malicious_profile": profile,
                 "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             }
-            _write_atomic(path, record)
+            write_json(path, record)
             return TransformedProfile(profile, benign, "attacker", attacker_model, seed, str(path))
     raise AttackError(
         f"AutoTransform: the attacker model {attacker_model} gave no usable profile in {len(replies)} tries "
@@ -233,13 +234,3 @@ def _read_cached(path: Path, benign: str) -> TransformedProfile:
             f"AutoTransform cache file {path} does not match this profile; delete it to regenerate"
         )
     return TransformedProfile(profile, benign, "cache", attacker_model, seed, str(path))
-
-
-def _write_atomic(path: Path, record: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)

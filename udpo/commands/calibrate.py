@@ -38,7 +38,7 @@ def check(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from udpo.evaluate import write_json
+    from udpo.env.jsonl import write_json
     from udpo.trainer import Trainer
     from udpo.training import calibration
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from udpo.env.jsonl import write_text_atomic
+
 from .load import DebateSet, NotARunError, Run, load_run
 from .page import render_page
 
@@ -30,8 +32,5 @@ def write_report(
     if len(loaded) == 2 and loaded[0].label == loaded[1].label:
         loaded[0].label, loaded[1].label = str(runs[0]), str(runs[1])
     out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(render_page(loaded), encoding="utf-8")
-    os.replace(tmp, out)
+    write_text_atomic(out, render_page(loaded))
     return out, loaded

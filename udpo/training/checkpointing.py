@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from udpo import checkpoint as ckpt
 from udpo import distributed as dist
+from udpo.env.jsonl import write_json
 from udpo.team import DEBATE_SETTINGS, save_team
 
 if TYPE_CHECKING:
@@ -77,7 +78,7 @@ def save(trainer: Trainer, iteration: int) -> Path:
         ckpt.save_state(staging / "rng", rng_states)
         if t.replay is not None:
             ckpt.save_state(staging / "replay", t.replay.state_dict())
-        ckpt.write_json(staging / "calibration.json", t.calibration)
+        write_json(staging / "calibration.json", t.calibration)
         state = {
             "iteration": iteration,
             "optimizer_steps": t.updater.steps,
@@ -88,7 +89,7 @@ def save(trainer: Trainer, iteration: int) -> Path:
             "last_evaluation": t.last_evaluation,
             "config": cfg.to_dict(),
         }
-        ckpt.write_json(staging / ckpt.STATE, state)
+        write_json(staging / ckpt.STATE, state)
         ckpt.commit(t.run_dir, staging, iteration)
         ckpt.prune(t.run_dir, cfg.save_total_limit)
     dist.barrier()
@@ -181,7 +182,7 @@ def record_evaluation(trainer: Trainer, iteration: int) -> None:
     state.update(
         files=ckpt.file_marks(t.run_dir, list(APPEND_ONLY)), history=t.history, last_evaluation=iteration
     )
-    ckpt.write_json(path / ckpt.STATE, state)
+    write_json(path / ckpt.STATE, state)
 
 
 @contextmanager
