@@ -39,10 +39,12 @@ from udpo.env.attacks import (
 )
 from udpo.env.backends.base import Backend
 from udpo.env.debate import AgentSpec, DebateConfig
+from udpo.env.jsonl import write_json
 from udpo.env.progress import DebateProgress
 from udpo.env.protocols import Protocol
 from udpo.env.tasks.base import Question, Task
-from udpo.evaluate import previous_debates, run_debates, write_json
+from udpo.evaluate import run_debates
+from udpo.runs import previous_debates
 
 METRICS = ("accuracy", "u_intra", "u_inter", "u_sys", "wrong_majority", "wrong_unanimous")
 NATURAL = "natural"

@@ -1,11 +1,11 @@
 """Run debates over a question set and summarize them (shared by ``udpo debate``,
-the trainer's eval hook and ``udpo eval``)."""
+the trainer's eval hook and ``udpo eval``). Writing and resuming a run folder is
+:func:`udpo.runs.run_to_folder`'s; :func:`previous_debates` is re-exported from there."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,8 +16,9 @@ from udpo.env.jsonl import write_json  # noqa: F401  (re-exported: udpo.trainer 
 from udpo.env.progress import DebateProgress
 from udpo.env.protocols import Protocol, Stage
 from udpo.env.tasks.base import Question, Task
-from udpo.env.trajectory import Trajectory, TrajectoryWriter, iter_numbered_records
+from udpo.env.trajectory import Trajectory
 from udpo.rewards import uncertainty, wrong_consensus
+from udpo.runs import MAY_CHANGE_ON_RESUME, previous_debates, run_to_folder  # noqa: F401  (re-exported)
 
 
 def summarize(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
@@ -43,48 +44,6 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
     }
 
 
-#: run settings a resumed run may change: they say how debates are computed, not what is debated
-MAY_CHANGE_ON_RESUME = ("backend",)
-
-
-def previous_debates(
-    out_dir: str | os.PathLike,
-    resume: bool,
-    debate_config: DebateConfig | None = None,
-    meta: dict[str, Any] | None = None,
-) -> list[Trajectory]:
-    """The debates ``out_dir/trajectories.jsonl`` already holds ([] when none).
-
-    Without ``resume`` a file with debates is refused (runs are never mixed). With it, every debate
-    must have been run with this run's settings: ``n_agents`` and ``rounds`` (the answer matrix's
-    shape, when ``debate_config`` is given) and every ``meta`` entry the record also has (task, split, model, seed, ...; not those in
-    ``MAY_CHANGE_ON_RESUME``). A last line cut short by a killed run is dropped (its question is
-    debated again). Call it before loading a model: a mismatch costs nothing.
-    """
-    path = Path(out_dir) / "trajectories.jsonl"
-    if not path.exists() or path.stat().st_size == 0:
-        return []
-    if not resume:
-        raise FileExistsError(
-            f"{path} already holds debates; pass --resume to continue it or choose another --out"
-        )
-    want = {k: v for k, v in (meta or {}).items() if k not in MAY_CHANGE_ON_RESUME}
-    if debate_config is not None:
-        want.update(n_agents=debate_config.n_agents, rounds=debate_config.rounds)
-    done = []
-    for lineno, record in iter_numbered_records(path):
-        t = Trajectory.from_dict(record)
-        have = {**t.meta, "n_agents": t.n_agents, "rounds": t.n_rounds}
-        differ = [f"{k}={have[k]!r} (now {v!r})" for k, v in want.items() if k in have and have[k] != v]
-        if differ:
-            raise ValueError(
-                f"{path}:{lineno}: debated with {', '.join(differ)}; --resume continues a run with its own "
-                f"settings: use them, or choose another --out"
-            )
-        done.append(t)
-    return done
-
-
 def run_debates(
     task: Task,
     backend: Backend,
@@ -96,24 +55,24 @@ def run_debates(
     protocol: Protocol | Sequence[Stage] | None = None,
     resume: bool = False,
 ) -> tuple[list[Trajectory], dict[str, Any]]:
-    """Debate ``questions`` under ``protocol`` (default Standard MAD); with ``out_dir`` append ``trajectories.jsonl`` batch by batch and write
-    ``summary.json`` (the summary, with ``meta`` under ``"run"``) at the end.
+    """Debate ``questions`` under ``protocol`` (default Standard MAD): :func:`udpo.runs.run_to_folder`
+    with a :class:`DebateEnv` and :func:`summarize`. With ``out_dir`` append ``trajectories.jsonl``
+    batch by batch and write ``summary.json`` (the summary, with ``meta`` under ``"run"``) at the end.
 
     An ``out_dir`` that already holds debates is refused unless ``resume``: then the questions
-    already debated there (with the same settings, see :func:`previous_debates`) are skipped and the
-    summary covers the whole file. progress: as :meth:`DebateEnv.run` takes it (True: a line that
-    moves with rounds, turns and tokens; a DebateProgress: the caller's line).
+    already debated there (with the same settings, see :func:`udpo.runs.previous_debates`) are skipped
+    and the summary covers the whole file. progress: as :meth:`DebateEnv.run` takes it (True: a line
+    that moves with rounds, turns and tokens; a DebateProgress: the caller's line).
     """
     env = DebateEnv(task, backend, debate_config, protocol=protocol, meta=meta)
-    if out_dir is None:
-        trajectories = env.run(questions, progress=progress)
-        return trajectories, summarize(trajectories)
-    path = Path(out_dir) / "trajectories.jsonl"
-    done = previous_debates(out_dir, resume, debate_config, meta)
-    seen = {t.question_id for t in done}
-    todo = [q for q in questions if q.id not in seen]
-    with TrajectoryWriter(path) as writer:
-        trajectories = done + env.run(todo, writer=writer, progress=progress)
-    summary = {**summarize(trajectories), "run": dict(meta or {})}
-    write_json(Path(out_dir) / "summary.json", summary)
-    return trajectories, summary
+    return run_to_folder(
+        env.run,
+        questions,
+        summarize,
+        out_dir=out_dir,
+        meta=meta,
+        progress=progress,
+        resume=resume,
+        debate_config=debate_config,
+        same_settings=True,
+    )

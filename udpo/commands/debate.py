@@ -7,8 +7,9 @@ import argparse
 import json
 
 from udpo.env.protocols import build_protocol
-from udpo.evaluate import previous_debates, run_debates
+from udpo.evaluate import run_debates
 from udpo.run_lock import held
+from udpo.runs import previous_debates
 
 from .common import (
     add_backend_args,

@@ -9,8 +9,7 @@ from udpo.detection import comparison_table, format_table, load_summary, summari
 from udpo.env.backends import SamplingParams
 from udpo.env.debate import AgentSpec
 from udpo.env.protocols.error_detection import PROTOCOLS, DetectionConfig, binary_labels, make_detector
-from udpo.evaluate import previous_debates
-from udpo.runs import run_to_folder
+from udpo.runs import previous_debates, run_to_folder
 
 from .argtypes import existing_path, nonnegative_int, positive_int
 from .common import (

@@ -6,8 +6,7 @@ import argparse
 
 from udpo.env.backends import SamplingParams
 from udpo.env.protocols.diverse_agent_entropy import DAEConfig, DiverseAgentEntropy, SCConfig, SelfConsistency
-from udpo.evaluate import previous_debates
-from udpo.runs import run_to_folder
+from udpo.runs import previous_debates, run_to_folder
 from udpo.uncertainty_eval import format_table, summarize_uncertainty
 
 from .argtypes import positive_int
