@@ -104,7 +104,7 @@ def test_debate_interrupt_resume_and_engine_failure(tmp_path, model_path):
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        (["--task", "nope"], "invalid choice: 'nope'"),
+        (["--task", "nope"], "argument --task: unknown task 'nope'; choose one of gsm8k"),
         (["--task", "arithmetic", "--model", "no/such-model-here", "--limit", "1"], "no/such-model-here"),
         (["--task", "arithmetic", "--model", "./missing-folder", "--limit", "1"], "missing-folder"),
         (["--task", "gsm8k", "--data", "/nonexistent/gsm.jsonl"], "/nonexistent/gsm.jsonl"),

@@ -51,7 +51,8 @@ class TrainConfig:
     algorithm, rewards, replay, optimization, evaluation, checkpoints, tracking.
 
     Defaults reproduce the paper (appendix A.1) where it says something: AdamW, lr 1e-5, 32 debates
-    per update, 500 warm-up steps then cosine decay, gradient-norm clip 1.0, 10 epochs.
+    per update, cosine decay, gradient-norm clip 1.0, 10 epochs; the warm-up is 10% of the run's steps
+    (``warmup_ratio``: the paper's 500 steps exceed a whole run of some tasks).
     """
 
     # --- model -------------------------------------------------------------------------------
@@ -66,7 +67,11 @@ class TrainConfig:
     gradient_checkpointing: bool = _f(False, "Recompute activations in the backward pass to save memory.")
 
     # --- task and data -----------------------------------------------------------------------
-    task: str = _f("arithmetic", "Task name: gsm8k, truthfulqa, commonsenseqa, arithmetic, du-arithmetic.")
+    task: str = _f(
+        "arithmetic",
+        "Task: gsm8k, truthfulqa, commonsenseqa, arithmetic, du-arithmetic, realmistake, a name given to "
+        "udpo.env.tasks.register_task, or package.module:TaskClass.",
+    )
     task_options: dict | str | None = _f(
         None,
         "Task constructor options, e.g. {difficulty: [1, 3], n_questions: 200} (JSON on the command line).",
@@ -404,7 +409,9 @@ class TrainConfig:
             raise ConfigError(f"dual_clip must be 0 (off) or a finite number > 1, got {self.dual_clip}")
         if self.max_iterations is not None:
             self.warmup_for(self.max_iterations * self.update_epochs)  # a warm-up as long as the run
-        if len(self.reward_weights) not in (0, len(self.reward_functions)):
+        # weights without named functions weigh the callables given to udpo.UDPOTrainer (checked there,
+        # and by parse_config for recipes and the command line, which can only name functions)
+        if self.reward_functions and len(self.reward_weights) not in (0, len(self.reward_functions)):
             raise ConfigError(
                 f"reward_weights needs one weight per reward_functions entry ({len(self.reward_functions)}), "
                 f"got {len(self.reward_weights)}"
@@ -632,17 +639,15 @@ class TrainConfig:
             raise ConfigError(str(e)) from None
 
     def _validate_task(self) -> None:
-        """The task exists, takes ``task_options`` and has the two splits."""
-        import inspect
+        """The task exists (built-in, registered or ``module:attr``), takes ``task_options`` and has the
+        two splits."""
+        from udpo.env.tasks import get_task, task_parameters
 
-        from udpo.env.tasks import TASK_NAMES, get_task
-
-        if self.task not in TASK_NAMES:
-            raise ConfigError(f"task must be one of {', '.join(TASK_NAMES)}, got {self.task!r}")
+        try:
+            takes = task_parameters(self.task)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"task: {e}") from None
         options = self.task_options or {}
-        params = inspect.signature(type(get_task(self.task)).__init__).parameters
-        named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-        takes = [n for n, p in params.items() if n != "self" and p.kind in named]
         unknown = [k for k in options if k not in takes]
         if unknown:
             raise ConfigError(
@@ -957,6 +962,10 @@ def parse_config(
         raise
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    if config.reward_weights and not config.reward_functions:
+        raise ConfigError(
+            f"reward_weights needs one weight per reward_functions entry (0), got {len(config.reward_weights)}"
+        )
     config.check_paths()
     return config
 

@@ -26,11 +26,12 @@ and refreshed through :func:`udpo.distributed.gathered`.
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, nullcontext
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -44,6 +45,7 @@ from udpo.env.models import resolve_model
 
 if TYPE_CHECKING:
     from peft import LoraConfig, PeftModel
+    from transformers import PreTrainedModel
 
 REFERENCE_SUFFIX = "__ref"  # lagged reference snapshot of adapter NAME is the adapter NAME__ref
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -57,27 +59,61 @@ class LoraSettings:
     """LoRA hyper-parameters shared by every agent's adapter.
 
     r: rank. alpha: scaling numerator (the update is scaled by alpha / r). dropout: LoRA dropout,
-    active while log-probs are computed with gradients (the base model's own dropout is switched off). target_modules: module names that get adapters.
+    active while log-probs are computed with gradients (the base model's own dropout is switched off).
+    target_modules: module names that get adapters, or ``["all-linear"]`` (every linear layer but the
+    output layer; the policy replaces it by the names PEFT chose). peft: a user's PEFT ``LoraConfig``
+    (:meth:`from_peft`): every other setting of it (bias, use_rslora, use_dora, ...) is kept.
     """
 
     r: int = 8
     alpha: int = 16
     dropout: float = 0.0
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    peft: LoraConfig | None = field(default=None, repr=False, compare=False)
+
+    @classmethod
+    def from_peft(cls, config: LoraConfig) -> LoraSettings:
+        """The settings of a PEFT ``LoraConfig`` (``target_modules`` a list, a name, ``"all-linear"`` or
+        None for PEFT's default of the model type)."""
+        targets = config.target_modules
+        targets = (
+            ["all-linear"] if targets is None else [targets] if isinstance(targets, str) else sorted(targets)
+        )
+        return cls(config.r, config.lora_alpha, config.lora_dropout, targets, peft=config)
+
+    def resolved(self, target_modules: Sequence[str]) -> LoraSettings:
+        """The same settings with the module names PEFT matched (after ``all-linear`` or a default)."""
+        peft = None
+        if self.peft is not None:
+            peft = copy.deepcopy(self.peft)
+            peft.target_modules = set(target_modules)
+        return LoraSettings(self.r, self.alpha, self.dropout, sorted(target_modules), peft=peft)
 
     def peft_config(self) -> LoraConfig:
         from peft import LoraConfig
 
+        targets = "all-linear" if list(self.target_modules) == ["all-linear"] else list(self.target_modules)
+        if self.peft is not None:
+            config = copy.deepcopy(self.peft)
+            config.task_type, config.inference_mode = "CAUSAL_LM", False
+            if config.target_modules is None or list(self.target_modules) != ["all-linear"]:
+                config.target_modules = targets
+            return config
         return LoraConfig(
             r=self.r,
             lora_alpha=self.alpha,
             lora_dropout=self.dropout,
-            target_modules=list(self.target_modules),
+            target_modules=targets,
             task_type="CAUSAL_LM",
         )
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {
+            "r": self.r,
+            "alpha": self.alpha,
+            "dropout": self.dropout,
+            "target_modules": list(self.target_modules),
+        }
 
 
 @dataclass
@@ -109,7 +145,9 @@ class ForwardStats:
 class MultiAgentPolicy:
     """N agents as LoRA adapters on (one or a few) base models.
 
-    model: alias, folder or Hub id of the base model (see :func:`udpo.env.models.resolve_model`).
+    model: alias, folder or Hub id of the base model (see :func:`udpo.env.models.resolve_model`), or a
+    loaded transformers model (used as it is, cast to ``dtype``, its dropout switched off; its
+    ``name_or_path`` names it and gives the tokenizer unless ``tokenizer`` is given).
     n_agents: N. lora: adapter settings. shared_adapter: one adapter ("shared") for every agent.
     agent_models: one base model name per agent for heterogeneous teams (default: ``model`` for all).
     dtype: "auto" (see :func:`~udpo.env.backends.hf.pick_dtype`), "bf16", "fp16" or "fp32". device: default cuda if
@@ -118,7 +156,7 @@ class MultiAgentPolicy:
 
     def __init__(
         self,
-        model: str = "smollm2-135m-instruct",
+        model: str | PreTrainedModel = "smollm2-135m-instruct",
         n_agents: int = 3,
         lora: LoraSettings | None = None,
         shared_adapter: bool = False,
@@ -126,6 +164,7 @@ class MultiAgentPolicy:
         dtype: str = "auto",
         device: str | None = None,
         reference: str = "base",
+        tokenizer=None,
     ):
         from peft import get_peft_model
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -134,6 +173,11 @@ class MultiAgentPolicy:
             raise ValueError(f"n_agents must be >= 1, got {n_agents}")
         if reference not in ("base", "lagged"):
             raise ValueError(f"reference must be 'base' or 'lagged', got {reference!r}")
+        given = None  # a model object, used instead of loading ``model``
+        if not isinstance(model, str):
+            given, model = model, model_name(model)
+            if agent_models is not None and set(agent_models) != {model}:
+                raise ValueError("a model object cannot be combined with agent_models naming other models")
         self.agent_models = list(agent_models) if agent_models is not None else [model] * n_agents
         if len(self.agent_models) != n_agents:
             raise ValueError(f"agent_models names {len(self.agent_models)} models for n_agents={n_agents}")
@@ -153,8 +197,10 @@ class MultiAgentPolicy:
 
         self.models: dict[str, PeftModel] = {}
         self.tokenizers = {}
-        paths = {base: resolve_model(base) for base in self.bases}
-        configs = {base: _without_dropout(path) for base, path in paths.items()}
+        paths = {base: resolve_model(base) if given is None else base for base in self.bases}
+        configs = {base: _without_dropout(path) for base, path in paths.items() if given is None}
+        if given is not None:
+            configs[model] = _switch_off_dropout(given)
         for base, config in configs.items():  # every base before any weight is read
             _check_target_modules(config, self.lora.target_modules, base)
         for base, path in paths.items():
@@ -164,14 +210,22 @@ class MultiAgentPolicy:
                 )
             )
             config = configs[base]
-            backbone = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=self.dtype)
+            if given is None:
+                backbone = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=self.dtype)
+            else:
+                backbone = given.to(self.dtype)
             backbone.to(self.device)
             peft_model = get_peft_model(backbone, self.lora.peft_config(), adapter_name=names[0])
+            if list(self.lora.target_modules) == [
+                "all-linear"
+            ]:  # the names PEFT chose, for every later adapter
+                self.lora = self.lora.resolved(peft_model.peft_config[names[0]].target_modules)
             snapshots = [n + REFERENCE_SUFFIX for n in names] if reference == "lagged" else []
             for name in names[1:] + snapshots:
                 peft_model.add_adapter(name, self.lora.peft_config())
             peft_model.eval()
-            tokenizer = AutoTokenizer.from_pretrained(path)
+            if tokenizer is None or given is None:
+                tokenizer = AutoTokenizer.from_pretrained(path)
             if tokenizer.pad_token_id is None:
                 tokenizer.pad_token = tokenizer.eos_token
             self.models[base], self.tokenizers[base] = peft_model, tokenizer
@@ -539,6 +593,35 @@ class TeamBackend(Backend):
             b.close()
 
 
+def model_name(model: PreTrainedModel) -> str:
+    """The name a model object goes by in configs and run folders: its ``name_or_path``."""
+    name = getattr(model, "name_or_path", "") or getattr(getattr(model, "config", None), "_name_or_path", "")
+    if not hasattr(model, "config") or not callable(getattr(model, "forward", None)):
+        raise TypeError(f"model must be a name or a transformers causal LM, got {type(model).__name__}")
+    if not name:
+        raise ValueError(
+            "the model object has no name_or_path: save it with save_pretrained(folder) and pass the folder, "
+            "or load it with from_pretrained"
+        )
+    return str(name)
+
+
+def _switch_off_dropout(model: PreTrainedModel):
+    """Dropout off in a loaded model (as :func:`_without_dropout` does before loading): its config's rates,
+    the ``nn.Dropout`` modules and the rates modules copied from the config (attention dropout)."""
+    config = model.config
+    for key, value in vars(config).items():
+        if ("dropout" in key or "pdrop" in key) and isinstance(value, float):
+            setattr(config, key, 0.0)
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = 0.0
+        for key, value in list(vars(module).items()):
+            if "dropout" in key and isinstance(value, float):
+                setattr(module, key, 0.0)
+    return config
+
+
 def _without_dropout(path: str):
     """The model's config with every dropout rate set to 0: the base model's own dropout would make the
     log-probs of a training forward pass differ from the sampling policy's (only LoRA dropout stays)."""
@@ -579,7 +662,8 @@ def _check_target_modules(config, targets: Sequence[str], model: str) -> None:
     with outside_zero3_init(), init_empty_weights():
         skeleton = AutoModelForCausalLM.from_config(config)
     names = [n for n, _ in skeleton.named_modules()]
-    missing = [t for t in targets if not any(n == t or n.endswith("." + t) for n in names)]
+    missing = [t for t in targets if t != "all-linear"]
+    missing = [t for t in missing if not any(n == t or n.endswith("." + t) for n in names)]
     if missing:
         from transformers.pytorch_utils import Conv1D  # GPT-2's linear layers
 

@@ -62,21 +62,43 @@ class RewardFunction:
         return out
 
 
-def load_reward_functions(specs: Sequence[str], weights: Sequence[float] = ()) -> list[RewardFunction]:
-    """Import ``module:function`` specs (weights default to 1 each); errors name the spec."""
+def load_reward_functions(
+    specs: Sequence[str | RewardFn], weights: Sequence[float] = ()
+) -> list[RewardFunction]:
+    """Reward terms from ``module:function`` specs or callables (named ``module:qualname``); weights
+    default to 1 each. Errors name the spec."""
     if weights and len(weights) != len(specs):
         raise ValueError(f"{len(weights)} reward_weights for {len(specs)} reward_functions")
     out = []
     for k, spec in enumerate(specs):
-        module, _, name = spec.partition(":")
-        try:
-            fn = getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError) as e:
-            raise ValueError(f"reward_functions: cannot import {spec!r}: {e}") from None
-        if not callable(fn):
-            raise ValueError(f"reward_functions: {spec!r} is a {type(fn).__name__}, not a function")
+        if callable(spec):
+            fn, spec = spec, function_name(spec)
+        elif not isinstance(spec, str):
+            raise ValueError(
+                f"reward_functions: {spec!r:.80} is neither a module:function name nor a callable"
+            )
+        else:
+            module, _, name = spec.partition(":")
+            try:
+                fn = getattr(importlib.import_module(module), name)
+            except (ImportError, AttributeError) as e:
+                raise ValueError(f"reward_functions: cannot import {spec!r}: {e}") from None
+            if not callable(fn):
+                raise ValueError(f"reward_functions: {spec!r} is a {type(fn).__name__}, not a function")
         out.append(RewardFunction(spec, fn, float(weights[k]) if weights else 1.0))
+    names = [f.name for f in out]
+    if len(set(names)) < len(names):
+        raise ValueError(
+            f"reward_functions: two terms share a name ({', '.join(names)}); each logs as reward/<name>"
+        )
     return out
+
+
+def function_name(fn: Callable) -> str:
+    """``module:qualname`` of a callable (its class's for a callable object), as metrics and config.json
+    name it."""
+    target = fn if hasattr(fn, "__qualname__") else type(fn)
+    return f"{getattr(target, '__module__', '?')}:{target.__qualname__}"
 
 
 # examples ---------------------------------------------------------------------------------------------

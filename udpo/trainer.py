@@ -34,7 +34,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -54,19 +54,26 @@ from udpo.env.protocols import Protocol
 from udpo.env.tasks.base import Question
 from udpo.env.trajectory import Trajectory, TrajectoryWriter
 from udpo.evaluate import summarize, write_json
-from udpo.reward_functions import load_reward_functions
+from udpo.reward_functions import RewardFunction, load_reward_functions
 from udpo.tracking import Timer, Tracker, accelerate_trackers, progress_bar
 from udpo.training import calibration, checkpointing
+from udpo.training.callbacks import EvalCallback, TrainerCallback, split_callbacks
 from udpo.training.checkpointing import APPEND_ONLY, METRICS_FILE, TRAIN_FILE
 from udpo.training.data import QuestionSchedule, load_training_data, split_warmup
 from udpo.training.errors import TrainingError, explain_oom
 from udpo.training.rollouts import Rollouts
 from udpo.training.update import Updater
 
-__all__ = ["QuestionSchedule", "Trainer", "TrainingError", "explain_oom", "split_warmup", "train"]
-
-#: eval callback: (trainer, iteration) -> metrics to log beside the Standard-MAD evaluation
-EvalCallback = Callable[["Trainer", int], dict[str, Any]]
+__all__ = [
+    "EvalCallback",
+    "QuestionSchedule",
+    "Trainer",
+    "TrainerCallback",
+    "TrainingError",
+    "explain_oom",
+    "split_warmup",
+    "train",
+]
 
 
 def deepspeed_launch() -> bool:
@@ -144,10 +151,27 @@ class Trainer:
     ``trainer.config, run_dir, task, eval_set, backend, main, debate_config(), debate_protocol()``.
     backend: a running rollout engine of kind ``config.backend`` to use instead of starting one (e.g.
     one vLLM engine shared by several runs); the trainer registers its adapters there but never closes it.
+    callbacks: :class:`~udpo.training.callbacks.TrainerCallback` objects (hooks), or eval callbacks.
+    model, tokenizer: a loaded base model (and its tokenizer) instead of loading ``config.model``, whose
+    value must be the model's name (``udpo.UDPOTrainer`` sets it). lora: adapter settings instead of the
+    config's ``lora_*`` fields (a PEFT LoraConfig, :meth:`udpo.policy.LoraSettings.from_peft`).
+    reward_functions: the user reward terms instead of loading ``config.reward_functions``.
+
+    A trainer holds the run folder's lock and, for vllm, an engine: use it as a context manager
+    (``with Trainer(config) as trainer: trainer.train()``) or call :meth:`close`.
     """
 
     def __init__(
-        self, config: TrainConfig, eval_callbacks: Sequence[EvalCallback] = (), backend: Backend | None = None
+        self,
+        config: TrainConfig,
+        eval_callbacks: Sequence[EvalCallback] = (),
+        backend: Backend | None = None,
+        *,
+        callbacks: Sequence[TrainerCallback | EvalCallback] = (),
+        model: Any = None,
+        tokenizer: Any = None,
+        lora: Any = None,
+        reward_functions: Sequence[RewardFunction] | None = None,
     ):
         from accelerate import Accelerator
         from accelerate.utils import DistributedType, set_seed
@@ -168,17 +192,24 @@ class Trainer:
             atexit.unregister(dist.leave)  # once, however many trainers this process builds
             atexit.register(dist.leave)
         self.main = self.accelerator.is_main_process
+        self.callbacks, more_evals = split_callbacks(callbacks)
         self.eval_callbacks = [
             *load_callbacks(config.eval_callbacks),
             *attack_callbacks(config),
             *eval_callbacks,
+            *more_evals,
         ]
+        self._model, self._tokenizer, self._lora = model, tokenizer, lora
         self.critic = None  # set before the checkpoint check, which asks whether the run has one
         self.critic_needed = config.algorithm in ("mappo", "rmaac")
         self._lock = self._lock_run_dir()  # released by close(), or here when setting up fails
         try:
             self._check_run_dir()
-            self.reward_functions = load_reward_functions(config.reward_functions, config.reward_weights)
+            self.reward_functions = (
+                list(reward_functions)
+                if reward_functions is not None
+                else load_reward_functions(config.reward_functions, config.reward_weights)
+            )
             self.data = load_training_data(config, self.world)
 
             set_seed(config.seed)  # identical initialization on every process
@@ -223,13 +254,15 @@ class Trainer:
         from udpo.policy import LoraSettings, MultiAgentPolicy
 
         config = self.config
+        lora = self._lora or LoraSettings(
+            config.lora_r, config.lora_alpha, config.lora_dropout, config.lora_target_modules
+        )
         with explain_oom(config):
             self.policy = MultiAgentPolicy(
-                model=config.model,
+                model=config.model if self._model is None else self._model,
+                tokenizer=self._tokenizer,
                 n_agents=config.n_agents,
-                lora=LoraSettings(
-                    config.lora_r, config.lora_alpha, config.lora_dropout, config.lora_target_modules
-                ),
+                lora=lora,
                 shared_adapter=config.shared_adapter,
                 agent_models=config.agent_models,
                 dtype=config.dtype,
@@ -456,7 +489,14 @@ class Trainer:
         )
 
     def save_checkpoint(self, iteration: int) -> Path:
-        return checkpointing.save(self, iteration)
+        path = checkpointing.save(self, iteration)
+        self._call("on_save", iteration, path)
+        return path
+
+    def _call(self, hook: str, *args: Any) -> None:
+        """Call ``hook`` of every TrainerCallback."""
+        for callback in self.callbacks:
+            getattr(callback, hook)(self, *args)
 
     # ------------------------------------------------------------------------------------------
     # the run
@@ -510,10 +550,12 @@ class Trainer:
                 # stopped while evaluating at its checkpoint (or resumed past the end of a shortened run)
                 self.history["after"] = self._evaluate_and_log(self.iteration)
                 checkpointing.record_evaluation(self, self.iteration)
+            self._call("on_train_begin")
             for k in range(self.iteration + 1, total + 1):
                 metrics = self.run_iteration(k)
                 self.iteration = k
                 record = self.tracker.log(metrics, k)
+                self._call("on_iteration_end", k, record)
                 bar.update(1)
                 bar.set_postfix(
                     acc=f"{record.get('train/accuracy', 0):.2f}", r=f"{record['reward/mean']:.3f}"
@@ -528,7 +570,9 @@ class Trainer:
         finally:
             bar.close()
         self.tracker.close()
-        return {"run_dir": str(self.run_dir), "iterations": self.iteration, **self.history}
+        result = {"run_dir": str(self.run_dir), "iterations": self.iteration, **self.history}
+        self._call("on_train_end", result)
+        return result
 
     def _evaluation_due(self, k: int, total: int) -> bool:
         """Whether iteration ``k`` ends with a held-out evaluation: every ``eval_steps`` and at the end."""
@@ -542,24 +586,28 @@ class Trainer:
         assert self.tracker is not None
         self.tracker.log(summary, k, kind="eval")
         self.last_evaluation = k
+        self._call("on_evaluate", k, summary)
         return summary
 
     def close(self) -> None:
         """Stop the rollout engine the trainer started (a backend passed in stays open) and the
-        protocol's own models (an entropy_model), then unlock the run directory."""
+        protocol's own models (an entropy_model), then unlock the run directory. Closing twice is fine."""
         self.rollouts.close()
         if self._lock is not None:
             self._lock.close()
             self._lock = None
 
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 def train(config: TrainConfig, eval_callbacks: Sequence[EvalCallback] = ()) -> dict[str, Any]:
     """Build a Trainer for ``config``, run it, print the before/after evaluation; returns the summaries."""
-    trainer = Trainer(config, eval_callbacks)
-    try:
+    with Trainer(config, eval_callbacks) as trainer:
         result = trainer.train()
-    finally:
-        trainer.close()
     if trainer.main:
         print(format_result(result))
     return result

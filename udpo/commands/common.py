@@ -49,14 +49,26 @@ MAX_TOKENS_HELP = (
 )
 
 
+def task_name(text: str) -> str:
+    """argparse ``type=`` of ``--task``: a built-in or registered task, or ``package.module:TaskClass``."""
+    from udpo.env.tasks import task_parameters
+
+    try:
+        task_parameters(text)
+    except (TypeError, ValueError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
 def add_task_args(p: argparse.ArgumentParser, default_task: str | None = None) -> None:
     g = p.add_argument_group("task")
     g.add_argument(
         "--task",
         required=default_task is None,
         default=default_task,
-        choices=TASK_NAMES,
-        help="benchmark" + (f" (default: {default_task})" if default_task else ""),
+        type=task_name,
+        help=f"benchmark: {', '.join(TASK_NAMES)}, or package.module:TaskClass"
+        + (f" (default: {default_task})" if default_task else ""),
     )
     g.add_argument("--split", default="test", help="data split (default: test)")
     g.add_argument("--data", default=None, help="data file, folder in the shared/data layout, or Hub name")

@@ -175,5 +175,7 @@ class Rollouts:
         self.line.close()
         if self._protocol is not None:
             self._protocol.close()
+            self._protocol = None
         if self.own_backend:
             self.backend.close()
+            self.own_backend = False  # closed once

@@ -1,0 +1,351 @@
+"""The Python API (``from udpo import UDPOConfig, UDPOTrainer``): user datasets and tasks, reward callables,
+a PEFT LoraConfig, model objects, callbacks, the context manager; and the examples/ script, run for real."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import udpo
+from udpo.config import ConfigError, TrainConfig
+from udpo.env.tasks import Question, Task, get_task, register_task, task_names
+from udpo.env.tasks.custom import DatasetTask, normalize_text
+from udpo.env.tasks.data import DataError
+from udpo.reward_functions import function_name, load_reward_functions
+from udpo.training.callbacks import TrainerCallback, split_callbacks
+
+ROOT = Path(__file__).resolve().parents[1]
+
+TRAIN = [{"question": f"What is {a} + {a + 1}?", "answer": str(2 * a + 1)} for a in range(1, 9)]
+TEST = [{"question": f"What is {a} + {a}?", "answer": 2 * a} for a in range(1, 4)]
+
+
+def brevity(trajectory, agent: int) -> float:
+    """A user reward: minus the last reply's length in hundreds of characters."""
+    return -len(trajectory.turns[agent][-1].text) / 100
+
+
+# --- exports ---------------------------------------------------------------------------------------
+def test_public_names_are_exported_lazily():
+    code = "import sys, udpo; assert 'torch' not in sys.modules; print(sorted(udpo.__all__))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    names = set(eval(done.stdout))  # noqa: S307 - our own printed list
+    assert {
+        "UDPOConfig",
+        "UDPOTrainer",
+        "MAPPOConfig",
+        "RMAACConfig",
+        "DatasetTask",
+        "TrainerCallback",
+    } <= names
+    for name in names - {"__version__"}:
+        assert getattr(udpo, name) is not None
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        udpo.Nope  # noqa: B018
+
+
+def test_configs_pick_the_algorithm(tmp_path):
+    assert udpo.UDPOConfig(output_dir=str(tmp_path)).algorithm == "udpo"
+    assert udpo.MAPPOConfig(output_dir=str(tmp_path)).algorithm == "mappo"
+    assert udpo.RMAACConfig(output_dir=str(tmp_path)).algorithm == "rmaac"
+    assert isinstance(udpo.UDPOConfig(), TrainConfig)
+    with pytest.raises(ConfigError, match="n_agents"):
+        udpo.UDPOConfig(n_agents=0)
+
+
+# --- user tasks ------------------------------------------------------------------------------------
+def test_dataset_task_numbers():
+    task = DatasetTask("sums", train=TRAIN, test=TEST)
+    train, test = task.load("train"), task.load("test", limit=2)
+    assert [q.gold for q in train[:3]] == ["3", "5", "7"] and [q.gold for q in test] == ["2", "4"]
+    assert train[0].id == "sums-train-0" and task.splits == ("train", "test")
+    q = train[0]
+    assert task.prompt(q).startswith("What is 1 + 2?") and "\\boxed{}" in task.prompt(q)
+    assert task.parse("1 + 2 = 3, so \\boxed{3}", q) == "3" and task.is_correct(
+        task.parse("\\boxed{3.0}", q), q
+    )
+    assert DatasetTask(train=[{"question": "q", "answer": "1,000"}]).load("train")[0].gold == "1000"
+
+
+def test_dataset_task_choice_and_text():
+    records = [
+        {"id": "a", "question": "Sky colour?", "options": ["red", "blue"], "answer": "B"},
+        {"id": "b", "question": "Grass colour?", "options": ["green", "pink"], "answer": 0},
+        {"id": "c", "question": "Snow colour?", "options": ["black", "white"], "answer": "white"},
+    ]
+    task = DatasetTask("colours", answer_format="choice", splits={"dev": records})
+    qs = task.load("dev")
+    assert [q.gold for q in qs] == ["B", "A", "B"] and "(A) red\n(B) blue" in qs[0].text
+    assert task.parse("Answer: (B)", qs[0]) == "B" and task.parse("I pick (C)", qs[0]) is None
+    text = DatasetTask(
+        "capitals", answer_format="text", train=[{"question": "Capital of France?", "answer": "Paris."}]
+    )
+    q = text.load("train")[0]
+    assert q.gold == "paris" and text.parse("It is \\boxed{ PARIS }", q) == "paris"
+    assert text.parse("no box", q) is None and normalize_text("  New   York. ") == "new york"
+
+
+def test_dataset_task_own_parser_and_instruction():
+    task = DatasetTask(
+        train=TRAIN,
+        instruction="End with 'ANSWER: n'.",
+        parse=lambda text, q: text.rsplit("ANSWER:", 1)[-1].strip() if "ANSWER:" in text else None,
+    )
+    q = task.load("train")[0]
+    assert task.prompt(q).endswith("End with 'ANSWER: n'.") and task.parse("so ANSWER: 3", q) == "3"
+    bad = DatasetTask(train=TRAIN, parse=lambda text, q: 3)
+    with pytest.raises(TypeError, match="not a string"):
+        bad.parse("x", q)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"train": [{"question": "q"}]}, "record 0: no 'answer' field (fields: question)"),
+        ({"train": [{"question": "q", "answer": "seven"}]}, "is not a number"),
+        (
+            {"train": [{"id": 1, "question": "q", "answer": 1}, {"id": 1, "question": "r", "answer": 2}]},
+            "id '1'",
+        ),
+        ({"train": [{"question": "", "answer": 1}]}, "non-empty string"),
+        ({"train": ["not a dict"]}, "must be a dict"),
+        ({"train": []}, "has no records"),
+        ({"train": {"question": "q", "answer": 1}}, "not one dict"),
+        (
+            {"answer_format": "choice", "train": [{"question": "q", "options": ["a", "b"], "answer": "C"}]},
+            "not a letter",
+        ),
+        ({"answer_format": "choice", "train": [{"question": "q", "answer": "A"}]}, "list of at least two"),
+    ],
+)
+def test_dataset_task_bad_records_are_named(kwargs, needle):
+    with pytest.raises(DataError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+        DatasetTask(**kwargs)
+
+
+def test_dataset_task_from_jsonl_and_template(tmp_path):
+    path = tmp_path / "train.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in TRAIN))
+    template = DatasetTask("filed", answer_format="number")
+    with pytest.raises(ValueError, match="holds no records"):
+        template.load("train")
+    task = template.with_splits(train=str(path), test=None)
+    assert task.splits == ("train",) and len(task.load("train")) == len(TRAIN) and template.splits == ()
+    with pytest.raises(ValueError, match="already holds records"):
+        task.with_splits(train=TRAIN)
+    with pytest.raises(ValueError, match="answer_format"):
+        DatasetTask(answer_format="essay")
+
+
+class Echo(Task):
+    """A user's Task subclass: the answer is the question's last word."""
+
+    name = "echo"
+    splits = ("train", "test")
+
+    def __init__(self, n: int = 3):
+        self.n = n
+
+    def load(self, split="test", data_path=None, limit=None, seed=0):
+        return [Question(id=f"{split}-{k}", text=f"say w{k}", gold=f"w{k}") for k in range(self.n)][:limit]
+
+    def format_instruction(self, question):
+        return "Repeat the last word."
+
+    def parse(self, text, question):
+        return text.split()[-1] if text.split() else None
+
+
+def test_registered_and_imported_tasks_reach_the_config(tmp_path):
+    register_task("echo-test", Echo)
+    assert "echo-test" in task_names() and get_task("echo-test", n=2).n == 2
+    config = TrainConfig(task="echo-test", task_options={"n": 5}, output_dir=str(tmp_path))
+    assert config.task == "echo-test"
+    with pytest.raises(ConfigError, match="task echo-test takes n, not m"):
+        TrainConfig(task="echo-test", task_options={"m": 1}, output_dir=str(tmp_path))
+    assert isinstance(get_task(f"{__name__}:Echo"), Echo)  # a class named by its import path
+    register_task("echo-object", Echo(n=1))
+    with pytest.raises(ValueError, match="takes no options"):
+        get_task("echo-object", n=2)
+    with pytest.raises(ConfigError, match="task: task 'no.such.module:X': cannot import"):
+        TrainConfig(task="no.such.module:X", output_dir=str(tmp_path))
+    with pytest.raises(ValueError, match="built-in task"):
+        register_task("gsm8k", Echo)
+    with pytest.raises(TypeError, match="needs a Task subclass"):
+        register_task("bad", 3)
+
+
+# --- rewards, LoRA, callbacks ----------------------------------------------------------------------
+def test_reward_callables_and_names():
+    fns = load_reward_functions([brevity, "udpo.reward_functions:concise"], [0.5, 2.0])
+    assert [f.name for f in fns] == [f"{__name__}:brevity", "udpo.reward_functions:concise"]
+    assert [f.weight for f in fns] == [0.5, 2.0] and fns[0].fn is brevity
+    assert function_name(lambda t, i: 0.0) == f"{__name__}:test_reward_callables_and_names.<locals>.<lambda>"
+    with pytest.raises(ValueError, match="share a name"):
+        load_reward_functions([brevity, brevity])
+    with pytest.raises(ValueError, match="neither a module:function name nor a callable"):
+        load_reward_functions([3])
+
+
+def test_trainer_refuses_weights_that_do_not_fit_before_loading(tmp_path):
+    args = udpo.UDPOConfig(output_dir=str(tmp_path / "run"), reward_weights=[1.0, 2.0])
+    with pytest.raises(ValueError, match="2 reward_weights for 1 reward_functions"):
+        udpo.UDPOTrainer(args=args, train_dataset=TRAIN, reward_funcs=[brevity])
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(ValueError, match="eval_dataset without train_dataset"):
+        udpo.UDPOTrainer(args=udpo.UDPOConfig(output_dir=str(tmp_path / "run")), eval_dataset=TEST)
+    with pytest.raises(TypeError, match="Echo loads its own questions"):
+        udpo.UDPOTrainer(
+            args=udpo.UDPOConfig(output_dir=str(tmp_path / "run")), train_dataset=TRAIN, task=Echo()
+        )
+
+
+def test_command_line_still_refuses_weights_without_functions(tmp_path):
+    from udpo.config import parse_config
+
+    with pytest.raises(ConfigError, match="one weight per reward_functions entry"):
+        parse_config(["--reward_weights", "1.0", "--output_dir", str(tmp_path / "r")])
+
+
+def test_lora_settings_from_peft():
+    from peft import LoraConfig
+
+    from udpo.policy import LoraSettings
+
+    lora = LoraSettings.from_peft(LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", use_rslora=True))
+    assert (lora.r, lora.alpha, lora.target_modules) == (4, 8, ["all-linear"])
+    built = lora.peft_config()
+    assert built.target_modules == "all-linear" and built.use_rslora and built.task_type == "CAUSAL_LM"
+    resolved = lora.resolved(["q_proj", "up_proj"])
+    assert resolved.target_modules == ["q_proj", "up_proj"] and resolved.peft_config().use_rslora
+    assert sorted(resolved.peft_config().target_modules) == ["q_proj", "up_proj"]
+    assert lora.to_dict() == {"r": 4, "alpha": 8, "dropout": 0.0, "target_modules": ["all-linear"]}
+
+
+def test_split_callbacks():
+    class Hook(TrainerCallback):
+        pass
+
+    def evaluation(trainer, iteration):
+        return {}
+
+    hook = Hook()
+    assert split_callbacks([hook, evaluation]) == ([hook], [evaluation])
+    with pytest.raises(TypeError, match="instance of Hook"):
+        split_callbacks([Hook])
+    with pytest.raises(TypeError, match="neither a TrainerCallback"):
+        split_callbacks([3])
+
+
+# --- the real thing --------------------------------------------------------------------------------
+class Recorder(TrainerCallback):
+    def __init__(self):
+        self.calls: list[tuple] = []
+
+    def on_train_begin(self, trainer):
+        self.calls.append(("begin",))
+
+    def on_iteration_end(self, trainer, iteration, metrics):
+        self.calls.append(("iteration", iteration, f"reward/{__name__}:brevity" in metrics))
+
+    def on_evaluate(self, trainer, iteration, summary):
+        self.calls.append(("evaluate", iteration, "wrong_majority" in summary))
+
+    def on_save(self, trainer, iteration, checkpoint):
+        self.calls.append(("save", iteration, checkpoint.is_dir()))
+
+    def on_train_end(self, trainer, result):
+        self.calls.append(("end", result["iterations"]))
+
+
+def test_trainer_on_a_model_object_with_all_linear_lora(tmp_path, model_path):
+    """A loaded model is trained as that very object, "all-linear" reaches the MLP, the hooks run in order,
+    the user's reward is logged, and leaving the ``with`` block frees the run folder."""
+    import torch
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from udpo import run_lock
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    args = udpo.UDPOConfig(
+        output_dir=str(tmp_path / "run"),
+        dtype="fp32",
+        bf16=False,
+        n_agents=2,
+        rounds=1,
+        max_tokens=8,
+        questions_per_iteration=2,
+        max_iterations=1,
+        eval_questions=2,
+        eval_steps=0,
+        save_steps=1,
+        progress=False,
+        **{k: [0.5, 0.5] for k in ("alpha", "beta", "gamma", "lambda_", "eta")},  # no calibration
+    )
+    recorder = Recorder()
+    with udpo.UDPOTrainer(
+        model=model,
+        processing_class=AutoTokenizer.from_pretrained(model_path),
+        args=args,
+        train_dataset=TRAIN,
+        eval_dataset=TEST,
+        reward_funcs=[brevity],
+        peft_config=LoraConfig(r=4, lora_alpha=8, target_modules="all-linear"),
+        callbacks=[recorder],
+    ) as trainer:
+        assert trainer.policy.models[model_path].get_base_model() is model
+        assert {"gate_proj", "up_proj", "down_proj", "q_proj"} <= set(trainer.policy.lora.target_modules)
+        assert trainer.config.task == "dataset" and trainer.config.reward_functions == [f"{__name__}:brevity"]
+        assert [q.gold for q in trainer.eval_set] == ["2", "4"]
+        result = trainer.train()
+        assert run_lock.locked(trainer.run_dir)
+    assert not run_lock.locked(trainer.run_dir)
+    assert recorder.calls == [
+        ("evaluate", 0, True),
+        ("save", 0, True),
+        ("begin",),
+        ("iteration", 1, True),
+        ("save", 1, True),
+        ("evaluate", 1, True),
+        ("end", 1),
+    ]
+    assert result["iterations"] == 1 and "accuracy" in result["after"]
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert saved["lora_target_modules"] == ["all-linear"] and saved["task"] == "dataset"
+
+
+def test_example_script_trains_on_its_own_data(tmp_path):
+    """examples/train_on_my_data.py, run as a user would: it trains, logs its reward, evaluates, saves."""
+    out = tmp_path / "example"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "train_on_my_data.py"),
+            "--output-dir",
+            str(out),
+            "--iterations",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1200,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "iteration 2: reward" in done.stdout and "held-out accuracy:" in done.stdout
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if r.get("kind") == "train"]
+    assert [r["iteration"] for r in train] == [1, 2]
+    assert all("reward/__main__:says_it_once" in r for r in train)
+    evals = [r["iteration"] for r in records if r.get("kind") == "eval"]
+    assert evals == [0, 2]
+    assert (out / "checkpoints" / "iter_000002").is_dir()
+    summary = json.loads((out / "eval" / "iter_000002" / "summary.json").read_text())
+    assert summary["n_questions"] == 6
