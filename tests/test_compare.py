@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,70 @@ def test_every_method_gets_the_same_budget(tmp_path):
 def test_bad_compare_configs_are_refused(tmp_path, extra, message):
     with pytest.raises(ConfigError, match=message):
         CompareConfig.load(write_compare(tmp_path, **extra))
+
+
+def test_compare_reads_its_recipe_as_training_does(tmp_path, monkeypatch):
+    """The recipe is read by training's reader: each method's config is what ``udpo train --config
+    RECIPE`` reads but for what compare sets, and the recipe's env: is set for the runs, as training sets
+    it (it was dropped)."""
+    from udpo.config import parse_config
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("UDPO_COMPARE_TEST", "before")  # restored after the test
+    recipe = tmp_path / "recipe.yaml"
+    values = {**TINY, "learning_rate": "5e-4", "env": {"UDPO_COMPARE_TEST": "from the recipe"}}
+    recipe.write_text("\ufeff" + yaml.safe_dump(values), encoding="utf-8")  # a BOM, a number as text
+    path = tmp_path / "compare.yaml"
+    path.write_text(yaml.safe_dump({"recipe": "recipe.yaml", "methods": ["udpo", "mappo"], "seeds": [0]}))
+    config = CompareConfig.load(path)
+    assert os.environ["UDPO_COMPARE_TEST"] == "from the recipe"
+    trained = parse_config(["--config", str(recipe)])
+    for method in config.trained():
+        tc = config.train_config(method, 0)
+        assert tc.learning_rate == 5e-4
+        differ = {f for f in TrainConfig.__dataclass_fields__ if getattr(tc, f) != getattr(trained, f)}
+        assert differ <= {"algorithm", "ablations", "seed", "output_dir", "run_name", "eval_at_start"}, differ
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def train(tc):
+        seen.append((tc.algorithm, os.environ.get("UDPO_COMPARE_TEST")))
+        raise Stop
+
+    monkeypatch.setenv("UDPO_COMPARE_TEST", "before")
+    config = CompareConfig.load(path)
+    with pytest.raises(Stop):
+        run_compare(config, train=train, progress=False)
+    assert seen == [("udpo", "from the recipe")]
+
+
+@pytest.mark.parametrize(
+    "compare, recipe, message",
+    [
+        ("recipe: recipe.yaml\nseeds: &s [0]\nsettings: {max_iterations: *s}\n", None, "YAML aliases"),
+        ("recipe: recipe.yaml\n", "n_agents: &n 2\nrounds: *n\n", "recipe.yaml:2: YAML aliases"),
+        ("recipe: recipe.yaml\n", "n_agnets: 2\n", "did you mean 'n_agents'"),
+        (
+            "recipe: recipe.yaml\nsettings: {learning_rat: 0.1}\n",
+            None,
+            "settings: unknown .* 'learning_rate'",
+        ),
+        ("recipe: recipe.yaml\nmethod_settings: {udpo: {etaa: 1}}\n", None, "method_settings.udpo: unknown"),
+        ("recipe: recipe.yaml\nsettings: {env: {A: 1}}\n", None, "env: belongs in the recipe"),
+    ],
+)
+def test_compare_configs_are_checked_as_recipes_are(tmp_path, compare, recipe, message):
+    """The compare config and its recipe answer as a training recipe does: YAML aliases refused (the
+    compare config's were accepted), unknown keys named with the closest field (settings: gave a
+    TypeError), at load."""
+    (tmp_path / "recipe.yaml").write_text(recipe if recipe is not None else yaml.safe_dump(TINY))
+    path = tmp_path / "compare.yaml"
+    path.write_text(compare)
+    with pytest.raises(ConfigError, match=message):
+        CompareConfig.load(path)
 
 
 def finished_run(run: Path, method: str, correct0: list[bool], correct1: list[bool]) -> None:

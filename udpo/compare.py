@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -33,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from udpo.config import ConfigError, TrainConfig, load_yaml
+from udpo.config import ConfigError, TrainConfig, _NoAliases, _recipe_loader, _unknown_key_error, load_yaml
 from udpo.env.jsonl import write_json
 from udpo.results import METRICS, eval_iterations, per_question, problems
 
@@ -119,20 +120,35 @@ class CompareConfig:
                 raise ConfigError(
                     f"settings: {name} is set by compare itself (seeds:, output_dir:, methods:)"
                 )
+        known = {f.name for f in fields(TrainConfig)}
+        for where, values in [
+            ("settings", self.settings),
+            *((f"method_settings.{m}", v) for m, v in self.method_settings.items()),
+        ]:
+            if not isinstance(values, dict):
+                raise ConfigError(f"{where} must be a mapping of training settings, got {values!r:.80}")
+            if "env" in values:
+                raise ConfigError(f"{where}: env: belongs in the recipe (set once, for every run)")
+            unknown = [k for k in values if k not in known]
+            if unknown:
+                raise _unknown_key_error(unknown, where)  # as training names an unknown key
 
     @classmethod
     def load(cls, path: str | Path) -> CompareConfig:
-        """Read a compare YAML file (keys: the fields of this class); the recipe path is relative to the
-        current directory, or to the file's folder when it is not found there."""
-        import yaml
+        """Read a compare YAML file (keys: the fields of this class) and its recipe as training reads
+        them, and set the recipe's ``env:`` variables in this process as training does.
 
+        The file is parsed by the recipe parser (:func:`udpo.config.load_yaml`'s: YAML aliases refused,
+        a byte-order mark accepted); the recipe by :func:`udpo.config.load_yaml` itself (unknown keys
+        named, values checked), so a recipe error answers here, before anything loads. Every run of a
+        compare trains in this process, so the recipe's ``env:`` (e.g. ``OMP_NUM_THREADS``) is set once,
+        now, as ``udpo train`` sets it when it reads the recipe: call this before torch is imported (the
+        ``udpo compare`` command does) for thread settings to take effect. The recipe path is relative to
+        the current directory, or to the file's folder when it is not found there."""
         path = Path(path)
         if not path.is_file():
             raise ConfigError(f"compare config not found: {path}")
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{path}: not valid YAML ({' '.join(str(e).split())[:200]})") from None
+        data = _read_yaml(path) or {}
         known = {f.name for f in fields(cls)}
         if not isinstance(data, dict) or "recipe" not in data:
             raise ConfigError(
@@ -144,7 +160,10 @@ class CompareConfig:
         recipe = Path(data["recipe"])
         if not recipe.is_file() and (path.parent / recipe).is_file():
             data["recipe"] = str(path.parent / recipe)
-        return cls(**data)
+        config = cls(**data)
+        for key, value in load_yaml(config.recipe).get("env", {}).items():
+            os.environ[key] = str(value)  # as udpo.config.parse_config does with a training recipe
+        return config
 
     def run_dir(self, method: str, seed: int) -> Path:
         return Path(self.output_dir) / method / f"seed_{seed}"
@@ -154,7 +173,7 @@ class CompareConfig:
 
     def train_config(self, method: str, seed: int) -> TrainConfig:
         """The training config of one (method, seed): recipe, then ``settings``, the method's own settings,
-        the seed and the run folder."""
+        the seed and the run folder. (The recipe's ``env:`` is no training field: :meth:`load` set it.)"""
         recipe = load_yaml(self.recipe)
         recipe.pop("env", None)
         values = {
@@ -169,6 +188,21 @@ class CompareConfig:
         if self.shared_start and method != self.trained()[0]:
             values["eval_at_start"] = False  # Standard MAD is the first method's iteration 0
         return TrainConfig(**values)
+
+
+def _read_yaml(path: Path) -> Any:
+    """A compare config's YAML, parsed as a recipe is (udpo.config's loader), errors naming the file."""
+    import yaml
+
+    try:
+        return yaml.load(path.read_text(encoding="utf-8-sig"), Loader=_recipe_loader())
+    except _NoAliases as e:
+        raise ConfigError(
+            f"{path}:{e.args[0].line + 1}: YAML aliases (*name) are not allowed in a compare config; write "
+            f"the value out"
+        ) from None
+    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as e:
+        raise ConfigError(f"{path}: not valid YAML ({' '.join(str(e).split())[:200]})") from None
 
 
 def check_budgets(configs: dict[str, TrainConfig]) -> None:
