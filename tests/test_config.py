@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -206,3 +207,36 @@ def test_reference_table_lists_every_field_and_the_docs_show_it():
     for name in TrainConfig.__dataclass_fields__:
         assert f"| `{name}` |" in table
     assert table in (REPO / "docs" / "training.md").read_text(), "regenerate with python -m udpo.config"
+
+
+def test_field_groups_partition_the_config_and_check_their_own_fields():
+    """Six groups hold every field once; each group's check refuses its own bad values without the rest
+    of the config, and the rules that span groups are TrainConfig's."""
+    from dataclasses import fields as dc_fields
+
+    from udpo.config import (
+        GROUPS,
+        AlgorithmArgs,
+        DebateArgs,
+        ModelArgs,
+        OptimizerArgs,
+        RewardArgs,
+        RunArgs,
+    )
+
+    names = [f.name for group in GROUPS for f in dc_fields(group)]
+    assert sorted(names) == sorted(TrainConfig.__dataclass_fields__) and len(names) == len(set(names))
+    assert max(len(dc_fields(group)) for group in GROUPS) <= 30
+    for group, bad, needle in [
+        (ModelArgs, {"dtype": "int4"}, "dtype must be auto"),
+        (DebateArgs, {"top_p": 0.0}, "top_p must be in (0, 1]"),
+        (RewardArgs, {"lam": 2.0}, "lam must be in [0, 1]"),
+        (AlgorithmArgs, {"clip_eps": 1.5}, "clip_eps must be in (0, 1)"),
+        (OptimizerArgs, {"learning_rate": 0.0}, "learning_rate must be a finite number > 0"),
+        (RunArgs, {"report_to": ["mlflow"]}, "report_to: unknown tracker"),
+    ]:
+        group().check()  # the defaults pass on their own
+        with pytest.raises(ConfigError, match=re.escape(needle)):
+            group(**bad).check()
+    with pytest.raises(ConfigError, match="alpha needs 1 value"):  # n_agents (debate) x alpha (rewards)
+        TrainConfig(n_agents=3, alpha=[0.1, 0.2])
