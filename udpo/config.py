@@ -1029,7 +1029,12 @@ def reference_markdown() -> str:
     """The config reference (field, default, meaning) generated from the dataclasses, one table per group."""
     parts = []
     for group in GROUPS:
-        rows = [f"**`{group.__name__}`**: {group.__doc__}", "", "| field | default | meaning |", "|---|---|---|"]
+        rows = [
+            f"**`{group.__name__}`**: {group.__doc__}",
+            "",
+            "| field | default | meaning |",
+            "|---|---|---|",
+        ]
         for f in fields(group):
             default = f.default_factory() if f.default_factory is not MISSING else f.default  # type: ignore[misc]
             shown = "null" if default is None else default
