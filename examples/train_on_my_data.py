@@ -26,14 +26,12 @@ def shopping_questions(n: int, seed: int) -> list[dict]:
     items = ["pencils", "apples", "stickers", "marbles", "cards"]
     rows = []
     for k in range(n):
-        per_box, boxes, extra = rng.randint(2, 9), rng.randint(2, 5), rng.randint(0, 9)
-        item = rng.choice(items)
+        have, buys, item = rng.randint(2, 9), rng.randint(2, 9), rng.choice(items)
         rows.append(
             {
                 "id": f"shop-{seed}-{k}",
-                "question": f"A box holds {per_box} {item}. Mia buys {boxes} boxes and finds {extra} more "
-                f"{item}. How many {item} does she have?",
-                "answer": per_box * boxes + extra,
+                "question": f"Mia has {have} {item} and buys {buys} more. How many {item} does she have now?",
+                "answer": have + buys,
             }
         )
     return rows
