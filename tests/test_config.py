@@ -240,3 +240,22 @@ def test_field_groups_partition_the_config_and_check_their_own_fields():
             group(**bad).check()
     with pytest.raises(ConfigError, match="alpha needs 1 value"):  # n_agents (debate) x alpha (rewards)
         TrainConfig(n_agents=3, alpha=[0.1, 0.2])
+
+
+def test_algorithm_registry_matches_the_config_and_declares_needs():
+    """One registry: the config's names are its keys; the classes say whether they need a critic and
+    whether they perturb training rollouts."""
+    from udpo.algorithms import ALGORITHMS, MAPPO, RMAAC, UDPO, algorithm_class
+    from udpo.config import ALGORITHMS as NAMES
+
+    assert tuple(ALGORITHMS) == NAMES
+    assert [algorithm_class(n).needs_critic for n in NAMES] == [False, True, True]
+    with pytest.raises(ValueError, match="unknown algorithm 'ppo'; choose udpo, mappo, rmaac"):
+        algorithm_class("ppo")
+    with pytest.raises(ValueError, match="mappo needs a critic"):
+        MAPPO.from_config(TrainConfig(algorithm="mappo"), {}, critic=None)
+    with pytest.raises(ValueError, match="rmaac needs a critic"):
+        RMAAC.from_config(TrainConfig(algorithm="rmaac"), {}, critic=None)
+    record = {"coefficients": {k: [0.5] * 3 for k in ("alpha", "beta", "gamma", "lambda_", "eta")}}
+    udpo = UDPO.from_config(TrainConfig(clip_eps=0.3, kl_loss="k2"), record)
+    assert udpo.adversary_stage(None) is None and (udpo.config.clip_eps, udpo.config.kl_loss) == (0.3, "k2")

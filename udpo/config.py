@@ -25,9 +25,8 @@ from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
+#: the names of udpo.algorithms.ALGORITHMS (a test keeps them equal): the config is checked before torch loads
 ALGORITHMS = ("udpo", "mappo", "rmaac")
-#: the algorithms a run can use today; the others are refused when the config is read
-IMPLEMENTED_ALGORITHMS = ("udpo", "mappo", "rmaac")
 TRACKERS = ("none", "jsonl", "wandb", "tensorboard")
 #: per-agent reward coefficients (paper eq. 4 and 6) that may be given explicitly instead of calibrated
 COEFFICIENTS = ("alpha", "beta", "gamma", "lambda_", "eta")
@@ -420,11 +419,8 @@ class AlgorithmArgs:
             ),
             fractions=("replay_fraction",),
         )
-        if self.algorithm not in IMPLEMENTED_ALGORITHMS:
-            raise ConfigError(
-                f"algorithm: {self.algorithm} is not implemented yet; use algorithm: "
-                f"{' or '.join(IMPLEMENTED_ALGORITHMS)}"
-            )
+        if self.algorithm not in ALGORITHMS:
+            raise ConfigError(f"algorithm: {self.algorithm!r} is not one of {', '.join(ALGORITHMS)}")
         if not 0 < self.clip_eps < 1:
             raise ConfigError(f"clip_eps must be in (0, 1), got {self.clip_eps}")
         if not (self.dual_clip == 0 or (self.dual_clip > 1 and math.isfinite(self.dual_clip))):

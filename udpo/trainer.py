@@ -44,7 +44,7 @@ import torch
 from udpo import checkpoint as ckpt
 from udpo import distributed as dist
 from udpo import run_lock
-from udpo.algorithms import build_algorithm
+from udpo.algorithms import algorithm_class, build_algorithm
 from udpo.algorithms.base import RolloutBatch, fill_behavior_logprobs
 from udpo.config import TrainConfig
 from udpo.env.backends.base import Backend
@@ -201,7 +201,7 @@ class Trainer:
         ]
         self._model, self._tokenizer, self._lora = model, tokenizer, lora
         self.critic = None  # set before the checkpoint check, which asks whether the run has one
-        self.critic_needed = config.algorithm in ("mappo", "rmaac")
+        self.critic_needed = algorithm_class(config.algorithm).needs_critic
         self._lock = self._lock_run_dir()  # released by close(), or here when setting up fails
         try:
             self._check_run_dir()
@@ -420,8 +420,8 @@ class Trainer:
         """Rollout, reward, update, sync for iteration ``k``; returns its metrics."""
         cfg, timer = self.config, Timer()
         questions = [q for q in self.schedule.for_iteration(k) for _ in range(cfg.debates_per_question)]
-        adversary = getattr(self.algorithm, "adversary", None)  # rmaac perturbs what agents read in training
-        protocol = self.debate_protocol().with_stages(adversary(self.task)) if adversary else None
+        adversary = self.algorithm.adversary_stage(self.task)  # rmaac perturbs what agents read in training
+        protocol = self.debate_protocol().with_stages(adversary) if adversary is not None else None
         with timer("rollout"):
             fresh = self.debate(questions, {"phase": "train", "iteration": k}, protocol=protocol)
         tokens = sum(len(turn.completion_ids) for t in fresh for row in t.turns for turn in row)

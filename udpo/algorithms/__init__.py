@@ -12,47 +12,28 @@ from .mappo import MAPPO
 from .rmaac import RMAAC
 from .udpo import UDPO, Coefficients, UDPOConfig, compute_rewards
 
+#: every algorithm a run can name, by name; each class declares what it needs (``needs_critic``, an
+#: ``adversary_stage``) and builds itself from a run's config (``from_config``)
+ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (UDPO, MAPPO, RMAAC)}
+
+
+def algorithm_class(name: str) -> type[Algorithm]:
+    """The class of algorithm ``name`` (a ValueError naming the choices otherwise)."""
+    if name not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {name!r}; choose {', '.join(ALGORITHMS)}")
+    return ALGORITHMS[name]
+
 
 def build_algorithm(
     config, calibration: dict[str, Any], critic=None, reward_functions: Sequence = ()
 ) -> Algorithm:
     """The algorithm a run's ``config`` (a :class:`udpo.config.TrainConfig`) names. UDPO takes its per-agent
     coefficients from the ``calibration`` record; MAPPO and RMAAC need the run's ``critic``."""
-    shared = {
-        "clip_eps": config.clip_eps,
-        "dual_clip": config.dual_clip,
-        "loss_aggregation": config.loss_aggregation,
-        "kl_loss": config.kl_loss,
-        "is_correction": config.is_correction,
-        "is_cap": config.is_cap,
-        "baseline": config.baseline,
-    }
-    if config.advantage_norm != "auto":  # auto: each algorithm's own default
-        shared["advantage_norm"] = config.advantage_norm
-    if config.algorithm == "udpo":
-        return UDPO(
-            Coefficients.from_dict(calibration),
-            UDPOConfig(**shared, ratio_level=config.ratio_level),
-            scope=config.reward_scope,
-            functions=reward_functions,
-        )
-    if critic is None:
-        raise ValueError(f"algorithm {config.algorithm} needs a critic")
-    settings = ActorCriticConfig(
-        **shared,
-        eta=config.eta[0] if config.eta else config.eta_base,
-        w_consensus=config.w_consensus,
-        gamma=config.gae_gamma,
-        lam=config.gae_lambda,
-    )
-    if config.algorithm == "mappo":
-        return MAPPO(critic, settings)
-    if config.algorithm == "rmaac":
-        return RMAAC(critic, settings, budget=config.adversary_budget)
-    raise ValueError(f"unknown algorithm {config.algorithm!r}; choose udpo, mappo or rmaac")
+    return algorithm_class(config.algorithm).from_config(config, calibration, critic, reward_functions)
 
 
 __all__ = [
+    "ALGORITHMS",
     "MAPPO",
     "RMAAC",
     "UDPO",
@@ -64,6 +45,7 @@ __all__ = [
     "LossSettings",
     "RolloutBatch",
     "UDPOConfig",
+    "algorithm_class",
     "build_algorithm",
     "compute_rewards",
     "fill_behavior_logprobs",

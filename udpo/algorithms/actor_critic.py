@@ -46,6 +46,7 @@ from .base import (
     correction_weights,
     kl_estimate,
     loss_metrics,
+    loss_settings,
     normalize_advantages,
     ratio,
 )
@@ -130,11 +131,33 @@ class ActorCritic(Algorithm):
     ``advantages`` returns [M, N, K] (K: the most rounds an agent spoke; rounds it did not speak are 0) and
     keeps the value targets for :meth:`critic_loss` of the same batch."""
 
+    needs_critic = True
+
     def __init__(self, critic, config: ActorCriticConfig | None = None):
         self.critic = critic
         self.config = config or ActorCriticConfig()
         self.targets: dict[int, list[tuple[str, float]]] = {}  # debate -> (state, G) of its states
         self.explained_variance = float("nan")  # of the critic's values on the last batch's targets
+
+    @classmethod
+    def from_config(
+        cls, config, calibration=None, critic=None, reward_functions: Sequence = ()
+    ) -> ActorCritic:
+        """The run's ``critic`` and the config's settings; one KL weight (``eta[0]`` or ``eta_base``)."""
+        if critic is None:
+            raise ValueError(f"algorithm {cls.name} needs a critic")
+        return cls(critic, cls.settings(config))
+
+    @staticmethod
+    def settings(config) -> ActorCriticConfig:
+        """The :class:`ActorCriticConfig` a run's config sets."""
+        return ActorCriticConfig(
+            **loss_settings(config),
+            eta=config.eta[0] if config.eta else config.eta_base,
+            w_consensus=config.w_consensus,
+            gamma=config.gae_gamma,
+            lam=config.gae_lambda,
+        )
 
     @abc.abstractmethod
     def states(self, trajectory: Trajectory, agent: int) -> list[str]:

@@ -31,6 +31,7 @@ import abc
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -273,6 +274,23 @@ class LossSettings:
             raise ValueError(f"is_cap must be > 1, got {self.is_cap}")
 
 
+def loss_settings(config) -> dict[str, Any]:
+    """The :class:`LossSettings` a run's config sets, for every algorithm (``advantage_norm: auto`` leaves
+    each algorithm its own default)."""
+    shared = {
+        "clip_eps": config.clip_eps,
+        "dual_clip": config.dual_clip,
+        "loss_aggregation": config.loss_aggregation,
+        "kl_loss": config.kl_loss,
+        "is_correction": config.is_correction,
+        "is_cap": config.is_cap,
+        "baseline": config.baseline,
+    }
+    if config.advantage_norm != "auto":
+        shared["advantage_norm"] = config.advantage_norm
+    return shared
+
+
 def kl_estimate(logp: Tensor, logp_ref: Tensor, kind: str = "k3") -> Tensor:
     """Per-token KL loss with r = logp_ref - logp_theta (r clamped like the ratio): ``k3`` = exp(r) - r - 1,
     whose expected gradient on samples of pi_theta is that of KL(ref || theta); ``k2`` = r^2 / 2, whose
@@ -364,8 +382,22 @@ class Algorithm(abc.ABC):
     """
 
     name = "algorithm"
+    #: whether the run must build a critic (a value head with its own adapter) and pass it to ``from_config``
+    needs_critic = False
     #: a critic-based algorithm's critic (its parameters train with :meth:`critic_loss`); None otherwise
     critic = None
+
+    @classmethod
+    @abc.abstractmethod
+    def from_config(
+        cls, config, calibration: dict[str, Any], critic=None, reward_functions: Sequence = ()
+    ) -> Algorithm:
+        """The algorithm a run's ``config`` (a :class:`udpo.config.TrainConfig`) sets up, with the run's
+        ``calibration`` record, its ``critic`` (when :attr:`needs_critic`) and its user reward terms."""
+
+    def adversary_stage(self, task):
+        """A protocol stage that perturbs what agents read in training rollouts, or None (the default)."""
+        return None
 
     @abc.abstractmethod
     def rewards(self, trajectories: Sequence[Trajectory]) -> tuple[Tensor, dict[str, Tensor]]:

@@ -43,6 +43,13 @@ class RMAAC(ActorCritic):
         rate = swapped / len(read) if read else 0.0
         return {**super().batch_metrics(batch, advantages), "adversary/swap_rate": rate}
 
-    def adversary(self, task: Task) -> RMAACAdversary:
+    @classmethod
+    def from_config(cls, config, calibration=None, critic=None, reward_functions=()) -> RMAAC:
+        """MAPPO's settings plus ``adversary_budget``."""
+        if critic is None:
+            raise ValueError(f"algorithm {cls.name} needs a critic")
+        return cls(critic, cls.settings(config), budget=config.adversary_budget)
+
+    def adversary_stage(self, task: Task) -> RMAACAdversary:
         """The protocol stage that perturbs training rollouts, scoring states with this critic."""
         return RMAACAdversary(task, lambda texts: self.critic.values(texts).tolist(), self.budget)

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import numpy as np
 import torch
@@ -47,6 +48,7 @@ from .base import (
     debate_sum,
     kl_estimate,
     loss_metrics,
+    loss_settings,
     normalize_advantages,
     ratio,
 )
@@ -202,6 +204,18 @@ class UDPO(Algorithm):
         self.coefficients = coefficients
         self.config = config or UDPOConfig()
         self.scope, self.functions = scope, list(functions)
+
+    @classmethod
+    def from_config(
+        cls, config, calibration: dict[str, Any], critic=None, reward_functions: Sequence = ()
+    ) -> UDPO:
+        """Per-agent coefficients from the ``calibration`` record; no critic."""
+        return cls(
+            Coefficients.from_dict(calibration),
+            UDPOConfig(**loss_settings(config), ratio_level=config.ratio_level),
+            scope=config.reward_scope,
+            functions=reward_functions,
+        )
 
     def rewards(self, trajectories: Sequence[Trajectory]) -> tuple[Tensor, dict[str, Tensor]]:
         return compute_rewards(trajectories, self.coefficients, self.scope, self.functions)
