@@ -7,6 +7,8 @@ answer over rounds). Times, measured side by side in this run:
 
 - scalar: ``uncertainty(a)`` for every debate (debate-level metrics only), and "scalar, all terms":
   ``uncertainty``, ``agent_uncertainty`` and ``rewards`` in both scopes (what ``debate_metrics`` returns);
+  these one-debate functions are the batch path on a batch of one, so this measures the cost of calling
+  it debate by debate (the formulas written out per debate are the tests' oracle, not library code);
 - batch: ``debate_metrics(matrices)`` (validation, integer coding, and every debate- and agent-level
   metric and reward term), and ``batch_uncertainty(codes)`` on pre-coded integers.
 

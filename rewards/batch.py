@@ -1,10 +1,13 @@
-"""Vectorized uncertainty metrics and rewards for many debates at once.
+"""The one implementation of the uncertainty metrics, reward terms and majority vote: vectorized, for many
+debates at once.
 
 :func:`batch_uncertainty` takes integer codes ``M x N x (T+1)`` (see :func:`udpo.rewards.encode_answers`)
-and returns every metric of :mod:`udpo.rewards.metrics` and every reward term of
-:mod:`udpo.rewards.reward` as arrays, with the same numbers as the one-debate reference path.
-:func:`debate_metrics` does the same for a list of answer matrices (shapes may differ; debates are
-grouped by shape), adds predictions and r_task, and is what the trainer calls every iteration.
+and returns every metric of :mod:`udpo.rewards.metrics` (their definitions) and every reward term of
+:mod:`udpo.rewards.reward` as arrays. :func:`debate_metrics` does the same for a list of answer matrices
+(shapes may differ; debates are grouped by shape), adds predictions and r_task, and is what the trainer
+calls every iteration. :func:`one_debate` is a batch of one: ``uncertainty``, ``agent_uncertainty``,
+``rewards`` and ``majority_vote`` read their numbers from it. The formulas written out one debate at a
+time live in the tests (tests/reference_metrics.py), as the oracle this path is checked against.
 
 Implementation notes: pairwise disagreement is counted in N passes over the ``M x N x (T+1)`` codes. For the
 final round, ``c_i`` (how many agents share agent i's answer) gives everything else: entropy
@@ -16,13 +19,29 @@ answer.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, fields
+from typing import Literal
 
 import numpy as np
 
-from .coding import NONE_CODE, AnswerCoder, AnswerMatrix, check_answer_matrices, check_codes
-from .reward import Match, Scope, is_correct
+from .coding import NONE_CODE, AnswerCoder, AnswerMatrix, check_answer_matrices, check_answers, check_codes
+
+Scope = Literal["trajectory", "agent"]
+#: match(prediction, gold) -> whether a (non-None) prediction is correct; default ``==``
+Match = Callable[[Hashable, Hashable], bool]
+
+
+def is_correct(prediction: Hashable | None, gold: Hashable | None, match: Match | None = None) -> bool:
+    """Whether a prediction is right: ``None`` never is; otherwise ``match`` (default ``==``)."""
+    if prediction is None:
+        return False
+    return bool(match(prediction, gold)) if match is not None else bool(prediction == gold)
+
+
+def _check_lam(lam: float) -> None:
+    if not 0.0 <= lam <= 1.0:
+        raise ValueError(f"lam must lie in [0, 1], got {lam}")
 
 
 @dataclass
@@ -88,8 +107,7 @@ def _votes(final: np.ndarray, same: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 def batch_uncertainty(codes: np.ndarray, lam: float = 0.5) -> DebateMetrics:
     """Uncertainty metrics, reward terms and votes of M integer-coded debates ``M x N x (T+1)``."""
-    if not 0.0 <= lam <= 1.0:
-        raise ValueError(f"lam must lie in [0, 1], got {lam}")
+    _check_lam(lam)
     x = check_codes(codes)
     m, n, t1 = x.shape
     t_max = t1 - 1
@@ -123,7 +141,8 @@ def batch_uncertainty(codes: np.ndarray, lam: float = 0.5) -> DebateMetrics:
     share = same.sum(axis=2)  # c_i
     distinct = np.rint((1.0 / share).sum(axis=1)).astype(int)
     raw_entropy = -np.log(share / n).mean(axis=1) / np.log(np.maximum(distinct, 2))
-    # as in final_round_spread: 0 when unanimous, exactly 1 for a uniform split, else capped at 1
+    # H: 0 when unanimous, exactly 1 for a uniform split (the sum of logs alone can round to 1 +- 4e-16),
+    # else capped at 1 against rounding, so H never leaves [0, 1]
     uniform = share.min(axis=1) == share.max(axis=1)
     entropy = np.select([distinct == 1, uniform], [0.0, 1.0], np.minimum(raw_entropy, 1.0))
     disagreement = (share.max(axis=1) < n).astype(float)
@@ -199,6 +218,15 @@ def debate_metrics(
             [is_correct(p, g, match) for p, g in zip(predictions, golds, strict=True)], float
         )
     return metrics
+
+
+def one_debate(
+    answers: AnswerMatrix, gold: Hashable | None = None, lam: float = 0.5, match: Match | None = None
+) -> DebateMetrics:
+    """:func:`debate_metrics` of one debate (a batch of one; errors name ``answers``), ``r_task`` against
+    ``gold``: where the one-debate functions read their numbers."""
+    _check_lam(lam)
+    return debate_metrics([check_answers(answers)], [gold], lam=lam, match=match)
 
 
 def agent_rewards(

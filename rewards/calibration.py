@@ -23,12 +23,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .batch import debate_metrics
+from .batch import Match, debate_metrics
 from .coding import AnswerMatrix
-from .reward import Match
 from .statistics import cohens_d
 
-METRICS = ("u_intra", "u_inter", "u_sys")
+#: the three uncertainty levels whose failure-vs-success effect sizes give the base weights alpha, beta, gamma
+UNCERTAINTY_LEVELS = ("u_intra", "u_inter", "u_sys")
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ def cohens_d_base_weights(
     correct = np.asarray(correct, dtype=bool)
     ds = {
         name: cohens_d(values[~correct], values[correct])
-        for name, values in zip(METRICS, (u_intra, u_inter, u_sys), strict=True)
+        for name, values in zip(UNCERTAINTY_LEVELS, (u_intra, u_inter, u_sys), strict=True)
     }
     shown = {k: (None if math.isnan(d) else d) for k, d in ds.items()}
     if correct.all() or not correct.any():

@@ -1,5 +1,5 @@
 """Three-level uncertainty of one debate (docs/metrics.md, "Formulas as implemented" and "Agent-tailored
-coefficients"), written to read like the formulas.
+coefficients"): the definitions, and the one-debate view of the one implementation.
 
 For an answer matrix ``a[i][t]`` (N agents, rounds t = 0..T; see :mod:`udpo.rewards.coding`):
 
@@ -17,18 +17,18 @@ The consensus-on-wrong guard (issue 24: agreement must not be bought with correc
 round and whether the debate's vote is right: ``majority`` is 1 when more than half of the agents give
 the same answer and the vote (then that answer) is wrong, ``unanimous`` when every agent gives it.
 
-This is the reference path, one debate at a time; :mod:`udpo.rewards.batch` computes the same
-numbers for many debates at once.
+:func:`uncertainty` and :func:`agent_uncertainty` are :mod:`udpo.rewards.batch` on a batch of one (the
+one implementation, vectorized); the formulas above written out one debate at a time are the tests'
+oracle (tests/reference_metrics.py).
 """
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import asdict, dataclass
 
+from .batch import one_debate
 from .coding import AnswerMatrix, check_answers
-from .vote import majority_vote
 
 
 @dataclass(frozen=True)
@@ -87,88 +87,28 @@ def wrong_consensus(answers: AnswerMatrix, correct: bool) -> WrongConsensus:
     )
 
 
-def _check_lam(lam: float) -> None:
-    if not 0.0 <= lam <= 1.0:
-        raise ValueError(f"lam must lie in [0, 1], got {lam}")
-
-
-def loo_changes(final: tuple) -> tuple[float, ...]:
-    """Per agent: 1.0 if removing it changes the majority vote of ``final``, else 0.0 (all 0 when N = 1)."""
-    if len(final) == 1:
-        return (0.0,)
-    vote = majority_vote(final)
-    return tuple(float(majority_vote(final[:i] + final[i + 1 :]) != vote) for i in range(len(final)))
-
-
-def final_round_spread(final: tuple) -> tuple[float, float]:
-    """Normalized entropy H and disagreement D of the final-round answers (None counts as an answer).
-
-    H of a uniform split is exactly 1 (the sum of logs alone can round to 1 +- 4e-16); any other H is
-    capped at 1 against rounding, so H never leaves [0, 1].
-    """
-    n = len(final)
-    counts = Counter(final).values()
-    k = len(counts)
-    if k == 1:
-        entropy = 0.0
-    elif min(counts) == max(counts):
-        entropy = 1.0
-    else:
-        entropy = min(1.0, -sum(c / n * math.log(c / n) for c in counts) / math.log(k))
-    disagreement = float(max(counts) < n)
-    return entropy, disagreement
-
-
 def uncertainty(answers: AnswerMatrix, lam: float = 0.5) -> Uncertainty:
     """U_intra, U_inter and U_sys (with their parts) of one debate's answer matrix."""
-    _check_lam(lam)
-    a = check_answers(answers)
-    n, t_max = len(a), len(a[0]) - 1
-
-    flips = sum(a[i][t] != a[i][t + 1] for i in range(n) for t in range(1, t_max))
-    flip_rate = flips / (n * (t_max - 1)) if t_max >= 2 else 0.0
-    revision_rate = sum(a[i][0] != a[i][t_max] for i in range(n)) / n
-    u_intra = lam * flip_rate + (1 - lam) * revision_rate
-
-    pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
-    conflict = tuple(
-        sum(a[i][t] != a[j][t] for i, j in pairs) / len(pairs) if pairs else 0.0 for t in range(t_max + 1)
-    )
-    u_inter = sum(conflict) / (t_max + 1)
-
-    final = tuple(row[t_max] for row in a)
-    entropy, disagreement = final_round_spread(final)
-    loo_instability = sum(loo_changes(final)) / n
-    u_sys = (entropy + disagreement + loo_instability) / 3
+    m = one_debate(answers, lam=lam)
     return Uncertainty(
-        flip_rate=flip_rate,
-        revision_rate=revision_rate,
-        u_intra=u_intra,
-        conflict=conflict,
-        u_inter=u_inter,
-        entropy=entropy,
-        disagreement=disagreement,
-        loo_instability=loo_instability,
-        u_sys=u_sys,
+        flip_rate=float(m.flip_rate[0]),
+        revision_rate=float(m.revision_rate[0]),
+        u_intra=float(m.u_intra[0]),
+        conflict=tuple(m.conflict[0].tolist()),
+        u_inter=float(m.u_inter[0]),
+        entropy=float(m.entropy[0]),
+        disagreement=float(m.disagreement[0]),
+        loo_instability=float(m.loo_instability[0]),
+        u_sys=float(m.u_sys[0]),
     )
 
 
 def agent_uncertainty(answers: AnswerMatrix, lam: float = 0.5) -> AgentUncertainty:
     """Each agent's share of the debate's uncertainty (used by agent-scope rewards and calibration)."""
-    _check_lam(lam)
-    a = check_answers(answers)
-    n, t_max = len(a), len(a[0]) - 1
-    flips = tuple(sum(row[t] != row[t + 1] for t in range(t_max)) for row in a)
-    u_intra = []
-    for row in a:
-        f_i = sum(row[t] != row[t + 1] for t in range(1, t_max)) / (t_max - 1) if t_max >= 2 else 0.0
-        u_intra.append(lam * f_i + (1 - lam) * float(row[0] != row[t_max]))
-    u_inter = tuple(
-        sum(sum(a[i][t] != a[j][t] for j in range(n) if j != i) / (n - 1) for t in range(t_max + 1))
-        / (t_max + 1)
-        if n > 1
-        else 0.0
-        for i in range(n)
+    m = one_debate(answers, lam=lam)
+    return AgentUncertainty(
+        flips=tuple(m.agent_flips[0].tolist()),
+        u_intra=tuple(m.agent_u_intra[0].tolist()),
+        u_inter=tuple(m.agent_u_inter[0].tolist()),
+        loo=tuple(m.agent_loo[0].tolist()),
     )
-    loo = loo_changes(tuple(row[t_max] for row in a))
-    return AgentUncertainty(flips=flips, u_intra=tuple(u_intra), u_inter=u_inter, loo=loo)

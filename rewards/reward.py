@@ -9,23 +9,21 @@
 
 With ``scope="agent"`` each term is per agent: r_intra_i = 1 - flips_i / T, r_inter_i = 1 - (agent i's
 share of disagreeing peers, averaged over rounds), r_sys_i = 1 - (H + D + L_i) / 3; r_task is the team's.
+
+:func:`rewards` reads them from :mod:`udpo.rewards.batch` on a batch of one (the one implementation).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
-from .coding import AnswerMatrix, check_answers
-from .metrics import agent_uncertainty, final_round_spread, uncertainty
-from .vote import majority_vote
+from .batch import Match, Scope, is_correct, one_debate
+from .coding import AnswerMatrix
 
-Scope = Literal["trajectory", "agent"]
-#: match(prediction, gold) -> whether a (non-None) prediction is correct; default ``==``
-Match = Callable[[Hashable, Hashable], bool]
+__all__ = ["Match", "Rewards", "Scope", "composite_uncertainty", "is_correct", "rewards"]
 
 
 @dataclass(frozen=True)
@@ -41,36 +39,23 @@ class Rewards:
         return {k: np.asarray(v).tolist() for k, v in vars(self).items()}
 
 
-def is_correct(prediction: Hashable | None, gold: Hashable | None, match: Match | None = None) -> bool:
-    """Whether a prediction is right: ``None`` never is; otherwise ``match`` (default ``==``)."""
-    if prediction is None:
-        return False
-    return bool(match(prediction, gold)) if match is not None else bool(prediction == gold)
-
-
 def rewards(
     answers: AnswerMatrix, gold: Hashable | None, scope: Scope = "trajectory", match: Match | None = None
 ) -> Rewards:
     """r_intra, r_inter, r_sys and r_task of one debate (per agent with ``scope="agent"``)."""
     if scope not in ("trajectory", "agent"):
         raise ValueError(f"scope must be 'trajectory' or 'agent', got {scope!r}")
-    a = check_answers(answers)
-    n, t_max = len(a), len(a[0]) - 1
-    final = tuple(row[t_max] for row in a)
-    r_task = float(is_correct(majority_vote(final), gold, match))
+    m = one_debate(answers, gold, match=match)
+    r_task = float(m.r_task[0])
     if scope == "trajectory":
-        u = uncertainty(a)
-        flips = sum(row[t] != row[t + 1] for row in a for t in range(t_max))
-        r_intra = 1.0 - flips / (n * t_max) if t_max > 0 else 1.0
-        return Rewards(r_intra=r_intra, r_inter=1.0 - u.u_inter, r_sys=1.0 - u.u_sys, r_task=r_task)
-    per_agent = agent_uncertainty(a)
-    entropy, disagreement = final_round_spread(final)
-    flips = np.asarray(per_agent.flips, dtype=float)
+        return Rewards(
+            r_intra=float(m.r_intra[0]), r_inter=float(m.r_inter[0]), r_sys=float(m.r_sys[0]), r_task=r_task
+        )
     return Rewards(
-        r_intra=1.0 - flips / t_max if t_max > 0 else np.ones(n),
-        r_inter=1.0 - np.asarray(per_agent.u_inter),
-        r_sys=1.0 - (entropy + disagreement + np.asarray(per_agent.loo)) / 3,
-        r_task=np.full(n, r_task),
+        r_intra=m.agent_r_intra[0],
+        r_inter=m.agent_r_inter[0],
+        r_sys=m.agent_r_sys[0],
+        r_task=np.full(len(m.agent_r_sys[0]), r_task),
     )
 
 

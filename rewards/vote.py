@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Iterable
+
+from .batch import one_debate
 
 
-def majority_vote(answers: Sequence[Hashable | None]) -> Hashable | None:
+def majority_vote(answers: Iterable[Hashable | None]) -> Hashable | None:
     """The most frequent non-None answer.
 
     Ties go to the tied answer whose first occurrence (scanning agents 0..N-1) is earliest;
-    if every answer is None (or there are none) the vote is None.
+    if every answer is None (or there are none) the vote is None. The vote of
+    :mod:`udpo.rewards.batch` (its one implementation) on a debate of one round.
     """
-    counts: dict[Hashable, int] = {}
-    for a in answers:
-        if a is not None:
-            counts[a] = counts.get(a, 0) + 1  # dicts keep first-occurrence order
-    if not counts:
+    final = tuple(answers)
+    if not final:
         return None
-    best = max(counts.values())
-    return next(a for a, c in counts.items() if c == best)
+    return one_debate([(a,) for a in final]).predictions[0]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from udpo.results import METRICS, eval_iterations, per_question
+from udpo.results import PER_QUESTION_METRICS, eval_iterations, per_question
 from udpo.rewards.statistics import paired_bootstrap
 from udpo.tracking import read_metrics
 
@@ -50,7 +50,7 @@ def compare(runs: list[Path]) -> dict:
         raise SystemExit("a run's evaluations before and after share no question")
     shared = all(i == ids[0] for i in ids)
     out = {"after_iteration": last, "runs": [str(r) for r in runs], "shared_questions": shared, "metrics": {}}
-    for m in METRICS:
+    for m in PER_QUESTION_METRICS:
         b = [[before[q][m] for q in qs] for (before, _), qs in zip(pairs, ids, strict=True)]
         a = [[after[q][m] for q in qs] for (_, after), qs in zip(pairs, ids, strict=True)]
         change = paired_bootstrap(b, a, shared_questions=shared).to_dict()

@@ -1,4 +1,5 @@
-"""The vectorized path gives the reference path's numbers; integer coding; per-agent UDPO rewards."""
+"""The vectorized path (the library's one implementation) gives the numbers of the formulas written out
+one debate at a time (tests/reference_metrics.py, the oracle); integer coding; per-agent UDPO rewards."""
 
 from __future__ import annotations
 
@@ -6,19 +7,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference_metrics import agent_uncertainty, majority_vote, rewards, uncertainty
 from test_metrics import DEBATE, UNIFORM_SPLITS, answer_matrices, uniform_final_round
 
-from udpo.rewards import (
-    NONE_CODE,
-    agent_rewards,
-    agent_uncertainty,
-    batch_uncertainty,
-    debate_metrics,
-    encode_answers,
-    majority_vote,
-    rewards,
-    uncertainty,
-)
+import udpo.rewards as library
+from udpo.rewards import NONE_CODE, agent_rewards, batch_uncertainty, debate_metrics, encode_answers
 
 SCALAR_FIELDS = [
     "flip_rate",
@@ -85,6 +78,24 @@ def test_batch_uncertainty_on_codes_equals_reference(n, t1, k, rnd):
             assert getattr(metrics, name)[m] == pytest.approx(getattr(u, name)), name
         vote = majority_vote([row[-1] for row in a])
         assert metrics.vote[m] == (NONE_CODE if vote is None else vote)
+
+
+@settings(max_examples=60, deadline=None)
+@given(answer_matrices(), st.floats(0, 1), st.sampled_from(["a", "b", None]))
+def test_one_debate_functions_equal_the_oracle(a, lam, gold):
+    """uncertainty, agent_uncertainty, rewards and majority_vote: the batch path on a batch of one."""
+    for name, value in library.uncertainty(a, lam=lam).to_dict().items():
+        assert value == pytest.approx(getattr(uncertainty(a, lam=lam), name)), name
+    ours, oracle = library.agent_uncertainty(a, lam=lam), agent_uncertainty(a, lam=lam)
+    assert ours.flips == oracle.flips
+    for name in ("u_intra", "u_inter", "loo"):
+        assert getattr(ours, name) == pytest.approx(getattr(oracle, name)), name
+    for scope in ("trajectory", "agent"):
+        ours, oracle = library.rewards(a, gold, scope=scope), rewards(a, gold, scope=scope)
+        for name in ("r_intra", "r_inter", "r_sys", "r_task"):
+            assert np.asarray(getattr(ours, name)) == pytest.approx(np.asarray(getattr(oracle, name))), name
+    for t in range(len(a[0])):
+        assert library.majority_vote(row[t] for row in a) == majority_vote([row[t] for row in a])
 
 
 def test_uniform_split_has_entropy_exactly_one():

@@ -11,7 +11,7 @@ from udpo.compare import TABLE_METRICS
 from udpo.env.trajectory import Trajectory
 from udpo.evaluate import summarize
 from udpo.report.overview import COMPARE_METRICS, sets_table
-from udpo.results import METRICS
+from udpo.results import PER_QUESTION_METRICS
 from udpo.rewards import wrong_consensus
 
 
@@ -51,8 +51,8 @@ def test_summaries_and_per_question_metrics_report_the_guard():
     assert summary["wrong_majority"] == pytest.approx(0.5)
     assert summary["wrong_unanimous"] == pytest.approx(0.25)
     assert summarize([])["wrong_majority"] is None
-    assert [METRICS["wrong_majority"](t) for t in DEBATES] == [1.0, 1.0, 0.0, 0.0]
-    assert [METRICS["wrong_unanimous"](t) for t in DEBATES] == [1.0, 0.0, 0.0, 0.0]
+    assert [PER_QUESTION_METRICS["wrong_majority"](t) for t in DEBATES] == [1.0, 1.0, 0.0, 0.0]
+    assert [PER_QUESTION_METRICS["wrong_unanimous"](t) for t in DEBATES] == [1.0, 0.0, 0.0, 0.0]
     assert {"wrong_majority", "wrong_unanimous"} <= set(TABLE_METRICS) & set(COMPARE_METRICS)
 
 

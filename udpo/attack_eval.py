@@ -46,7 +46,8 @@ from udpo.env.tasks.base import Question, Task
 from udpo.evaluate import run_debates
 from udpo.runs import previous_debates
 
-METRICS = ("accuracy", "u_intra", "u_inter", "u_sys", "wrong_majority", "wrong_unanimous")
+#: the summary keys each attack row reports (table.csv's columns, with their change over the natural row)
+ROW_METRICS = ("accuracy", "u_intra", "u_inter", "u_sys", "wrong_majority", "wrong_unanimous")
 NATURAL = "natural"
 
 
@@ -197,7 +198,7 @@ def _run_row(
 
 
 def _metrics(summary: dict[str, Any]) -> dict[str, Any]:
-    return {"n_questions": summary["n_questions"], **{k: summary.get(k) for k in METRICS}}
+    return {"n_questions": summary["n_questions"], **{k: summary.get(k) for k in ROW_METRICS}}
 
 
 def _with_deltas(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -205,7 +206,9 @@ def _with_deltas(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     if natural is None:
         return rows
     for r in rows:
-        r["delta"] = {k: None if r[k] is None or natural[k] is None else r[k] - natural[k] for k in METRICS}
+        r["delta"] = {
+            k: None if r[k] is None or natural[k] is None else r[k] - natural[k] for k in ROW_METRICS
+        }
     return rows
 
 
@@ -213,7 +216,9 @@ def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
-        w.writerow(["row", "m", "compromised", "n_questions", *METRICS, *(f"delta_{k}" for k in METRICS)])
+        w.writerow(
+            ["row", "m", "compromised", "n_questions", *ROW_METRICS, *(f"delta_{k}" for k in ROW_METRICS)]
+        )
         for r in rows:
             delta = r.get("delta", {})
             w.writerow(
@@ -222,8 +227,8 @@ def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
                     r["m"],
                     " ".join(map(str, r["compromised"])),
                     r["n_questions"],
-                    *(r[k] for k in METRICS),
-                    *(delta.get(k) for k in METRICS),
+                    *(r[k] for k in ROW_METRICS),
+                    *(delta.get(k) for k in ROW_METRICS),
                 ]
             )
     os.replace(tmp, path)
@@ -318,7 +323,7 @@ def make_attack_eval_hook(
         metrics: dict[str, float] = {}
         for r in summary["rows"]:
             key = f"{prefix}/m{r['m']}/" if prefix else f"m{r['m']}/"
-            for k in METRICS:
+            for k in ROW_METRICS:
                 metrics[key + k] = r[k]
             if natural and natural.get("accuracy") is not None:
                 metrics[key + "accuracy_drop"] = natural["accuracy"] - r["accuracy"]

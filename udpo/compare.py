@@ -36,7 +36,7 @@ import numpy as np
 
 from udpo.config import ConfigError, TrainConfig, _NoAliases, _recipe_loader, _unknown_key_error, load_yaml
 from udpo.env.jsonl import write_json
-from udpo.results import METRICS, eval_iterations, per_question, problems
+from udpo.results import PER_QUESTION_METRICS, eval_iterations, per_question, problems
 
 #: method -> the training settings that define it (None: not trained)
 METHODS: dict[str, dict[str, Any] | None] = {
@@ -330,7 +330,7 @@ def _write_results(config: CompareConfig) -> dict[str, Any]:
         if shared:  # questions posing one problem are resampled together
             texts = problems(runs[method][0][1], runs[method][0][2])
             clusters = [texts[qid] for qid in sorted(per_seed[0])]
-        for metric in METRICS:
+        for metric in PER_QUESTION_METRICS:
             rows = [[q[qid][metric] for qid in sorted(q)] for q in per_seed]
             base = [[b[qid][metric] for qid in sorted(q)] for b, q in zip(baseline, per_seed, strict=True)]
             level = paired_bootstrap([np.zeros(len(r)) for r in rows], rows, shared_questions=False)
@@ -440,7 +440,7 @@ def write_csv(path: Path, results: dict[str, Any]) -> None:
             ["method", "metric", "mean", "low", "high", "change", "change_low", "change_high", "per_seed"]
         )
         for method, entry in results["methods"].items():
-            for metric in METRICS:
+            for metric in PER_QUESTION_METRICS:
                 e = entry[metric]
                 writer.writerow(
                     [

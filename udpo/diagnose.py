@@ -50,7 +50,12 @@ from udpo.rewards.statistics import (
 )
 
 #: the uncertainty metrics analysed (the three levels and DiverseAgentEntropy), with their display names
-METRICS: dict[str, str] = {"u_intra": "U_intra", "u_inter": "U_inter", "u_sys": "U_sys", "dae": "DAE"}
+UNCERTAINTY_LABELS: dict[str, str] = {
+    "u_intra": "U_intra",
+    "u_inter": "U_inter",
+    "u_sys": "U_sys",
+    "dae": "DAE",
+}
 #: labels recognised as the Standard MAD run when no baseline is named
 BASELINE_NAMES = ("mad", "standard_mad", "standard-mad", "standard mad", "standardmad")
 TRAJECTORY_FILE = "trajectories.jsonl"
@@ -206,7 +211,7 @@ def woozle_report(run: Run) -> list[dict[str, Any]]:
 
 def _means(run: Run, sel: np.ndarray) -> dict[str, float]:
     out = {"n_debates": int(sel.sum()), "accuracy": float(run.correct[sel].mean())}
-    out.update({m: float(run.values(m)[sel].mean()) for m in METRICS})
+    out.update({m: float(run.values(m)[sel].mean()) for m in UNCERTAINTY_LABELS})
     return out
 
 
@@ -217,8 +222,8 @@ def analyze_run(run: Run) -> dict[str, Any]:
     for key in sorted(set(zip(run.tasks, run.n_agents.tolist(), run.n_rounds.tolist(), strict=True))):
         sel = np.array([k == key for k in zip(run.tasks, run.n_agents, run.n_rounds, strict=True)])
         groups.append({"task": key[0], "n_agents": key[1], "n_rounds": key[2], **_means(run, sel)})
-    metric_names = [*METRICS, "correct"]
-    columns = [run.values(m) for m in METRICS] + [run.correct.astype(float)]
+    metric_names = [*UNCERTAINTY_LABELS, "correct"]
+    columns = [run.values(m) for m in UNCERTAINTY_LABELS] + [run.correct.astype(float)]
     pairs = [[pearson(a, b) for b in columns] for a in columns]
     matrix_r = [[r for r, _ in row] for row in pairs]
     matrix_p = [[p for _, p in row] for row in pairs]
@@ -226,15 +231,17 @@ def analyze_run(run: Run) -> dict[str, Any]:
         "path": str(run.path),
         **_means(run, everything),
         "groups": groups,
-        "failure_vs_success": {m: failure_vs_success(run.values(m), run.correct).to_dict() for m in METRICS},
+        "failure_vs_success": {
+            m: failure_vs_success(run.values(m), run.correct).to_dict() for m in UNCERTAINTY_LABELS
+        },
         "correlation_with_correct": {
             m: dict(zip(("r", "p_value"), pearson(run.values(m), run.correct.astype(float)), strict=True))
-            for m in METRICS
+            for m in UNCERTAINTY_LABELS
         },
         "correlation_matrix": {"variables": metric_names, "r": matrix_r, "p_value": matrix_p},
-        "auroc": {m: auroc(run.values(m), ~run.correct) for m in METRICS},
+        "auroc": {m: auroc(run.values(m), ~run.correct) for m in UNCERTAINTY_LABELS},
         "selective_prediction": {
-            m: selective_prediction(run.values(m), run.correct, COVERAGES) for m in METRICS
+            m: selective_prediction(run.values(m), run.correct, COVERAGES) for m in UNCERTAINTY_LABELS
         },
         "woozle": woozle_report(run),
     }
@@ -339,12 +346,15 @@ def write_tables(out: Path, runs: list[Run], summary: dict[str, Any]) -> list[Pa
     stats = summary["runs"]
     table(
         "runs.csv",
-        ["run", "n_debates", "accuracy", *METRICS],
-        [[lab, s["n_debates"], s["accuracy"], *(s[m] for m in METRICS)] for lab, s in stats.items()],
+        ["run", "n_debates", "accuracy", *UNCERTAINTY_LABELS],
+        [
+            [lab, s["n_debates"], s["accuracy"], *(s[m] for m in UNCERTAINTY_LABELS)]
+            for lab, s in stats.items()
+        ],
     )
     table(
         "groups.csv",
-        ["run", "task", "n_agents", "n_rounds", "n_debates", "accuracy", *METRICS],
+        ["run", "task", "n_agents", "n_rounds", "n_debates", "accuracy", *UNCERTAINTY_LABELS],
         [
             [
                 lab,
@@ -353,7 +363,7 @@ def write_tables(out: Path, runs: list[Run], summary: dict[str, Any]) -> list[Pa
                 g["n_rounds"],
                 g["n_debates"],
                 g["accuracy"],
-                *(g[m] for m in METRICS),
+                *(g[m] for m in UNCERTAINTY_LABELS),
             ]
             for lab, s in stats.items()
             for g in s["groups"]
@@ -366,7 +376,7 @@ def write_tables(out: Path, runs: list[Run], summary: dict[str, Any]) -> list[Pa
         [
             [lab, m, *(s["failure_vs_success"][m][k] for k in fvs_keys)]
             for lab, s in stats.items()
-            for m in METRICS
+            for m in UNCERTAINTY_LABELS
         ],
     )
     table(
@@ -381,7 +391,7 @@ def write_tables(out: Path, runs: list[Run], summary: dict[str, Any]) -> list[Pa
                 s["auroc"][m],
             ]
             for lab, s in stats.items()
-            for m in METRICS
+            for m in UNCERTAINTY_LABELS
         ],
     )
     table(
@@ -390,7 +400,7 @@ def write_tables(out: Path, runs: list[Run], summary: dict[str, Any]) -> list[Pa
         [
             [lab, m, row["k"], row["n_kept"], row["accuracy"]]
             for lab, s in stats.items()
-            for m in METRICS
+            for m in UNCERTAINTY_LABELS
             for row in s["selective_prediction"][m]
         ],
     )

@@ -17,7 +17,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from udpo.diagnose import METRICS, Run, safe_name
+from udpo.diagnose import UNCERTAINTY_LABELS, Run, safe_name
 
 FAIL_COLOR, SUCCESS_COLOR = "#d62728", "#2ca02c"
 METRIC_COLORS = {"u_intra": "#1f77b4", "u_inter": "#ff7f0e", "u_sys": "#9467bd", "dae": "#8c564b"}
@@ -38,8 +38,8 @@ def _fmt(x: float | None, digits: int = 2) -> str:
 
 def distributions_figure(run: Run, stats: dict[str, Any]) -> Figure:
     """Per metric, the share of failed and of successful debates in each tenth of [0, 1], side by side."""
-    fig = Figure(figsize=(4.4 * len(METRICS), 4.2), layout="constrained")
-    axes = fig.subplots(1, len(METRICS), sharey=True)
+    fig = Figure(figsize=(4.4 * len(UNCERTAINTY_LABELS), 4.2), layout="constrained")
+    axes = fig.subplots(1, len(UNCERTAINTY_LABELS), sharey=True)
     edges = np.linspace(0, 1, 11)
     centers = (edges[:-1] + edges[1:]) / 2
     width = 0.045
@@ -47,7 +47,7 @@ def distributions_figure(run: Run, stats: dict[str, Any]) -> Figure:
         (~run.correct, FAIL_COLOR, "failed", -width / 2),
         (run.correct, SUCCESS_COLOR, "successful", width / 2),
     )
-    for ax, (metric, name) in zip(axes, METRICS.items(), strict=True):
+    for ax, (metric, name) in zip(axes, UNCERTAINTY_LABELS.items(), strict=True):
         values = run.values(metric)
         test = stats["failure_vs_success"][metric]
         for sel, color, label, shift in classes:
@@ -85,7 +85,7 @@ def distributions_figure(run: Run, stats: dict[str, Any]) -> Figure:
 def correlation_figure(run: Run, stats: dict[str, Any]) -> Figure:
     """Pearson correlation heatmap of the uncertainty metrics and correctness, r and p in each cell."""
     cm = stats["correlation_matrix"]
-    names = [METRICS.get(v, "Correct") for v in cm["variables"]]
+    names = [UNCERTAINTY_LABELS.get(v, "Correct") for v in cm["variables"]]
     r = np.array([[np.nan if v is None else v for v in row] for row in cm["r"]], dtype=float)
     fig = Figure(figsize=(6.0, 5.2), layout="constrained")
     ax = fig.subplots()
@@ -119,7 +119,7 @@ def selective_figure(summary: dict[str, Any]) -> Figure:
     fig = Figure(figsize=(4.8 * cols, 3.6 * rows + 0.9), layout="constrained")
     axes = fig.subplots(rows, cols, squeeze=False, sharey=True)
     for ax, (label, stats) in zip(axes.flat, runs.items(), strict=False):
-        for metric, name in METRICS.items():
+        for metric, name in UNCERTAINTY_LABELS.items():
             curve = stats["selective_prediction"][metric]
             ax.plot(
                 [c["k"] for c in curve],

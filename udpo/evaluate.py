@@ -17,7 +17,7 @@ from udpo.env.progress import DebateProgress
 from udpo.env.protocols import Protocol, Stage
 from udpo.env.tasks.base import Question, Task
 from udpo.env.trajectory import Trajectory
-from udpo.rewards import uncertainty, wrong_consensus
+from udpo.rewards import debate_metrics, wrong_consensus
 from udpo.runs import MAY_CHANGE_ON_RESUME, previous_debates, run_to_folder  # noqa: F401  (re-exported)
 
 
@@ -30,14 +30,14 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
             "n_questions": 0,
             **dict.fromkeys(("accuracy", "u_intra", "u_inter", "u_sys", "wrong_majority", "wrong_unanimous")),
         }
-    metrics = [uncertainty(t.answers) for t in trajectories]
+    metrics = debate_metrics([t.answers for t in trajectories])
     guard = [wrong_consensus(t.answers, t.correct) for t in trajectories]
     return {
         "n_questions": len(trajectories),
         "accuracy": float(np.mean([t.correct for t in trajectories])),
-        "u_intra": float(np.mean([m.u_intra for m in metrics])),
-        "u_inter": float(np.mean([m.u_inter for m in metrics])),
-        "u_sys": float(np.mean([m.u_sys for m in metrics])),
+        "u_intra": float(np.mean(metrics.u_intra)),
+        "u_inter": float(np.mean(metrics.u_inter)),
+        "u_sys": float(np.mean(metrics.u_sys)),
         "unparsed_rate": float(np.mean([a is None for t in trajectories for row in t.answers for a in row])),
         "wrong_majority": float(np.mean([g.majority for g in guard])),
         "wrong_unanimous": float(np.mean([g.unanimous for g in guard])),

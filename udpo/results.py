@@ -12,7 +12,8 @@ import numpy as np
 from udpo.env.trajectory import Trajectory, read_trajectories
 from udpo.rewards import uncertainty, wrong_consensus
 
-METRICS: dict[str, Callable[[Trajectory], float]] = {
+#: metric name -> its value for one evaluated question (:func:`per_question`: udpo compare, learning studies)
+PER_QUESTION_METRICS: dict[str, Callable[[Trajectory], float]] = {
     "accuracy": lambda t: float(t.correct),
     "u_intra": lambda t: uncertainty(t.answers).u_intra,
     "u_inter": lambda t: uncertainty(t.answers).u_inter,
@@ -30,7 +31,9 @@ def eval_folder(run: Path, iteration: int) -> Path:
 def per_question(run: Path, iteration: int) -> dict[str, dict[str, float]]:
     """question id -> metric -> value, from ``run/eval/iter_<iteration>/trajectories.jsonl``."""
     path = eval_folder(run, iteration) / "trajectories.jsonl"
-    return {t.question_id: {m: f(t) for m, f in METRICS.items()} for t in read_trajectories(path)}
+    return {
+        t.question_id: {m: f(t) for m, f in PER_QUESTION_METRICS.items()} for t in read_trajectories(path)
+    }
 
 
 def problems(run: Path, iteration: int) -> dict[str, str]:

@@ -28,7 +28,7 @@ from typing import Any
 
 TRAJECTORIES = "trajectories.jsonl"
 SUMMARY = "summary.json"
-METRICS = "metrics.jsonl"
+METRICS_FILE = "metrics.jsonl"
 CONFIG = "config.json"
 CALIBRATION = "calibration.json"
 #: ``udpo compare``'s table (written once every run is done) and a finished run's mark
@@ -114,7 +114,7 @@ def load_run(path: str | Path, label: str | None = None, lam: float = 0.5, rollo
             skipped.append(str(e))
     if not children:
         raise NotARunError(
-            f"{path} is not a run folder: it holds no {TRAJECTORIES} (udpo debate, evaluations), no {METRICS} "
+            f"{path} is not a run folder: it holds no {TRAJECTORIES} (udpo debate, evaluations), no {METRICS_FILE} "
             f"(udpo train), no {SUMMARY} with attack rows (udpo eval), and no sub-folders that are runs"
             + (f" with debates ({'; '.join(skipped)})" if skipped else "")
         )
@@ -138,7 +138,7 @@ def run_kind(folder: Path) -> str | None:
     """What kind of run a folder is by the files it holds, or None (maybe a collection)."""
     if (folder / TRAJECTORIES).is_file():
         return "evaluation" if folder.parent.name == "eval" and ITERATION_DIR.match(folder.name) else "debate"
-    if (folder / METRICS).is_file() or ((folder / CONFIG).is_file() and (folder / "eval").is_dir()):
+    if (folder / METRICS_FILE).is_file() or ((folder / CONFIG).is_file() and (folder / "eval").is_dir()):
         return "training"
     summary = read_json(folder / SUMMARY)
     if isinstance(summary, dict) and isinstance(summary.get("rows"), list):
@@ -164,7 +164,7 @@ def load_training(folder: Path, label: str, lam: float, rollouts: bool = True) -
         label,
         folder,
         "training",
-        metrics=read_jsonl_records(folder / METRICS),
+        metrics=read_jsonl_records(folder / METRICS_FILE),
         config=read_json(folder / CONFIG),
         calibration=read_json(folder / CALIBRATION),
     )
