@@ -275,8 +275,6 @@ def test_trainer_on_a_model_object_with_all_linear_lora(tmp_path, model_path):
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     args = udpo.UDPOConfig(
         output_dir=str(tmp_path / "run"),
-        dtype="fp32",
-        bf16=False,
         n_agents=2,
         rounds=1,
         max_tokens=8,

@@ -225,7 +225,7 @@ def test_replayed_debates_keep_the_recomputed_behavior_logprobs(model_path, tmp_
 
         trainer.algorithm.loss = recording_loss
         trainer.run_iteration(1)
-        trainer.iteration = 1
+        trainer.state.iteration = 1
         fresh = {(id(t), agent): b for t, agent, b in used[1]}
         assert len(fresh) == 2 * 2 and len(trainer.replay) == 2
         for t in trainer.replay.items:

@@ -12,13 +12,12 @@ import numpy as np
 
 from udpo.env.backends.base import Backend
 from udpo.env.debate import DebateConfig, DebateEnv
-from udpo.env.jsonl import write_json  # noqa: F401  (re-exported: udpo.trainer imports it from here)
 from udpo.env.progress import DebateProgress
 from udpo.env.protocols import Protocol, Stage
 from udpo.env.tasks.base import Question, Task
 from udpo.env.trajectory import Trajectory
 from udpo.rewards import debate_metrics, wrong_consensus
-from udpo.runs import MAY_CHANGE_ON_RESUME, previous_debates, run_to_folder  # noqa: F401  (re-exported)
+from udpo.runs import run_to_folder
 
 
 def summarize(trajectories: Sequence[Trajectory]) -> dict[str, Any]:

@@ -50,10 +50,11 @@ from udpo.config import TrainConfig
 from udpo.env.backends.base import Backend
 from udpo.env.backends.hf import pick_dtype
 from udpo.env.debate import DebateConfig
+from udpo.env.jsonl import write_json
 from udpo.env.protocols import Protocol
 from udpo.env.tasks.base import Question
 from udpo.env.trajectory import Trajectory, TrajectoryWriter
-from udpo.evaluate import summarize, write_json
+from udpo.evaluate import summarize
 from udpo.reward_functions import RewardFunction, load_reward_functions
 from udpo.tracking import Timer, Tracker, accelerate_trackers, progress_bar
 from udpo.training import calibration, checkpointing
@@ -62,6 +63,7 @@ from udpo.training.checkpointing import APPEND_ONLY, METRICS_FILE, TRAIN_FILE
 from udpo.training.data import QuestionSchedule, load_training_data, split_warmup
 from udpo.training.errors import TrainingError, explain_oom
 from udpo.training.rollouts import Rollouts
+from udpo.training.state import TrainingState
 from udpo.training.update import Updater
 
 __all__ = [
@@ -242,9 +244,7 @@ class Trainer:
         self.replay = None
         self.tracker: Tracker | None = None
         self.calibration: dict[str, Any] | None = None
-        self.iteration = 0
-        self.history: dict[str, dict[str, Any]] = {}  # "before" / "after" evaluation summaries
-        self.last_evaluation: int | None = None  # iteration of the newest logged evaluation
+        self.state = TrainingState()  # where the run stands; what a checkpoint gives back on resume
 
     # ------------------------------------------------------------------------------------------
     # setup
@@ -509,7 +509,7 @@ class Trainer:
         dist.barrier()
         resumed = ckpt.resolve(self.run_dir, cfg.resume) if cfg.resume is not None else None
         if resumed is not None:
-            checkpointing.load(self, resumed)
+            self.state = checkpointing.load(self, resumed)
         elif self.main:  # a start stopped before checkpoint 0 left its metrics (see _check_run_dir)
             ckpt.rewind_files(self.run_dir, {rel: {"lines": 0, "bytes": 0} for rel in APPEND_ONLY})
         self.tracker = Tracker(
@@ -523,7 +523,7 @@ class Trainer:
             )
         # the iteration bar first, so that the debates' progress line (warm-up, evaluations, rollouts)
         # goes below it
-        bar = progress_bar(total, self.iteration, cfg.progress and self.main)
+        bar = progress_bar(total, self.state.iteration, cfg.progress and self.main)
         try:
             if resumed is None:
                 self.rollouts.sync_adapters(0)
@@ -544,16 +544,19 @@ class Trainer:
                     )
                     self.tracker.log(fitted, 0, kind="critic_warmup")
                 if cfg.eval_at_start and self.eval_set:
-                    self.history["before"] = self._evaluate_and_log(0)
+                    self.state.history["before"] = self._evaluate_and_log(0)
                 self.save_checkpoint(0)
-            elif self._evaluation_due(self.iteration, total) and self.last_evaluation != self.iteration:
+            elif (
+                self._evaluation_due(self.state.iteration, total)
+                and self.state.last_evaluation != self.state.iteration
+            ):
                 # stopped while evaluating at its checkpoint (or resumed past the end of a shortened run)
-                self.history["after"] = self._evaluate_and_log(self.iteration)
-                checkpointing.record_evaluation(self, self.iteration)
+                self.state.history["after"] = self._evaluate_and_log(self.state.iteration)
+                checkpointing.record_evaluation(self, self.state.iteration)
             self._call("on_train_begin")
-            for k in range(self.iteration + 1, total + 1):
+            for k in range(self.state.iteration + 1, total + 1):
                 metrics = self.run_iteration(k)
-                self.iteration = k
+                self.state.iteration = k
                 record = self.tracker.log(metrics, k)
                 self._call("on_iteration_end", k, record)
                 bar.update(1)
@@ -564,13 +567,13 @@ class Trainer:
                 if saved:  # before the evaluation: a run killed while evaluating keeps its iterations
                     self.save_checkpoint(k)
                 if self._evaluation_due(k, total):
-                    self.history["after"] = self._evaluate_and_log(k)
+                    self.state.history["after"] = self._evaluate_and_log(k)
                     if saved:
                         checkpointing.record_evaluation(self, k)
         finally:
             bar.close()
         self.tracker.close()
-        result = {"run_dir": str(self.run_dir), "iterations": self.iteration, **self.history}
+        result = {"run_dir": str(self.run_dir), "iterations": self.state.iteration, **self.state.history}
         self._call("on_train_end", result)
         return result
 
@@ -585,9 +588,14 @@ class Trainer:
         summary["seconds"] = round(time.perf_counter() - start, 3)
         assert self.tracker is not None
         self.tracker.log(summary, k, kind="eval")
-        self.last_evaluation = k
+        self.state.last_evaluation = k
         self._call("on_evaluate", k, summary)
         return summary
+
+    @property
+    def iteration(self) -> int:
+        """The last finished iteration (``state.iteration``)."""
+        return self.state.iteration
 
     def close(self) -> None:
         """Stop the rollout engine the trainer started (a backend passed in stays open) and the

@@ -15,6 +15,7 @@ from udpo import checkpoint as ckpt
 from udpo import distributed as dist
 from udpo.env.jsonl import write_json
 from udpo.team import DEBATE_SETTINGS, save_team
+from udpo.training.state import TrainingState
 
 if TYPE_CHECKING:
     from udpo.trainer import Trainer
@@ -80,13 +81,12 @@ def save(trainer: Trainer, iteration: int) -> Path:
             ckpt.save_state(staging / "replay", t.replay.state_dict())
         write_json(staging / "calibration.json", t.calibration)
         state = {
-            "iteration": iteration,
+            **t.state.to_dict(),
+            "iteration": iteration,  # the loop's, or the one before it (a run stopped by a non-finite value)
             "optimizer_steps": t.updater.steps,
             "total_iterations": t.data.total_iterations,
             "world_size": t.world,
             "files": ckpt.file_marks(t.run_dir, list(APPEND_ONLY)),
-            "history": t.history,
-            "last_evaluation": t.last_evaluation,
             "config": cfg.to_dict(),
         }
         write_json(staging / ckpt.STATE, state)
@@ -111,8 +111,9 @@ def _write_team(t: Trainer, staging: Path, iteration: int) -> None:
         t.policy.save_adapters(staging / "reference", reference=True)
 
 
-def load(trainer: Trainer, path: Path) -> None:
-    """Restore everything :func:`save` wrote and rewind the append-only files.
+def load(trainer: Trainer, path: Path) -> TrainingState:
+    """Restore everything :func:`save` wrote into the trainer's parts (policy, critic, optimizer, schedule,
+    algorithm, replay, generators), rewind the append-only files, and return where the run stands.
 
     A file that does not fit this run is a CheckpointError naming it."""
     t = trainer
@@ -154,21 +155,20 @@ def load(trainer: Trainer, path: Path) -> None:
     with names_file(path / "rng.json"):
         rng_states = ckpt.load_state(path / "rng")
         ckpt.set_rng_state(rng_states[t.rank % len(rng_states)])
-    t.iteration = state["iteration"]
     t.updater.steps = state["optimizer_steps"]
-    t.history = state.get("history", {})
+    iteration = state["iteration"]
     # checkpoints of earlier versions were written after the evaluation at their iteration
-    evaluated = t.run_dir / "eval" / ckpt.checkpoint_name(t.iteration) / "summary.json"
-    legacy = t.iteration if dist.any_true(t.main and evaluated.is_file()) else None
-    t.last_evaluation = state.get("last_evaluation", legacy)
+    evaluated = t.run_dir / "eval" / ckpt.checkpoint_name(iteration) / "summary.json"
+    legacy = iteration if dist.any_true(t.main and evaluated.is_file()) else None
     dist.barrier()
     if t.main:
         ckpt.rewind_files(t.run_dir, state["files"])
         for folder in (t.run_dir / "eval").glob("iter_*"):
-            if int(folder.name.split("_")[1]) > t.iteration:
+            if int(folder.name.split("_")[1]) > iteration:
                 shutil.rmtree(folder)
     dist.barrier()
-    t.rollouts.sync_adapters(t.iteration)
+    t.rollouts.sync_adapters(iteration)
+    return TrainingState.from_dict(state, last_evaluation=legacy)
 
 
 def record_evaluation(trainer: Trainer, iteration: int) -> None:
@@ -180,7 +180,9 @@ def record_evaluation(trainer: Trainer, iteration: int) -> None:
     path = ckpt.checkpoints_dir(t.run_dir) / ckpt.checkpoint_name(iteration)
     state = ckpt.read_state(path)
     state.update(
-        files=ckpt.file_marks(t.run_dir, list(APPEND_ONLY)), history=t.history, last_evaluation=iteration
+        files=ckpt.file_marks(t.run_dir, list(APPEND_ONLY)),
+        history=t.state.history,
+        last_evaluation=iteration,
     )
     write_json(path / ckpt.STATE, state)
 

@@ -1,0 +1,29 @@
+"""Where a run stands: the part of a checkpoint's ``state.json`` the training loop reads back on resume."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class TrainingState:
+    """iteration: the last finished iteration (0 before the first). history: the "before" and "after"
+    held-out evaluation summaries. last_evaluation: the iteration of the newest logged evaluation (None:
+    none yet; a run stopped between a checkpoint and its evaluation evaluates again on resume)."""
+
+    iteration: int = 0
+    history: dict[str, dict[str, Any]] = field(default_factory=dict)
+    last_evaluation: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"iteration": self.iteration, "history": self.history, "last_evaluation": self.last_evaluation}
+
+    @classmethod
+    def from_dict(cls, state: dict[str, Any], last_evaluation: int | None = None) -> TrainingState:
+        """From a checkpoint's state; ``last_evaluation`` stands in where an older checkpoint has none."""
+        return cls(
+            iteration=state["iteration"],
+            history=state.get("history", {}),
+            last_evaluation=state.get("last_evaluation", last_evaluation),
+        )
