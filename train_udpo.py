@@ -22,9 +22,9 @@ def main() -> int:
         print(f"train_udpo.py: error: {e}", file=sys.stderr)
         return 2
     configure_threads()
-    from udpo.checkpoint import CheckpointError
-    from udpo.run_lock import RunBusyError
-    from udpo.trainer import TrainingError, train
+    from udpo.training.checkpoint_store import CheckpointError
+    from udpo.training.run_lock import RunBusyError
+    from udpo.training.trainer import TrainingError, train
 
     try:
         train(config)

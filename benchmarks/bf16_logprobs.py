@@ -22,7 +22,7 @@ import torch
 from udpo.env.backends import SamplingParams
 from udpo.env.debate import DebateConfig, DebateEnv
 from udpo.env.tasks.arithmetic import Arithmetic
-from udpo.policy import MultiAgentPolicy
+from udpo.training.policy import MultiAgentPolicy
 
 
 def debates(policy: MultiAgentPolicy, args: argparse.Namespace) -> list:

@@ -37,7 +37,7 @@ MEMORY_PROBE = """
 import json, resource, sys, torch
 from transformers import AutoModelForCausalLM
 from udpo.env.models import resolve_model
-from udpo.policy import MultiAgentPolicy
+from udpo.training.policy import MultiAgentPolicy
 mode, model, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 cuda = torch.cuda.is_available()
 if mode == "adapters":
@@ -81,7 +81,7 @@ def bench_config(args, out: Path, iterations: int):
 
 
 def iteration_split(args, out: Path) -> dict[str, float]:
-    from udpo.trainer import Trainer
+    from udpo.training.trainer import Trainer
 
     trainer = Trainer(bench_config(args, out / "run", args.iterations))
     trainer.train()
@@ -179,8 +179,8 @@ def bare_pass(policy, sequences_of) -> None:
 def update_throughput(args, out: Path) -> dict[str, float]:
     """Median seconds of the update before / after and of the bare passes on one real batch, run
     interleaved ``args.repeats`` times so that other load on the machine hits all of them alike."""
-    from udpo.policy import plan_passes
-    from udpo.trainer import Trainer
+    from udpo.training.logprobs import plan_passes
+    from udpo.training.trainer import Trainer
 
     trainer = Trainer(bench_config(args, out / "update", 1))
     trainer.use_calibration(trainer.calibrate())
@@ -239,7 +239,7 @@ def sync_vs_reload(args, out: Path) -> dict[str, float]:
 
     from udpo.env.backends.hf import HFBackend
     from udpo.env.models import resolve_model
-    from udpo.policy import MultiAgentPolicy
+    from udpo.training.policy import MultiAgentPolicy
 
     path = resolve_model(args.model)
     policy = MultiAgentPolicy(args.model, n_agents=args.n_agents)

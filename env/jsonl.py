@@ -116,7 +116,7 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     ``path`` (``os.replace``), so the new content is on disk before the name points at it. The folder is
     created when missing; a failed write leaves ``path`` as it was and no temporary file behind. (The
     rename itself is made durable by fsyncing the folder, which callers that need it do:
-    ``udpo.checkpoint`` after its ``latest`` pointer.)"""
+    ``udpo.training.checkpoint_store`` after its ``latest`` pointer.)"""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")

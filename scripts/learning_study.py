@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from udpo.results import PER_QUESTION_METRICS, eval_iterations, per_question
+from udpo.analysis.results import PER_QUESTION_METRICS, eval_iterations, per_question
 from udpo.rewards.statistics import paired_bootstrap
-from udpo.tracking import read_metrics
+from udpo.training.tracking import read_metrics
 
 CURVES = {
     "reward terms (mean over agents)": [

@@ -274,7 +274,7 @@ def test_critic_learns_a_simple_value_function(model_path, tmp_path):
     """On a fixed problem (states whose value is 1 when the agents agree on 4, else 0), the critic's loss
     falls; its saved adapter and head load back to the same values."""
     from udpo.algorithms.critic import Critic
-    from udpo.policy import LoraSettings, MultiAgentPolicy
+    from udpo.training.policy import LoraSettings, MultiAgentPolicy
 
     torch.manual_seed(0)
     policy = MultiAgentPolicy(model=model_path, n_agents=2, lora=LoraSettings(r=8, alpha=16))

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 import udpo
+from udpo.algorithms.reward_functions import function_name, load_reward_functions
 from udpo.config import ConfigError, TrainConfig
 from udpo.env.tasks import Question, Task, get_task, register_task, task_names
 from udpo.env.tasks.custom import DatasetTask, normalize_text
 from udpo.env.tasks.data import DataError
-from udpo.reward_functions import function_name, load_reward_functions
 from udpo.training.callbacks import TrainerCallback, split_callbacks
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -182,8 +182,8 @@ def test_registered_and_imported_tasks_reach_the_config(tmp_path):
 
 # --- rewards, LoRA, callbacks ----------------------------------------------------------------------
 def test_reward_callables_and_names():
-    fns = load_reward_functions([brevity, "udpo.reward_functions:concise"], [0.5, 2.0])
-    assert [f.name for f in fns] == [f"{__name__}:brevity", "udpo.reward_functions:concise"]
+    fns = load_reward_functions([brevity, "udpo.algorithms.reward_functions:concise"], [0.5, 2.0])
+    assert [f.name for f in fns] == [f"{__name__}:brevity", "udpo.algorithms.reward_functions:concise"]
     assert [f.weight for f in fns] == [0.5, 2.0] and fns[0].fn is brevity
     assert function_name(lambda t, i: 0.0) == f"{__name__}:test_reward_callables_and_names.<locals>.<lambda>"
     with pytest.raises(ValueError, match="share a name"):
@@ -215,7 +215,7 @@ def test_command_line_still_refuses_weights_without_functions(tmp_path):
 def test_lora_settings_from_peft():
     from peft import LoraConfig
 
-    from udpo.policy import LoraSettings
+    from udpo.training.policy import LoraSettings
 
     lora = LoraSettings.from_peft(LoraConfig(r=4, lora_alpha=8, target_modules="all-linear", use_rslora=True))
     assert (lora.r, lora.alpha, lora.target_modules) == (4, 8, ["all-linear"])
@@ -270,7 +270,7 @@ def test_trainer_on_a_model_object_with_all_linear_lora(tmp_path, model_path):
     from peft import LoraConfig
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from udpo import run_lock
+    from udpo.training import run_lock
 
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     args = udpo.UDPOConfig(

@@ -12,7 +12,7 @@ import pytest
 from safetensors.torch import load_file
 from train_helpers import read_jsonl, start, write_recipe
 
-from udpo import checkpoint as ckpt
+from udpo.training import checkpoint_store as ckpt
 
 #: what both baselines train with here: 3 iterations, no evaluation (the kill test), a KL anchor
 # fp32: in 3 iterations RMAAC's adversary swapped answers under fp32 but not in one bf16 run (its

@@ -17,8 +17,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from udpo import checkpoint as ckpt
-from udpo.team import AgentEntry, TeamManifest
+from udpo.training import checkpoint_store as ckpt
+from udpo.training.team import AgentEntry, TeamManifest
 
 
 class Payload:
@@ -143,7 +143,7 @@ def test_the_trainer_refuses_a_pickled_checkpoint_before_any_model_loads(model_p
     from train_helpers import tiny_config
     from transformers import AutoModelForCausalLM
 
-    from udpo.trainer import Trainer
+    from udpo.training.trainer import Trainer
 
     monkeypatch.setattr(
         AutoModelForCausalLM, "from_pretrained", lambda *a, **k: pytest.fail("a model loaded")
@@ -304,7 +304,7 @@ def test_the_trainer_refuses_a_misfit_state_before_any_model_loads(model_path, t
     from train_helpers import tiny_config
     from transformers import AutoModelForCausalLM
 
-    from udpo.trainer import Trainer
+    from udpo.training.trainer import Trainer
 
     monkeypatch.setattr(
         AutoModelForCausalLM, "from_pretrained", lambda *a, **k: pytest.fail("a model loaded")

@@ -12,10 +12,10 @@ import pytest
 import yaml
 from train_helpers import TINY, read_jsonl
 
-from udpo import checkpoint as ckpt
-from udpo.compare import DONE, METHODS, CompareConfig, check_budgets, run_compare
+from udpo.analysis.compare import DONE, METHODS, CompareConfig, check_budgets, run_compare
 from udpo.config import ConfigError, TrainConfig
 from udpo.env.trajectory import Trajectory, TrajectoryWriter
+from udpo.training import checkpoint_store as ckpt
 
 
 def write_compare(tmp_path: Path, model: str = "smollm2-135m-instruct", **config) -> Path:

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from udpo.attack_eval import format_table
-from udpo.compare import TABLE_METRICS
+from udpo.analysis.attack_eval import format_table
+from udpo.analysis.compare import TABLE_METRICS
+from udpo.analysis.report.overview import COMPARE_METRICS, sets_table
+from udpo.analysis.results import PER_QUESTION_METRICS
+from udpo.env.summary import summarize
 from udpo.env.trajectory import Trajectory
-from udpo.evaluate import summarize
-from udpo.report.overview import COMPARE_METRICS, sets_table
-from udpo.results import PER_QUESTION_METRICS
 from udpo.rewards import wrong_consensus
 
 
@@ -60,8 +60,8 @@ def test_eval_table_and_report_show_the_guard(tmp_path):
     row = {"m": 0, "compromised": [], "n_questions": 4, **summarize(DEBATES)}
     text = format_table({"rows": [row]})
     assert "wrong maj %" in text.splitlines()[0] and "50.0" in text and "25.0" in text
+    from udpo.analysis.report.load import load_set
     from udpo.env.trajectory import TrajectoryWriter
-    from udpo.report.load import load_set
 
     with TrajectoryWriter(tmp_path / "t.jsonl") as writer:
         writer.write(DEBATES)

@@ -12,7 +12,7 @@ from tiny_models import build_tiny_llama, perturb_adapters
 
 from udpo.env.backends import decoding
 from udpo.env.backends.decoding import RowAdapters, _draw, sample
-from udpo.policy import LoraSettings, MultiAgentPolicy
+from udpo.training.policy import LoraSettings, MultiAgentPolicy
 
 
 @pytest.fixture(scope="module")

@@ -190,7 +190,7 @@ import torch.distributed as dist
 
 from udpo.algorithms.udpo import UDPO
 from udpo.config import parse_config
-from udpo.trainer import Trainer, TrainingError
+from udpo.training.trainer import Trainer, TrainingError
 
 real_loss = UDPO.loss
 

@@ -13,9 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from udpo import diagnose_plots
-from udpo.cli import main
-from udpo.diagnose import (
+from udpo.analysis import diagnose_plots
+from udpo.analysis.diagnose import (
     choose_baseline,
     default_label,
     injection_pattern,
@@ -23,6 +22,7 @@ from udpo.diagnose import (
     per_question,
     summarize,
 )
+from udpo.cli import main
 from udpo.rewards import diverse_agent_entropy, majority_vote, uncertainty
 from udpo.rewards.statistics import auroc, failure_vs_success, pearson, selective_prediction, stratified_gains
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from udpo.config import parse_config
-from udpo.trainer import Trainer
+from udpo.training.trainer import Trainer
 
 out = Path(sys.argv[1])
 trainer = Trainer(parse_config(sys.argv[2:]))

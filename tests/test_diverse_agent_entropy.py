@@ -12,7 +12,7 @@ import re
 import pytest
 
 from udpo.cli import main
-from udpo.commands import uncertainty as uncertainty_command
+from udpo.cli import uncertainty as uncertainty_command
 from udpo.env.backends.scripted import ScriptedBackend
 from udpo.env.protocols.answer_clusters import AnswerJudge, cluster_by_match, normalize_answer
 from udpo.env.protocols.diverse_agent_entropy import (

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
+from udpo.analysis.detection import comparison_table, summarize_detection
+from udpo.cli import detect as detect_command
 from udpo.cli import main
-from udpo.commands import detect as detect_command
-from udpo.detection import comparison_table, summarize_detection
 from udpo.env.backends.scripted import ScriptedBackend
 from udpo.env.debate import AgentSpec
 from udpo.env.protocols.error_detection import DetectionConfig, make_detector, parse_confidence

@@ -1,4 +1,4 @@
-"""``udpo eval`` and the attack evaluation library (udpo.attack_eval)."""
+"""``udpo eval`` and the attack evaluation library (udpo.analysis.attack_eval)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import shlex
 
 import pytest
 
-from udpo.attack_eval import compromised_sets, evaluate_attacks, format_table, make_attack_eval_hook
+from udpo.analysis.attack_eval import compromised_sets, evaluate_attacks, format_table, make_attack_eval_hook
 from udpo.cli import main
 from udpo.env.attacks import AttackConfig, AttackError
 from udpo.env.backends.base import BackendError
@@ -271,7 +271,7 @@ def test_attack_eval_callback_for_the_trainer(setup, tmp_path):
     """The trainer calls eval callbacks as (trainer, iteration); this one reads what it needs from the trainer."""
     from types import SimpleNamespace
 
-    from udpo.attack_eval import attack_eval_callback
+    from udpo.analysis.attack_eval import attack_eval_callback
     from udpo.env.jsonl import write_json
 
     task, questions = setup
@@ -303,7 +303,7 @@ def test_cli_real_checkpoint_keeps_adapters_of_compromised_agents(model_path, tm
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    from udpo.team import AgentEntry, TeamManifest
+    from udpo.training.team import AgentEntry, TeamManifest
 
     ckpt = tmp_path / "ckpt"
     base = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)

@@ -10,9 +10,9 @@ import torch
 from tiny_models import build_tiny_llama, perturb_adapters
 
 from udpo.cli import main
-from udpo.export import export_team, find_checkpoint
-from udpo.policy import LoraSettings, MultiAgentPolicy
-from udpo.team import TeamManifest, save_team
+from udpo.training.export import export_team, find_checkpoint
+from udpo.training.policy import LoraSettings, MultiAgentPolicy
+from udpo.training.team import TeamManifest, save_team
 
 IDS = torch.tensor([[1, 9690, 198, 2683, 314, 253, 19, 30, 31]])
 

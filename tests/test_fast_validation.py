@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from udpo.commands import argtypes
-from udpo.commands.common import (
+from udpo.cli import argtypes
+from udpo.cli.common import (
     CPU_MAX_TOKENS,
     GPU_MAX_TOKENS,
     default_max_tokens,

@@ -124,7 +124,11 @@ def cases(tmp: Path) -> list[tuple[str, str, list[str]]]:
             [],
         ),
         ("task_options: {difficulty: 99}\n", "difficulty must be levels among", []),
-        ("task: nope\n", "unknown task 'nope'; choose one of gsm8k, truthfulqa, commonsenseqa, arithmetic", []),
+        (
+            "task: nope\n",
+            "unknown task 'nope'; choose one of gsm8k, truthfulqa, commonsenseqa, arithmetic",
+            [],
+        ),
         ("eval_split: nope\n", "eval_split: task arithmetic has no split 'nope'", []),
         ("task_options:\n" + "".join("  " + line for line in BOMB.splitlines(True)), "YAML aliases", []),
         ("profiles: &p [calm]\nalpha: *p\n", "YAML aliases", []),

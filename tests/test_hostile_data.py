@@ -194,7 +194,7 @@ def scripted(monkeypatch):
         made.append(ScriptedBackend(lambda request, k: f"I think it is \\boxed{{{k % 3}}}."))
         return made[-1]
 
-    monkeypatch.setattr("udpo.commands.debate.backend_from_args", backend)
+    monkeypatch.setattr("udpo.cli.debate.backend_from_args", backend)
     return made
 
 

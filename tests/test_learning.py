@@ -1,6 +1,6 @@
 """End-to-end learning check: the real trainer must raise a trivially learnable reward within minutes.
 
-The only reward is the length penalty ``udpo.reward_functions:concise`` (the uncertainty and task terms
+The only reward is the length penalty ``udpo.algorithms.reward_functions:concise`` (the uncertainty and task terms
 and the KL anchor are switched off), so every optimizer step should shorten the agents' responses. If
 the gradient path breaks anywhere (log-probs, ratios, advantages, the optimizer, adapter switching), the
 reward stays flat and this test fails.
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from train_helpers import read_jsonl, tiny_config
 
-from udpo.trainer import Trainer
+from udpo.training.trainer import Trainer
 
-TERM = "reward/udpo.reward_functions:concise"
+TERM = "reward/udpo.algorithms.reward_functions:concise"
 
 
 @pytest.mark.slow
@@ -32,7 +32,7 @@ def test_the_trainer_raises_a_learnable_reward(model_path, tmp_path):
         gamma=[0.0],
         lambda_=[0.0],
         eta=[0.0],
-        reward_functions=["udpo.reward_functions:concise"],
+        reward_functions=["udpo.algorithms.reward_functions:concise"],
         eval_questions=0,
         save_steps=100,
     )

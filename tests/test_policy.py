@@ -13,10 +13,12 @@ from tiny_models import build_tiny_llama, perturb_adapters
 from udpo.algorithms.base import RolloutBatch, fill_behavior_logprobs
 from udpo.algorithms.udpo import UDPO, Coefficients, compute_rewards
 from udpo.env.backends.base import ChatRequest, SamplingParams
+from udpo.env.backends.team import TeamBackend
 from udpo.env.debate import DebateConfig, DebateEnv
 from udpo.env.tasks import get_task
-from udpo.policy import LoraSettings, MultiAgentPolicy, TeamBackend, plan_passes
-from udpo.team import TeamManifest, save_team
+from udpo.training.logprobs import plan_passes
+from udpo.training.policy import LoraSettings, MultiAgentPolicy
+from udpo.training.team import TeamManifest, save_team
 
 PROMPTS = [[1, 9690, 198, 2683, 314], [1, 4093, 28, 253], [1, 18, 19, 20, 21, 22, 23, 24, 25]]
 COMPLETIONS = [[2683, 314, 253], [19], [30, 31, 32, 33, 34, 35]]

@@ -442,7 +442,7 @@ def test_build_protocol_by_name(arithmetic):
 
 
 def test_attack_evaluation_runs_under_a_protocol(arithmetic):
-    from udpo.attack_eval import evaluate_attacks
+    from udpo.analysis.attack_eval import evaluate_attacks
 
     task, questions = arithmetic
     backend = ScriptedBackend(lambda req, n: "I checked it. " + boxed(4))

@@ -95,7 +95,7 @@ def test_interventions_debate_with_real_embeddings_and_refutation(hf_backend):
 
 
 def test_training_under_a_digra_topology(model_path, tmp_path):
-    from udpo.trainer import Trainer
+    from udpo.training.trainer import Trainer
 
     config = tiny_config(
         model_path,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from udpo.env.trajectory import Trajectory, Turn
-from udpo.replay import ReplayBuffer
+from udpo.training.replay import ReplayBuffer
 
 # Three debates, N = 3, T = 2, with base weights (0.5, 0.3, 0.2):
 # settled: every answer "1"                     -> r = (1, 1, 1)                          U = 0

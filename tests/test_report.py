@@ -20,11 +20,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from udpo.analysis.report import NotARunError, load_run, write_report
+from udpo.analysis.report.page import script_json
+from udpo.analysis.report.svg import line_plot, nice_ticks
 from udpo.cli import main
 from udpo.env.trajectory import Trajectory, TrajectoryWriter, Turn, iter_records
-from udpo.report import NotARunError, load_run, write_report
-from udpo.report.page import script_json
-from udpo.report.svg import line_plot, nice_ticks
 from udpo.rewards import majority_vote
 
 REPO = Path(__file__).resolve().parents[1]
@@ -139,7 +139,7 @@ def sly_script(request, n: int) -> str:
 @pytest.fixture(scope="session")
 def attack_run(tmp_path_factory) -> Path:
     """An attack evaluation folder as ``udpo eval`` writes it (scripted backend: no model)."""
-    from udpo.attack_eval import compromised_sets, evaluate_attacks
+    from udpo.analysis.attack_eval import compromised_sets, evaluate_attacks
     from udpo.env.attacks import AttackConfig
     from udpo.env.backends.scripted import ScriptedBackend
     from udpo.env.debate import DebateConfig
@@ -332,7 +332,7 @@ def test_injected_html_in_model_text_stays_text(browser, tmp_path):
 def test_who_read_whom_is_shown_where_a_turn_did_not_read_every_peer(browser, tmp_path):
     from selenium.webdriver.common.by import By
 
-    from udpo.report.load import compact_debate
+    from udpo.analysis.report.load import compact_debate
 
     everyone = debate("all", "1", [["1", "1"], ["2", "1"], ["1", "1"]])
     sparse = debate("ring", "1", [["1", "1"], ["2", "1"], ["1", "1"]])
@@ -422,9 +422,9 @@ def test_attack_run_marks_compromised_agents(browser, attack_run, tmp_path):
 def test_training_run_folder_shows_curves_and_calibration(browser, tmp_path):
     """A training-run folder from udpo's own writers (Tracker, calibrate, write_json)."""
     from udpo.env.jsonl import write_json
-    from udpo.evaluate import summarize
+    from udpo.env.summary import summarize
     from udpo.rewards import calibrate
-    from udpo.tracking import Tracker
+    from udpo.training.tracking import Tracker
 
     run = tmp_path / "train"
     run.mkdir()
@@ -569,7 +569,7 @@ def compare_folder(root: Path, done: bool = True) -> tuple[Path, dict | None]:
     with ``done``, its tables written by compare itself, else mappo still running."""
     from test_compare import finished_run
 
-    from udpo.compare import DONE, CompareConfig, write_results
+    from udpo.analysis.compare import DONE, CompareConfig, write_results
 
     config = CompareConfig("unused.yaml", ["standard_mad", "udpo", "mappo"], [0], str(root))
     start = [True, False, False, False]

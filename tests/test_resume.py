@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from train_helpers import EXPLICIT, read_jsonl, start, tiny_config, write_recipe
 
-from udpo import checkpoint as ckpt
-from udpo.checkpoint import CheckpointError
 from udpo.config import ConfigError, parse_config
-from udpo.team import TeamManifest
+from udpo.training import checkpoint_store as ckpt
+from udpo.training.checkpoint_store import CheckpointError
+from udpo.training.team import TeamManifest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -204,7 +204,7 @@ def test_a_start_killed_before_checkpoint_0_restarts_and_shared_checkpoints_run_
     its rng state, is refused by the trainer before a model loads, without running the payload."""
     from test_checkpoint_safety import malicious_pickle
 
-    from udpo.trainer import Trainer
+    from udpo.training.trainer import Trainer
 
     run = tmp_path / "run"
     settings = {"output_dir": str(run), "max_iterations": 1, "eval_questions": 1, **EXPLICIT}

@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
+from udpo.algorithms.reward_functions import boxed_answer, concise, load_reward_functions, parsed_answer
 from udpo.algorithms.udpo import Coefficients, compute_rewards
 from udpo.env.trajectory import Trajectory, Turn
-from udpo.reward_functions import boxed_answer, concise, load_reward_functions, parsed_answer
 
 THIS = __name__  # the functions below are imported by name, as a recipe would
 

@@ -16,14 +16,14 @@ from pathlib import Path
 import pytest
 from train_helpers import start, tiny_config, write_recipe
 
-from udpo import run_lock
+from udpo.analysis.compare import DONE, CompareConfig, format_progress, run_compare
 from udpo.cli import main
-from udpo.compare import DONE, CompareConfig, format_progress, run_compare
-from udpo.run_lock import RunBusyError
+from udpo.training import run_lock
+from udpo.training.run_lock import RunBusyError
 
 HOLD = """
 import sys, time
-from udpo.run_lock import acquire
+from udpo.training.run_lock import acquire
 handle = acquire(sys.argv[1])
 print("held", flush=True)
 time.sleep(600)
@@ -65,7 +65,7 @@ def test_a_killed_holder_leaves_no_stale_lock(held):
     handle = run_lock.acquire(run_dir, patience=0)
     assert run_lock.holder(run_dir) == f"pid {os.getpid()} on {os.uname().nodename}"
     # held here now: another process is refused, and closing the file releases it
-    probe = "import sys; from udpo.run_lock import acquire; acquire(sys.argv[1], patience=0)"
+    probe = "import sys; from udpo.training.run_lock import acquire; acquire(sys.argv[1], patience=0)"
     refused = subprocess.run([sys.executable, "-c", probe, str(run_dir)], capture_output=True, text=True)
     assert refused.returncode != 0 and "being written by another process" in refused.stderr
     handle.close()
@@ -74,7 +74,7 @@ def test_a_killed_holder_leaves_no_stale_lock(held):
 
 
 def test_the_trainer_refuses_a_locked_run_dir_before_loading_anything(held, model_path):
-    from udpo.trainer import Trainer
+    from udpo.training.trainer import Trainer
 
     run_dir, proc = held
     with pytest.raises(RunBusyError, match=f"pid {proc.pid}"):
@@ -131,7 +131,7 @@ def test_compare_leaves_a_run_another_process_trains_to_it(tmp_path):
 
 
 def test_compare_tables_are_written_by_one_process_at_a_time(tmp_path, monkeypatch):
-    from udpo import compare
+    from udpo.analysis import compare
 
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(json.dumps({"task": "arithmetic"}))

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from test_compare import finished_run, write_compare
 
-from udpo.compare import CompareConfig, run_compare
+from udpo.analysis.compare import CompareConfig, run_compare
 from udpo.rewards.statistics import seed_change
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 from train_helpers import EXPLICIT, read_jsonl, tiny_config
 
-from udpo.trainer import Trainer
+from udpo.training.trainer import Trainer
 
 QUESTION = [{"role": "user", "content": "What is 4 + 5? Give the answer in \\boxed{}."}]
 ANSWER = "4 plus 5 makes 9, so the answer is \\boxed{9}."

@@ -13,12 +13,12 @@ import torch
 from safetensors.torch import load_file
 from train_helpers import EXPLICIT, read_jsonl, tiny_config
 
-from udpo import checkpoint as ckpt
 from udpo.config import ConfigError
 from udpo.env.tasks.base import Question
-from udpo.run_lock import RunBusyError
-from udpo.team import TeamManifest
-from udpo.trainer import QuestionSchedule, Trainer, TrainingError, explain_oom, split_warmup
+from udpo.training import checkpoint_store as ckpt
+from udpo.training.run_lock import RunBusyError
+from udpo.training.team import TeamManifest
+from udpo.training.trainer import QuestionSchedule, Trainer, TrainingError, explain_oom, split_warmup
 
 
 def count_eval(trainer, iteration: int) -> dict:
@@ -268,7 +268,7 @@ def test_a_debate_that_can_outgrow_the_context_is_refused_before_the_model_loads
     def no_model(*args, **kwargs):
         raise AssertionError("the model was loaded")
 
-    monkeypatch.setattr("udpo.policy.MultiAgentPolicy.__init__", no_model)
+    monkeypatch.setattr("udpo.training.policy.MultiAgentPolicy.__init__", no_model)
     with pytest.raises(ConfigError, match=rf"can reach \d+ tokens .*more than .*={limit}; lower max_tokens"):
         Trainer(tiny_config(model_path, tmp_path / "run", **overrides))
 
@@ -359,7 +359,7 @@ def test_question_schedule_and_warmup_split():
 def test_tracker_writes_flat_lines_and_checks_tracker_packages(tmp_path, monkeypatch):
     from accelerate import Accelerator
 
-    from udpo import tracking
+    from udpo.training import tracking
 
     tracker = tracking.Tracker(tmp_path, Accelerator(cpu=True), ["jsonl"], "run", {})
     timer = tracking.Timer()

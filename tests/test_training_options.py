@@ -13,7 +13,7 @@ from train_helpers import EXPLICIT, read_jsonl, tiny_config, write_recipe
 
 from udpo.cli import main
 from udpo.config import ConfigError
-from udpo.trainer import Trainer
+from udpo.training.trainer import Trainer
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from udpo.diagnose import diagnose
+from udpo.analysis.diagnose import diagnose
 from udpo.rewards import correctness, read_flow, woozle_metrics
 
 # two debates, N = 3, T = 2 (None = unparsed, never right)

@@ -14,7 +14,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from udpo import _compat
+
 __version__ = "0.1.0"
+
+_compat.install()  # modules that moved keep their old names, with a DeprecationWarning
 
 #: public name -> the module that defines it
 _EXPORTS = {

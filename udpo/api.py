@@ -18,7 +18,7 @@ reward functions, a PEFT ``LoraConfig`` and callbacks::
 
 ``UDPOConfig`` is the training config (every field of ``udpo train --help`` and the recipes); ``MAPPOConfig``
 and ``RMAACConfig`` are the same with the baselines' ``algorithm``. The trainer is
-:class:`udpo.trainer.Trainer`, given its inputs as Python objects: see :class:`UDPOTrainer`.
+:class:`udpo.training.trainer.Trainer`, given its inputs as Python objects: see :class:`UDPOTrainer`.
 """
 
 from __future__ import annotations
@@ -28,13 +28,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from udpo.algorithms.reward_functions import RewardFn, load_reward_functions
 from udpo.config import TrainConfig, _f
 from udpo.env.backends.base import Backend
 from udpo.env.tasks import Task, register_task
 from udpo.env.tasks.custom import DatasetTask, Records
-from udpo.reward_functions import RewardFn, load_reward_functions
-from udpo.trainer import Trainer
 from udpo.training.callbacks import EvalCallback, TrainerCallback
+from udpo.training.trainer import Trainer
 
 __all__ = ["MAPPOConfig", "RMAACConfig", "UDPOConfig", "UDPOTrainer"]
 
@@ -81,7 +81,7 @@ class UDPOTrainer(Trainer):
     peft_config: a PEFT ``LoraConfig`` for every agent's adapter (default: ``args.lora_*``).
     callbacks: :class:`~udpo.training.callbacks.TrainerCallback` objects and eval callbacks.
     processing_class: the tokenizer of a model object (default: loaded from its ``name_or_path``).
-    backend: a running rollout engine to share (see :class:`~udpo.trainer.Trainer`).
+    backend: a running rollout engine to share (see :class:`~udpo.training.trainer.Trainer`).
 
     Like the command line, it sets torch's CPU threads first (:mod:`udpo.threads`: ``UDPO_NUM_THREADS``,
     else from the cores other work leaves idle).
@@ -100,8 +100,8 @@ class UDPOTrainer(Trainer):
         processing_class: Any = None,
         backend: Backend | None = None,
     ):
-        from udpo.policy import LoraSettings, model_name
         from udpo.threads import configure_threads
+        from udpo.training.policy import LoraSettings, model_name
 
         configure_threads()  # as the command line does: UDPO_NUM_THREADS, or what the idle cores allow
         args = args if args is not None else UDPOConfig()

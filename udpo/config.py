@@ -730,8 +730,8 @@ class TrainConfig(RunArgs, OptimizerArgs, AlgorithmArgs, RewardArgs, DebateArgs,
 
         Called by :func:`parse_config` and by the trainer before it loads a model (the disk can change
         between the two)."""
-        from udpo import checkpoint as ckpt
         from udpo.env.models import ModelNotFoundError, check_model
+        from udpo.training import checkpoint_store as ckpt
 
         out = Path(self.output_dir).expanduser()
         for folder in (out, *out.parents):
@@ -876,7 +876,7 @@ def _coerce_types(config: TrainConfig) -> None:
         setattr(config, f.name, _coerce(f.name, getattr(config, f.name), hints[f.name]))
 
 
-def _unknown_key_error(keys: Sequence[str], where: str) -> ConfigError:
+def unknown_key_error(keys: Sequence[str], where: str) -> ConfigError:
     known = [f.name for f in fields(TrainConfig)]
     parts = []
     for key in keys:
@@ -906,20 +906,19 @@ def _recipe_loader():
     return RecipeLoader
 
 
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    """The mapping of a recipe file, with unknown keys reported by name (``env:`` sets variables).
-
-    An empty file means all defaults. YAML aliases are refused (see ``_recipe_loader``)."""
+def read_yaml(path: str | Path, what: str = "a recipe") -> Any:
+    """The YAML of a recipe (or a compare config: ``what``), parsed with aliases refused (see
+    ``_recipe_loader``) and a byte-order mark accepted; a ConfigError names the file and line."""
     import yaml
 
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
-        data = yaml.load(path.read_text(encoding="utf-8-sig"), Loader=_recipe_loader())
+        return yaml.load(path.read_text(encoding="utf-8-sig"), Loader=_recipe_loader())
     except _NoAliases as e:
         raise ConfigError(
-            f"{path}:{e.args[0].line + 1}: YAML aliases (*name) are not allowed in a recipe; write the "
+            f"{path}:{e.args[0].line + 1}: YAML aliases (*name) are not allowed in {what}; write the "
             f"value out"
         ) from None
     except yaml.MarkedYAMLError as e:
@@ -929,6 +928,19 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{where}: not valid YAML ({what})") from None
     except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as e:
         raise ConfigError(f"{path}: not valid YAML ({' '.join(str(e).split())[:300]})") from None
+
+
+def apply_env(recipe: dict[str, Any]) -> None:
+    """Set the recipe's ``env:`` variables in this process (before torch reads them)."""
+    for key, value in recipe.get("env", {}).items():
+        os.environ[key] = str(value)
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """The mapping of a recipe file, with unknown keys reported by name (``env:`` sets variables, see
+    :func:`apply_env`). An empty file means all defaults."""
+    path = Path(path)
+    data = read_yaml(path)
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -936,7 +948,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     known = {f.name for f in fields(TrainConfig)} | {"env"}
     unknown = [k for k in data if k not in known]
     if unknown:
-        raise _unknown_key_error(unknown, str(path))
+        raise unknown_key_error(unknown, str(path))
     hints = _types()
     for key, value in data.items():
         if key != "env":
@@ -985,14 +997,14 @@ def parse_config(
     known = {f.name for f in fields(TrainConfig)} | {"help"} | {f"no_{f.name}" for f in fields(TrainConfig)}
     unknown = [f for f in flags if f not in known]
     if unknown:
-        raise _unknown_key_error(unknown, "command line")
+        raise unknown_key_error(unknown, "command line")
     if require_config and not given and "help" not in flags and "-h" not in args:
         raise ConfigError(
             "no --config given: name a recipe, e.g. --config recipes/quickstart.yaml, then --field value "
             "overrides (an empty recipe file trains with every default)"
         )
-    for key, value in recipe.pop("env", {}).items():
-        os.environ[key] = str(value)
+    apply_env(recipe)
+    recipe.pop("env", None)
     parser = TrlParser(dataclass_types=[TrainConfig], prog=prog, formatter_class=_HelpFormatter)
     recipe_action = parser.add_argument(
         "--config",

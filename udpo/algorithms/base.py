@@ -146,7 +146,7 @@ class RolloutBatch:
 
     def agent_sequences(self, agent: int) -> tuple[list[list[int]], list[list[int]]]:
         """All of ``agent``'s (prompt ids, completion ids), debate by debate, round by round: the input of
-        :meth:`udpo.policy.MultiAgentPolicy.token_logprobs`."""
+        :meth:`udpo.training.policy.MultiAgentPolicy.token_logprobs`."""
         prompts = [p for row in self.turns for p in row[agent].prompt_ids]
         completions = [c for row in self.turns for c in row[agent].completion_ids]
         return prompts, completions

@@ -33,9 +33,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from udpo.algorithms.reward_functions import RewardFunction
 from udpo.config import ABLATIONS
 from udpo.env.trajectory import Trajectory
-from udpo.reward_functions import RewardFunction
 from udpo.rewards import Calibration, agent_rewards, debate_metrics
 
 from .base import (
@@ -135,7 +135,7 @@ def compute_rewards(
     functions: Sequence[RewardFunction] = (),
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Eq. 4 for every agent of every debate: ``r_i = alpha_i r_intra + beta_i r_inter + gamma_i r_sys
-    + lambda_i r_task``, plus ``w_k f_k(tau, i)`` for each user reward function (udpo.reward_functions).
+    + lambda_i r_task``, plus ``w_k f_k(tau, i)`` for each user reward function (udpo.algorithms.reward_functions).
 
     Returns rewards [M, N] and the terms ``r_intra, r_inter, r_sys`` ([M], or [M, N] with
     ``scope="agent"``), ``r_task`` ([M]: the trajectory's ``correct``, judged by its task) and each

@@ -1,4 +1,4 @@
-"""The parts the training loop (:mod:`udpo.trainer`) calls, one job each:
+"""The parts the training loop (:mod:`udpo.training.trainer`) calls, one job each:
 
 - :mod:`.data`: which questions a run trains, calibrates and evaluates on, and in what order;
 - :mod:`.rollouts`: the debate engine (backend, protocol, agents), evaluation generators, adapter sync;

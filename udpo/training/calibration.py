@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from udpo.config import COEFFICIENTS, ConfigError, TrainConfig
+from udpo.env.summary import summarize
 from udpo.env.tasks.base import Question
 from udpo.env.trajectory import Trajectory, TrajectoryWriter
-from udpo.evaluate import summarize
 
 WARMUP_FILE = "trajectories/warmup.jsonl"
 

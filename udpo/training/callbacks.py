@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from udpo.trainer import Trainer
+    from udpo.training.trainer import Trainer
 
 #: eval callback: (trainer, iteration) -> metrics to log beside the Standard-MAD evaluation
 EvalCallback = Callable[["Trainer", int], dict[str, Any]]

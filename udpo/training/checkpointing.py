@@ -1,6 +1,6 @@
 """Checkpoints of a training run: everything it needs to resume exactly (adapters, the critic, optimizer,
 schedule, generators, replay buffer, calibration) written atomically, and read back after every file
-was checked (udpo.checkpoint: nothing in a checkpoint is unpickled)."""
+was checked (udpo.training.checkpoint_store: nothing in a checkpoint is unpickled)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from udpo import checkpoint as ckpt
-from udpo import distributed as dist
 from udpo.env.jsonl import write_json
-from udpo.team import DEBATE_SETTINGS, save_team
+from udpo.training import checkpoint_store as ckpt
+from udpo.training import distributed as dist
 from udpo.training.state import TrainingState
+from udpo.training.team import DEBATE_SETTINGS, save_team
 
 if TYPE_CHECKING:
-    from udpo.trainer import Trainer
+    from udpo.training.trainer import Trainer
 
 TRAIN_FILE = "trajectories/train.jsonl"
 METRICS_FILE = "metrics.jsonl"

@@ -13,8 +13,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from udpo import checkpoint as ckpt
-from udpo import distributed as dist
 from udpo.config import TrainConfig
 from udpo.env.backends.base import Backend
 from udpo.env.debate import AgentSpec, DebateConfig, DebateEnv
@@ -22,6 +20,8 @@ from udpo.env.progress import DebateProgress
 from udpo.env.protocols import Protocol, build_protocol
 from udpo.env.tasks.base import Question, Task
 from udpo.env.trajectory import Trajectory
+from udpo.training import checkpoint_store as ckpt
+from udpo.training import distributed as dist
 
 from .data import agent_profiles, debate_config
 from .errors import explain_oom
@@ -53,7 +53,7 @@ class Rollouts:
 
     backend: a running engine of kind ``config.backend`` to use instead of starting one (it is never
     closed here); otherwise one is started for the policy. engine: the DeepSpeed engine of a ZeRO-3 run,
-    whose weights ``hf`` rollouts gather once per debate call (:func:`udpo.distributed.whole_model`)."""
+    whose weights ``hf`` rollouts gather once per debate call (:func:`udpo.training.distributed.whole_model`)."""
 
     def __init__(
         self,

@@ -9,7 +9,7 @@ sampler/trainer mismatch of the fresh debates whose engine recorded log-probs (`
 each agent's per-token log-ratio for the importance weights of ``is_correction``.
 
 The same steps run on every path. Without DeepSpeed the gradients are summed with one all-reduce
-(:func:`udpo.distributed.sum_gradients`) and the optimizer is torch's AdamW. Under DeepSpeed (ZeRO-2/3)
+(:func:`udpo.training.distributed.sum_gradients`) and the optimizer is torch's AdamW. Under DeepSpeed (ZeRO-2/3)
 the engine owns the optimizer and reduces (ZeRO-2/3: partitions) the gradients during backward; each
 adapter's norm, the non-finite check and the clipping then read and scale the full gradients through
 DeepSpeed's ``safe_get_full_grad`` / ``safe_set_full_grad`` before the engine steps, so DeepSpeed's own
@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from udpo import distributed as dist
 from udpo.algorithms.base import LOG_RATIO_CLAMP, Algorithm, RolloutBatch
 from udpo.config import TrainConfig
+from udpo.training import distributed as dist
 
 #: on_non_finite(iteration, what, metrics): stop the run (save the last good state, raise)
 NonFinite = Callable[[int, str, dict[str, Any]], None]
@@ -280,7 +280,7 @@ class Updater:
         self, algorithm: Algorithm, batch: RolloutBatch, debates: list[int]
     ) -> dict[tuple[int, int], torch.Tensor]:
         """(agent, batch position) -> the agent's reference log-probs in that debate, for ``debates`` and every
-        agent whose loss needs them, from one :meth:`~udpo.policy.MultiAgentPolicy.reference_logprobs` call."""
+        agent whose loss needs them, from one :meth:`~udpo.training.policy.MultiAgentPolicy.reference_logprobs` call."""
         agents = [i for i in range(self.config.n_agents) if algorithm.needs_reference(i)]
         sub = batch.select(debates)
         sequences = [sub.agent_sequences(i) for i in agents]

@@ -1,0 +1,512 @@
+"""``udpo compare``: train and evaluate several methods on the same questions, budget and seeds, then
+tabulate them as the UDPO paper's Table 1 and plot the gains over Standard MAD by difficulty (its
+Figure 5, through ``udpo diagnose``).
+
+Methods (:data:`METHODS`): ``standard_mad`` (the untrained team), ``mappo``, ``rmaac``, ``udpo`` and the
+ablations ``udpo_wo_intra``, ``udpo_wo_inter``, ``udpo_wo_sys``. Every trained method runs the same
+training recipe with the same seed, so it debates the same training questions in the same order for the
+same number of iterations, takes the same optimizer steps and is evaluated on the same held-out
+questions with the same ``eval_seed``; only the settings that define the method differ. Standard MAD is
+the iteration-0 evaluation: every method starts from the same adapters (LoRA's B = 0: the base model),
+evaluated on the same draws, so with ``shared_start`` (default) only the first trained method of each
+seed evaluates iteration 0; with ``shared_start: false`` every method does and compare checks that the
+debates agree. UDPO's warm-up calibration debates are the one extra cost, reported in the budget table.
+
+Layout of ``output_dir``::
+
+    <method>/seed_<s>/        a training run (resumable: a killed compare resumes it from its checkpoint)
+    <method>/seed_<s>/done.json   written when the run finished
+    table.md, table.csv       accuracy and U_intra / U_inter / U_sys per method: mean over seeds [95% CI]
+    budget.csv                debates, optimizer steps, generated tokens, warm-up debates per run
+    results.json              everything above, with the change of each metric over Standard MAD
+    diagnosis/                ``udpo diagnose`` of the final evaluations: gains by U_sys level (Figure 5)
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from udpo.analysis.results import PER_QUESTION_METRICS, eval_iterations, per_question, problems
+from udpo.config import ConfigError, TrainConfig, apply_env, load_yaml, read_yaml, unknown_key_error
+from udpo.env.jsonl import write_json
+
+#: method -> the training settings that define it (None: not trained)
+METHODS: dict[str, dict[str, Any] | None] = {
+    "standard_mad": None,
+    "mappo": {"algorithm": "mappo"},
+    "rmaac": {"algorithm": "rmaac"},
+    "udpo": {"algorithm": "udpo", "ablations": []},
+    "udpo_wo_intra": {"algorithm": "udpo", "ablations": ["intra"]},
+    "udpo_wo_inter": {"algorithm": "udpo", "ablations": ["inter"]},
+    "udpo_wo_sys": {"algorithm": "udpo", "ablations": ["sys"]},
+}
+#: settings that fix a run's budget and questions: one value for every method
+BUDGET_FIELDS = (
+    "model",
+    "task",
+    "task_options",
+    "train_split",
+    "eval_split",
+    "data_path",
+    "max_train_questions",
+    "eval_questions",
+    "eval_seed",
+    "eval_question_seed",
+    "calibration_file",
+    "warmup_fraction",
+    "n_agents",
+    "rounds",
+    "max_tokens",
+    "temperature",
+    "top_p",
+    "questions_per_iteration",
+    "debates_per_question",
+    "max_iterations",
+    "num_train_epochs",
+    "update_epochs",
+    "gradient_accumulation_steps",
+    "seed",
+)
+TABLE_METRICS = ("accuracy", "u_intra", "u_inter", "u_sys", "wrong_majority", "wrong_unanimous")
+DONE = "done.json"
+#: seconds a process waits for another one writing the tables before giving up
+TABLES_PATIENCE = 600.0
+
+
+@dataclass
+class CompareConfig:
+    """recipe: the training recipe every method shares (YAML, as for train_udpo.py). methods: which of
+    :data:`METHODS` to run (at least one trained). seeds: training seeds (each method runs once per seed).
+    output_dir: where runs and tables go. settings: training settings applied over the recipe for every
+    method. method_settings: extra settings per method (never a budget field). shared_start: only the
+    first trained method evaluates iteration 0 (Standard MAD); false: every method does, and they are
+    checked to agree."""
+
+    recipe: str
+    methods: list[str] = field(default_factory=lambda: list(METHODS))
+    seeds: list[int] = field(default_factory=lambda: [0, 1])
+    output_dir: str = "runs/compare"
+    settings: dict[str, Any] = field(default_factory=dict)
+    method_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    shared_start: bool = True
+
+    def __post_init__(self) -> None:
+        unknown = [m for m in [*self.methods, *self.method_settings] if m not in METHODS]
+        if unknown:
+            raise ConfigError(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}")
+        if not any(METHODS[m] is not None for m in self.methods):
+            raise ConfigError("compare needs at least one trained method (standard_mad is their iteration 0)")
+        if len(set(self.methods)) != len(self.methods) or len(set(self.seeds)) != len(self.seeds):
+            raise ConfigError(f"methods and seeds must not repeat, got {self.methods} and {self.seeds}")
+        if not self.seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in self.seeds):
+            raise ConfigError(f"seeds must be a non-empty list of integers, got {self.seeds}")
+        for method, extra in self.method_settings.items():
+            fixed = [k for k in extra if k in BUDGET_FIELDS or k in ("algorithm", "ablations", "output_dir")]
+            if fixed:
+                raise ConfigError(
+                    f"method_settings.{method} sets {fixed}: those fix the method or its budget and must be "
+                    f"the same for every method (put budget settings under settings:)"
+                )
+        for name in ("seed", "output_dir", "resume", "algorithm", "ablations"):
+            if name in self.settings:
+                raise ConfigError(
+                    f"settings: {name} is set by compare itself (seeds:, output_dir:, methods:)"
+                )
+        known = {f.name for f in fields(TrainConfig)}
+        for where, values in [
+            ("settings", self.settings),
+            *((f"method_settings.{m}", v) for m, v in self.method_settings.items()),
+        ]:
+            if not isinstance(values, dict):
+                raise ConfigError(f"{where} must be a mapping of training settings, got {values!r:.80}")
+            if "env" in values:
+                raise ConfigError(f"{where}: env: belongs in the recipe (set once, for every run)")
+            unknown = [k for k in values if k not in known]
+            if unknown:
+                raise unknown_key_error(unknown, where)  # as training names an unknown key
+
+    @classmethod
+    def load(cls, path: str | Path) -> CompareConfig:
+        """Read a compare YAML file (keys: the fields of this class) and its recipe as training reads
+        them, and set the recipe's ``env:`` variables in this process as training does.
+
+        The file is parsed by the recipe parser (:func:`udpo.config.load_yaml`'s: YAML aliases refused,
+        a byte-order mark accepted); the recipe by :func:`udpo.config.load_yaml` itself (unknown keys
+        named, values checked), so a recipe error answers here, before anything loads. Every run of a
+        compare trains in this process, so the recipe's ``env:`` (e.g. ``OMP_NUM_THREADS``) is set once,
+        now, as ``udpo train`` sets it when it reads the recipe: call this before torch is imported (the
+        ``udpo compare`` command does) for thread settings to take effect. The recipe path is relative to
+        the current directory, or to the file's folder when it is not found there."""
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"compare config not found: {path}")
+        data = read_yaml(path, "a compare config") or {}
+        known = {f.name for f in fields(cls)}
+        if not isinstance(data, dict) or "recipe" not in data:
+            raise ConfigError(
+                f"{path}: a compare config is a mapping with at least recipe: (a training recipe)"
+            )
+        unknown = [k for k in data if k not in known]
+        if unknown:
+            raise ConfigError(f"{path}: unknown key(s) {unknown}; known: {', '.join(sorted(known))}")
+        recipe = Path(data["recipe"])
+        if not recipe.is_file() and (path.parent / recipe).is_file():
+            data["recipe"] = str(path.parent / recipe)
+        config = cls(**data)
+        apply_env(load_yaml(config.recipe))  # as udpo.config.parse_config does with a training recipe
+        return config
+
+    def run_dir(self, method: str, seed: int) -> Path:
+        return Path(self.output_dir) / method / f"seed_{seed}"
+
+    def trained(self) -> list[str]:
+        return [m for m in self.methods if METHODS[m] is not None]
+
+    def train_config(self, method: str, seed: int) -> TrainConfig:
+        """The training config of one (method, seed): recipe, then ``settings``, the method's own settings,
+        the seed and the run folder. (The recipe's ``env:`` is no training field: :meth:`load` set it.)"""
+        recipe = load_yaml(self.recipe)
+        recipe.pop("env", None)
+        values = {
+            **recipe,
+            **self.settings,
+            **self.method_settings.get(method, {}),
+            **METHODS[method],
+            "seed": seed,
+            "output_dir": str(self.run_dir(method, seed)),
+            "run_name": f"{method}-seed{seed}",
+        }
+        if self.shared_start and method != self.trained()[0]:
+            values["eval_at_start"] = False  # Standard MAD is the first method's iteration 0
+        return TrainConfig(**values)
+
+
+def check_budgets(configs: dict[str, TrainConfig]) -> None:
+    """Refuse configs whose budget fields differ between methods (ConfigError naming them)."""
+    first_name, first = next(iter(configs.items()))
+    for name, config in configs.items():
+        differ = [f for f in BUDGET_FIELDS if getattr(config, f) != getattr(first, f)]
+        if differ:
+            raise ConfigError(f"methods {first_name} and {name} differ in budget settings {differ}")
+
+
+def run_compare(
+    config: CompareConfig,
+    train: Callable[[TrainConfig], Any] | None = None,
+    progress: bool = True,
+    seeds: Sequence[int] | None = None,
+) -> dict[str, Any] | None:
+    """Train every (method, seed) not yet done (resuming an interrupted one from its latest checkpoint),
+    then write the tables, the budget and the diagnosis. ``train``: how one run trains (default
+    :func:`udpo.training.trainer.train`). ``seeds``: train only these (e.g. one process per seed, side by side).
+    Started runs go first. Several compare processes may share the work (one per core): a run another
+    process is training (its folder is locked, :mod:`udpo.training.run_lock`) is left to it.
+    Returns the results, or None while some runs are not done (other seeds, other processes)."""
+    from tqdm.auto import tqdm
+
+    from udpo.training import checkpoint_store as ckpt
+    from udpo.training.run_lock import RunBusyError
+
+    chosen = config.seeds if seeds is None else list(seeds)
+    unknown = [s for s in chosen if s not in config.seeds]
+    if unknown:
+        raise ConfigError(f"seed(s) {unknown} are not among the config's seeds {config.seeds}")
+    jobs = [(m, s) for s in chosen for m in config.trained()]
+    jobs.sort(key=lambda job: not ckpt.list_checkpoints(config.run_dir(*job)))  # stable: started first
+    for seed in config.seeds:
+        check_budgets({m: config.train_config(m, seed) for m in config.trained()})
+    if train is None:
+        from udpo.training.trainer import train
+    bar = tqdm(jobs, desc="compare", unit="run", disable=not progress)
+    for i, (method, seed) in enumerate(bar, 1):
+        run = config.run_dir(method, seed)
+        bar.set_postfix_str(f"{method} seed {seed}")
+        if (run / DONE).exists():
+            continue
+        tc = config.train_config(method, seed)
+        resumable = bool(ckpt.list_checkpoints(run))
+        if resumable:
+            tc.resume = "latest"
+        bar.write(
+            f"[{i}/{len(jobs)}] {method}, seed {seed}"
+            f"{' (resuming its latest checkpoint)' if resumable else ''}: {run}"
+        )
+        try:
+            train(tc)
+        except RunBusyError as e:
+            bar.write(f"[{i}/{len(jobs)}] left to the process that trains it: {e}")
+            continue
+        last = max(eval_iterations(run), default=0)
+        write_json(run / DONE, {"method": method, "seed": seed, "final_eval": last})
+    bar.close()
+    if not all((config.run_dir(m, s) / DONE).exists() for s in config.seeds for m in config.trained()):
+        return None
+    return write_results(config)
+
+
+def method_runs(config: CompareConfig) -> dict[str, list[tuple[int, Path, int]]]:
+    """method -> [(seed, run folder, evaluated iteration)]: trained methods at their final evaluation,
+    standard_mad at iteration 0 of the first trained method's run."""
+    out: dict[str, list[tuple[int, Path, int]]] = {}
+    first = config.trained()[0]
+    for method in config.methods:
+        rows = []
+        for seed in config.seeds:
+            if METHODS[method] is None:
+                rows.append((seed, config.run_dir(first, seed), 0))
+            else:
+                run = config.run_dir(method, seed)
+                done = json.loads((run / DONE).read_text())
+                rows.append((seed, run, done["final_eval"]))
+        out[method] = rows
+    return out
+
+
+def check_same_start(config: CompareConfig) -> None:
+    """Without ``shared_start``, every trained method's iteration-0 evaluation of a seed must be the same
+    debates (same questions, same untrained team, same draws): Standard MAD is read from them."""
+    if config.shared_start:
+        return
+    for seed in config.seeds:
+        seen = {method: per_question(config.run_dir(method, seed), 0) for method in config.trained()}
+        first, ref = next(iter(seen.items()))
+        for method, answers in seen.items():
+            if answers != ref:
+                raise ValueError(
+                    f"seed {seed}: the iteration-0 evaluations of {first} and {method} differ; the methods did "
+                    "not start from the same team on the same questions"
+                )
+
+
+def write_results(config: CompareConfig) -> dict[str, Any]:
+    """Tables, budget, results.json and the diagnosis of finished runs, written by one process at a time
+    (two compare processes can finish their last runs together): the output folder's lock, waited for
+    up to :data:`TABLES_PATIENCE` seconds."""
+    from udpo.training import run_lock
+
+    with run_lock.held(config.output_dir, resume="udpo compare --tables-only", patience=TABLES_PATIENCE):
+        return _write_results(config)
+
+
+def _write_results(config: CompareConfig) -> dict[str, Any]:
+    from udpo.rewards.statistics import paired_bootstrap, seed_change
+
+    out = Path(config.output_dir)
+    check_same_start(config)
+    runs = method_runs(config)
+    values = {
+        method: [per_question(run, it) for _, run, it in rows] for method, rows in runs.items()
+    }  # method -> per seed: question -> metric -> value
+    baseline = [per_question(config.run_dir(config.trained()[0], s), 0) for s in config.seeds]
+    results: dict[str, Any] = {"seeds": config.seeds, "methods": {}, "budget": budget_rows(config)}
+    for method, per_seed in values.items():
+        entry = {}
+        # every seed evaluated the same problems (eval_question_seed): the seeds x problems analysis too
+        shared = len({tuple(sorted(q)) for q in per_seed}) == 1
+        if shared:  # questions posing one problem are resampled together
+            texts = problems(runs[method][0][1], runs[method][0][2])
+            clusters = [texts[qid] for qid in sorted(per_seed[0])]
+        for metric in PER_QUESTION_METRICS:
+            rows = [[q[qid][metric] for qid in sorted(q)] for q in per_seed]
+            base = [[b[qid][metric] for qid in sorted(q)] for b, q in zip(baseline, per_seed, strict=True)]
+            level = paired_bootstrap([np.zeros(len(r)) for r in rows], rows, shared_questions=False)
+            change = paired_bootstrap(base, rows, shared_questions=False)
+            entry[metric] = {
+                "mean": level.after,
+                "low": level.low,
+                "high": level.high,
+                "per_seed": [float(np.mean(r)) for r in rows],
+                "change": change.delta,
+                "change_low": change.low,
+                "change_high": change.high,
+                "seed_change": seed_change(base, rows, clusters=clusters).to_dict() if shared else None,
+            }
+        entry["n_questions"] = sum(len(q) for q in per_seed)
+        results["methods"][method] = entry
+    write_json(out / "results.json", results)
+    (out / "table.md").write_text(markdown_table(results) + "\n")
+    write_csv(out / "table.csv", results)
+    with (out / "budget.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(results["budget"][0]))
+        writer.writeheader()
+        writer.writerows(results["budget"])
+    diagnose_gains(config, runs)
+    return results
+
+
+def budget_rows(config: CompareConfig) -> list[dict[str, Any]]:
+    """What each run spent, measured from its files."""
+    from udpo.training import checkpoint_store as ckpt
+    from udpo.training.tracking import read_metrics
+
+    rows = []
+    for method in config.trained():
+        for seed in config.seeds:
+            run = config.run_dir(method, seed)
+            train = read_metrics(run, kind="train")
+            state = ckpt.read_state(ckpt.resolve(run, "latest"))
+            warmup = run / "trajectories" / "warmup.jsonl"
+            rows.append(
+                {
+                    "method": method,
+                    "seed": seed,
+                    "iterations": state["iteration"],
+                    "debates": int(sum(r.get("debates", 0) for r in train)),
+                    "optimizer_steps": state["optimizer_steps"],
+                    "generated_tokens": int(sum(r.get("tokens", 0) for r in train)),
+                    "warmup_debates": sum(1 for line in warmup.read_text().splitlines() if line.strip())
+                    if warmup.exists()
+                    else 0,
+                }
+            )
+    return rows
+
+
+def markdown_table(results: dict[str, Any]) -> str:
+    """Table 1: each metric's mean over seeds and 95% interval (questions resampled within each seed),
+    accuracy's change over Standard MAD with its paired interval, and accuracy per seed; then, when every
+    seed evaluated the same problems, each metric's change with the t-interval over seeds and the seeds x
+    problems bootstrap (:func:`udpo.rewards.statistics.seed_change`)."""
+    head = (
+        "| method | " + " | ".join(TABLE_METRICS) + " | accuracy change vs Standard MAD | accuracy per seed |"
+    )
+    lines = [head, "|---" * (len(TABLE_METRICS) + 3) + "|"]
+    for method, entry in results["methods"].items():
+        cells = [
+            f"{entry[m]['mean']:.3f} [{entry[m]['low']:.3f}, {entry[m]['high']:.3f}]" for m in TABLE_METRICS
+        ]
+        acc = entry["accuracy"]
+        change = (
+            "-"
+            if METHODS[method] is None
+            else f"{acc['change']:+.3f} [{acc['change_low']:+.3f}, {acc['change_high']:+.3f}]"
+        )
+        per_seed = ", ".join(f"{v:.3f}" for v in acc["per_seed"])
+        lines.append(f"| {method} | " + " | ".join(cells) + f" | {change} | {per_seed} |")
+    studied = [
+        (method, metric, e[metric]["seed_change"])
+        for method, e in results["methods"].items()
+        if METHODS[method] is not None
+        for metric in TABLE_METRICS
+        if e[metric].get("seed_change")
+    ]
+    if studied:
+        lines += [
+            "",
+            "Change over Standard MAD, seeds sharing their problems (docs/preregistration.md): mean of the "
+            "seeds' changes, 95% t-interval over seeds, 95% bootstrap over seeds and problems.",
+            "",
+            "| method | metric | change | t-interval over seeds | bootstrap seeds x problems | change per seed |",
+            "|---|---|---|---|---|---|",
+        ]
+        for method, metric, c in studied:
+            per_seed = ", ".join(f"{v:+.3f}" for v in c["per_seed"])
+            t = "one seed: none" if c["t_low"] is None else f"[{c['t_low']:+.3f}, {c['t_high']:+.3f}]"
+            lines.append(
+                f"| {method} | {metric} | {c['delta']:+.3f} | {t} | "
+                f"[{c['boot_low']:+.3f}, {c['boot_high']:+.3f}] | {per_seed} |"
+            )
+    return "\n".join(lines)
+
+
+def write_csv(path: Path, results: dict[str, Any]) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(
+            ["method", "metric", "mean", "low", "high", "change", "change_low", "change_high", "per_seed"]
+        )
+        for method, entry in results["methods"].items():
+            for metric in PER_QUESTION_METRICS:
+                e = entry[metric]
+                writer.writerow(
+                    [
+                        method,
+                        metric,
+                        e["mean"],
+                        e["low"],
+                        e["high"],
+                        e["change"],
+                        e["change_low"],
+                        e["change_high"],
+                        " ".join(f"{v:.6g}" for v in e["per_seed"]),
+                    ]
+                )
+
+
+def diagnose_gains(config: CompareConfig, runs: dict[str, list[tuple[int, Path, int]]]) -> None:
+    """``udpo diagnose`` of every method's evaluations, seeds pooled (question ids prefixed with the seed, so
+    each is paired within its seed): the gains over Standard MAD by U_sys level (Figure 5)."""
+    from udpo.analysis.diagnose import diagnose
+    from udpo.env.trajectory import TrajectoryWriter, read_trajectories
+
+    out = Path(config.output_dir) / "diagnosis"
+    pooled = out / "pooled"
+    files = []
+    for method, rows in runs.items():
+        path = pooled / f"{method}.jsonl"
+        path.unlink(missing_ok=True)
+        with TrajectoryWriter(path) as writer:
+            for seed, run, it in rows:
+                trajectories = read_trajectories(run / "eval" / f"iter_{it:06d}" / "trajectories.jsonl")
+                for t in trajectories:
+                    t.question_id = f"s{seed}/{t.question_id}"
+                writer.write(trajectories)
+        files.append(str(path))
+    labels = list(runs)
+    diagnose(files, str(out), labels=labels, baseline="standard_mad" if "standard_mad" in labels else None)
+
+
+def format_progress(config: CompareConfig) -> Sequence[str]:
+    """One line per (method, seed): done, started (with its latest checkpoint and last iteration; at
+    the last one, in its final evaluation) or waiting, and which process trains it now."""
+    from udpo.training import checkpoint_store as ckpt
+    from udpo.training import run_lock
+
+    lines = []
+    for seed in config.seeds:
+        for method in config.trained():
+            run = config.run_dir(method, seed)
+            if (run / DONE).exists():
+                state = "done"
+            elif ckpt.list_checkpoints(run):
+                state = f"started, latest checkpoint {ckpt.resolve(run, 'latest').name}"
+                k, total = last_iteration(run), config.train_config(method, seed).max_iterations
+                if k is not None:
+                    state += f", iteration {k}" + (f" of {total}" if total else "")
+                    state += ", final evaluation" if k == total else ""
+            else:
+                state = "waiting"
+            if state != "done" and run_lock.locked(run):
+                state += f" (training now: {run_lock.holder(run)})"
+            lines.append(f"{method:14s} seed {seed}: {state}")
+    return lines
+
+
+def last_iteration(run: Path) -> int | None:
+    """The last training iteration a run's metrics.jsonl records, read while it trains (a line being
+    written is skipped); None before the first."""
+    from udpo.training.tracking import METRICS_FILE
+
+    try:
+        lines = (run / METRICS_FILE).read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if (
+            isinstance(record, dict)
+            and record.get("kind") == "train"
+            and isinstance(record.get("iteration"), int)
+        ):
+            return record["iteration"]
+    return None

@@ -1,0 +1,158 @@
+"""Export a trained team for serving: one PEFT adapter per agent and a manifest, optionally merged models.
+
+``OUT/adapters/<name>/`` holds ``adapter_config.json`` + ``adapter_model.safetensors`` (loadable by
+``PeftModel.from_pretrained`` and by vLLM as a ``LoRARequest``); ``OUT/team.json`` names the agents,
+their base model(s) and profiles; ``OUT/critic/`` holds the centralized critic of a MAPPO or RMAAC
+run (its adapter and value head, :class:`udpo.algorithms.critic.Critic`). With ``merge=True`` every adapter is also folded into its base model,
+``OUT/merged/<name>/`` (safetensors + tokenizer, loadable by ``AutoModelForCausalLM``). Trainer state
+(optimizer, replay buffer, ...) is left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from udpo.training.team import ADAPTER_FILES, TEAM_FILE, TeamManifest
+
+#: what an export folder holds
+EXPORT_ENTRIES = (TEAM_FILE, "adapters", "merged", "critic")
+#: files and folders that mark a run directory (training or ``udpo debate`` / ``udpo eval``)
+RUN_MARKS = ("checkpoints", "trainer_state.json", "metrics.jsonl", "trajectories", "trajectories.jsonl")
+
+
+def find_checkpoint(path: str | os.PathLike) -> Path:
+    """A team folder itself, or the latest ``checkpoints/iter_*`` of a run directory."""
+    path = Path(path)
+    if (path / TEAM_FILE).exists():
+        return path
+    candidates = [p for p in (path / "checkpoints").glob("iter_*") if (p / TEAM_FILE).exists()]
+    if not candidates:
+        raise FileNotFoundError(f"{path} has no {TEAM_FILE} and no checkpoints/iter_*/{TEAM_FILE}")
+    return max(candidates, key=lambda p: int(re.sub(r"\D", "", p.name) or 0))
+
+
+def export_team(
+    checkpoint: str | os.PathLike,
+    out: str | os.PathLike,
+    merge: bool = False,
+    dtype: str = "auto",
+    overwrite: bool = False,
+) -> TeamManifest:
+    """Export the team in ``checkpoint`` (team folder or run directory) to ``out``; returns the new manifest.
+
+    dtype (merged models): "auto" keeps the base model's stored dtype; "fp32", "bf16" or "fp16".
+    The export is assembled in a temporary folder and moved into place at the end, so a failure leaves
+    ``out`` untouched; an existing non-empty ``out`` is replaced only with ``overwrite=True``, and only
+    when it holds an earlier export and nothing else (see :func:`check_out`).
+    """
+    source = find_checkpoint(checkpoint)
+    team = TeamManifest.load(source)
+    out = Path(out)
+    check_out(out, source, overwrite)
+    target = out.resolve()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
+    try:
+        team.check_adapters(source)
+        adapters = team.adapter_paths(source)
+        for name, folder in adapters.items():
+            (staging / "adapters" / name).mkdir(parents=True)
+            for f in ADAPTER_FILES:
+                shutil.copy2(Path(folder, f), staging / "adapters" / name / f)
+        if (source / "critic").is_dir():  # a baseline's critic travels with its team
+            shutil.copytree(source / "critic", staging / "critic")
+        agents = [replace(a, adapter=f"adapters/{a.adapter_name}", merged=None) for a in team.agents]
+        if merge:
+            bases = {a.adapter_name: a.base_model or team.base_model for a in team.agents}
+            for name in tqdm(list(adapters), desc="merge", unit="adapter"):
+                merge_adapter(bases[name], staging / "adapters" / name, staging / "merged" / name, dtype)
+            agents = [replace(a, merged=f"merged/{a.adapter_name}") for a in agents]
+        exported = replace(team, agents=agents)
+        exported.save(staging)
+        if target.exists():  # an earlier export (check_out): set aside, replaced, then removed
+            old = Path(tempfile.mkdtemp(prefix=f".{target.name}-old-", dir=target.parent))
+            os.replace(target, old / "export")
+            os.replace(staging, target)
+            shutil.rmtree(old)
+        else:
+            os.replace(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    exported.root = out
+    return exported
+
+
+def check_out(out: Path, source: Path, overwrite: bool) -> None:
+    """Refuse an output folder the export could damage: the working directory or a folder above it, the
+    checkpoint itself or a folder holding it, a folder that holds a run or lies inside one, a file.
+    A non-empty ``out`` is replaced only with ``overwrite`` and only when it holds an earlier export
+    (``team.json``, ``adapters/``, ``merged/``) and nothing else: an export never deletes what it did
+    not write."""
+    target, cwd, src = out.resolve(), Path.cwd().resolve(), source.resolve()
+    if target == cwd or target in cwd.parents:
+        raise ValueError(
+            f"--out {out} is the working directory or a folder above it; export into a new folder"
+        )
+    for folder in (target, *target.parents):
+        marks = [m for m in RUN_MARKS if (folder / m).exists()]
+        if marks:
+            where = "holds" if folder == target else f"lies inside {folder}, which holds"
+            raise ValueError(f"--out {out} {where} a run ({', '.join(marks)}); export into a new folder")
+    if target == src or target in src.parents or src in target.parents:
+        raise ValueError(
+            f"--out {out} holds or lies inside the checkpoint {source}; export into a new folder"
+        )
+    if not target.exists():
+        return
+    if not target.is_dir():
+        raise ValueError(f"--out {out} is a file")
+    entries = sorted(p.name for p in target.iterdir())
+    if not entries:
+        return
+    if not overwrite:
+        raise ValueError(f"{out} exists and is not empty; choose another --out or pass --overwrite")
+    foreign = [e for e in entries if e not in EXPORT_ENTRIES]
+    if foreign or TEAM_FILE not in entries:
+        raise ValueError(
+            f"--overwrite replaces only an earlier export, and {out} holds "
+            f"{', '.join(foreign[:5]) or f'no {TEAM_FILE}'}{' ...' if len(foreign) > 5 else ''}; "
+            f"export into a new folder"
+        )
+
+
+def merge_adapter(
+    base_model: str, adapter: str | os.PathLike, out: str | os.PathLike, dtype: str = "auto"
+) -> None:
+    """Fold a LoRA adapter into its base model and save the full model (safetensors) with its tokenizer.
+
+    The merge is done in fp32 and the result cast to ``dtype`` ("auto": the base's stored dtype).
+    """
+    import torch
+    from peft import PeftModel
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from udpo.env.backends.hf import pick_dtype
+    from udpo.env.models import resolve_model
+
+    path = resolve_model(base_model)
+    if dtype == "auto":
+        stored = getattr(AutoConfig.from_pretrained(path), "dtype", None)
+        target = (
+            stored
+            if isinstance(stored, torch.dtype)
+            else getattr(torch, str(stored or "float32"), torch.float32)
+        )
+    else:
+        target = pick_dtype(dtype, "cpu")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    merged = PeftModel.from_pretrained(model, str(adapter)).merge_and_unload()
+    merged.to(target).save_pretrained(str(out), safe_serialization=True)
+    AutoTokenizer.from_pretrained(path).save_pretrained(str(out))

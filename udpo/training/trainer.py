@@ -1,0 +1,631 @@
+"""The training loop shared by every algorithm (UDPO, and the MAPPO / RMAAC baselines).
+
+One iteration, as in the paper's Algorithm 1::
+
+    rollout   debate this iteration's questions with the current adapters (each process a shard)
+    reward    gather the debates; per-agent rewards r_i and advantages over the whole batch
+    update    per agent i (its adapter alone active): log-probs, the algorithm's loss, backward;
+              a critic's loss (mappo, rmaac); gradients summed over processes, clipped per adapter,
+              one AdamW step
+    sync      hand the new adapters to the rollout engine (hf: nothing, it is the live model;
+              vllm: adapter files and new LoRA ids, the base model stays loaded)
+
+Before the first iteration: warm-up calibration of UDPO's per-agent reward coefficients on held-out
+training questions (skipped when all are given, and by the baselines), and a held-out Standard-MAD
+evaluation. Every ``eval_steps`` iterations the evaluation runs again (plus the configured eval
+callbacks); every ``save_steps`` a checkpoint is written so a killed run resumes exactly.
+
+The parts this loop calls live in :mod:`udpo.training` (data, rollouts, calibration, update,
+checkpointing); each algorithm's math in :mod:`udpo.algorithms`.
+
+Files in the run directory::
+
+    config.json, calibration.json, metrics.jsonl
+    trajectories/warmup.jsonl, trajectories/train.jsonl          (append-only)
+    eval/iter_000000/{trajectories.jsonl, summary.json}, ...
+    checkpoints/iter_000010/..., checkpoints/latest
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import os
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+import torch
+
+from udpo.algorithms import algorithm_class, build_algorithm
+from udpo.algorithms.base import RolloutBatch, fill_behavior_logprobs
+from udpo.algorithms.reward_functions import RewardFunction, load_reward_functions
+from udpo.config import TrainConfig
+from udpo.env.backends.base import Backend
+from udpo.env.backends.hf import pick_dtype
+from udpo.env.debate import DebateConfig
+from udpo.env.jsonl import write_json
+from udpo.env.protocols import Protocol
+from udpo.env.summary import summarize
+from udpo.env.tasks.base import Question
+from udpo.env.trajectory import Trajectory, TrajectoryWriter
+from udpo.training import calibration, checkpointing, run_lock
+from udpo.training import checkpoint_store as ckpt
+from udpo.training import distributed as dist
+from udpo.training.callbacks import EvalCallback, TrainerCallback, split_callbacks
+from udpo.training.checkpointing import APPEND_ONLY, METRICS_FILE, TRAIN_FILE
+from udpo.training.data import QuestionSchedule, load_training_data, split_warmup
+from udpo.training.errors import TrainingError, explain_oom
+from udpo.training.rollouts import Rollouts
+from udpo.training.state import TrainingState
+from udpo.training.tracking import Timer, Tracker, accelerate_trackers, progress_bar
+from udpo.training.update import Updater
+
+__all__ = [
+    "EvalCallback",
+    "QuestionSchedule",
+    "Trainer",
+    "TrainerCallback",
+    "TrainingError",
+    "explain_oom",
+    "split_warmup",
+    "train",
+]
+
+
+def deepspeed_launch() -> bool:
+    """True under ``accelerate launch`` with a DeepSpeed config (accelerate sets ACCELERATE_USE_DEEPSPEED)."""
+    return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() in ("1", "true")
+
+
+def process_group_settings() -> dict[str, Any]:
+    """How the Accelerator forms the process group on this machine.
+
+    GPUs: accelerate's defaults (NCCL). CPU: plain launches (torchrun, DDP) need ``cpu=True`` to form a
+    gloo group; a DeepSpeed launch needs ``cpu=False`` with gloo named (with ``cpu=True`` accelerate turns
+    it into DDP; without a backend each process forms a group of its own) and DeepSpeed's CPU accelerator.
+    """
+    if torch.cuda.is_available():
+        return {}
+    if not deepspeed_launch():
+        return {"cpu": True}
+    from accelerate.utils import InitProcessGroupKwargs
+
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    return {"cpu": False, "kwargs_handlers": [InitProcessGroupKwargs(backend="gloo")]}
+
+
+def bf16_autocast_default(dtype: str) -> bool:
+    """bf16 autocast unless asked: on wherever the weights are bf16 (``dtype`` auto on a GPU with bf16 or
+    a CPU with bf16 matrix units, or bf16 set), so the fp32 LoRA weights' matmuls run in bf16 too."""
+    cuda = torch.cuda.is_available()
+    if cuda and not torch.cuda.is_bf16_supported():
+        return False
+    return pick_dtype(dtype, "cuda" if cuda else "cpu") == torch.bfloat16
+
+
+def peak_memory() -> dict[str, float]:
+    """``memory/peak_gib``: the most GPU memory this process held since the last call (GPUs only)."""
+    if not torch.cuda.is_available():
+        return {}
+    peak = torch.cuda.max_memory_allocated() / 2**30
+    torch.cuda.reset_peak_memory_stats()
+    return {"memory/peak_gib": round(peak, 3)}
+
+
+def load_callbacks(specs: Sequence[str]) -> list[EvalCallback]:
+    """Import eval callbacks named ``package.module:function``."""
+    out = []
+    for spec in specs:
+        module, _, name = spec.partition(":")
+        try:
+            out.append(getattr(importlib.import_module(module), name))
+        except (ImportError, AttributeError) as e:
+            raise ValueError(f"eval_callbacks: cannot import {spec!r}: {e}") from None
+    return out
+
+
+def attack_callbacks(config: TrainConfig) -> list[EvalCallback]:
+    """The attack evaluation that ``attack_eval`` / ``attack_eval_m`` / ``attack_eval_attacker`` ask for."""
+    if config.attack_eval == "none":
+        return []
+    from udpo.analysis.attack_eval import attack_eval_callback
+    from udpo.env.attacks import AttackConfig
+
+    attack = AttackConfig(name=config.attack_eval, attacker=config.attack_eval_attacker, seed=config.seed)
+    return [attack_eval_callback(attack, m_values=config.attack_eval_m)]
+
+
+class Trainer:
+    """Trains a team of LoRA agents on one task with one algorithm; see the module docstring.
+
+    Parts: ``data`` (questions, schedule), ``policy`` (the team), ``critic`` (mappo, rmaac), ``updater``
+    (optimizer, one update), ``rollouts`` (the debate engine), ``algorithm`` and ``replay`` (built once
+    the coefficients are known: calibration or checkpoint).
+
+    eval_callbacks: extra evaluations run at every evaluation, each ``(trainer, iteration) -> dict``
+    (e.g. an attack evaluation); added to those named by ``config.eval_callbacks``. A callback may use
+    ``trainer.config, run_dir, task, eval_set, backend, main, debate_config(), debate_protocol()``.
+    backend: a running rollout engine of kind ``config.backend`` to use instead of starting one (e.g.
+    one vLLM engine shared by several runs); the trainer registers its adapters there but never closes it.
+    callbacks: :class:`~udpo.training.callbacks.TrainerCallback` objects (hooks), or eval callbacks.
+    model, tokenizer: a loaded base model (and its tokenizer) instead of loading ``config.model``, whose
+    value must be the model's name (``udpo.UDPOTrainer`` sets it). lora: adapter settings instead of the
+    config's ``lora_*`` fields (a PEFT LoraConfig, :meth:`udpo.training.policy.LoraSettings.from_peft`).
+    reward_functions: the user reward terms instead of loading ``config.reward_functions``.
+
+    A trainer holds the run folder's lock and, for vllm, an engine: use it as a context manager
+    (``with Trainer(config) as trainer: trainer.train()``) or call :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        eval_callbacks: Sequence[EvalCallback] = (),
+        backend: Backend | None = None,
+        *,
+        callbacks: Sequence[TrainerCallback | EvalCallback] = (),
+        model: Any = None,
+        tokenizer: Any = None,
+        lora: Any = None,
+        reward_functions: Sequence[RewardFunction] | None = None,
+    ):
+        from accelerate import Accelerator
+        from accelerate.utils import DistributedType, set_seed
+
+        self.config = config
+        self.run_dir = Path(config.output_dir)
+        use_bf16 = config.bf16 if config.bf16 is not None else bf16_autocast_default(config.dtype)
+        self.accelerator = Accelerator(
+            **process_group_settings(),
+            mixed_precision="bf16" if use_bf16 else "no",
+            log_with=accelerate_trackers(config.report_to) or None,
+            project_dir=str(self.run_dir),
+            step_scheduler_with_optimizer=False,  # the schedule counts optimizer steps, whatever the process count
+        )
+        self.deepspeed = self.accelerator.distributed_type == DistributedType.DEEPSPEED
+        self.rank, self.world = self.accelerator.process_index, self.accelerator.num_processes
+        if self.world > 1:
+            atexit.unregister(dist.leave)  # once, however many trainers this process builds
+            atexit.register(dist.leave)
+        self.main = self.accelerator.is_main_process
+        self.callbacks, more_evals = split_callbacks(callbacks)
+        self.eval_callbacks = [
+            *load_callbacks(config.eval_callbacks),
+            *attack_callbacks(config),
+            *eval_callbacks,
+            *more_evals,
+        ]
+        self._model, self._tokenizer, self._lora = model, tokenizer, lora
+        self.critic = None  # set before the checkpoint check, which asks whether the run has one
+        self.critic_needed = algorithm_class(config.algorithm).needs_critic
+        self._lock = self._lock_run_dir()  # released by close(), or here when setting up fails
+        try:
+            self._check_run_dir()
+            self.reward_functions = (
+                list(reward_functions)
+                if reward_functions is not None
+                else load_reward_functions(config.reward_functions, config.reward_weights)
+            )
+            self.data = load_training_data(config, self.world)
+
+            set_seed(config.seed)  # identical initialization on every process
+            self._build_policy()
+            set_seed(config.seed + self.rank)  # different sampling per process from here on
+            self.updater = Updater(
+                config,
+                self.policy,
+                self.accelerator,
+                total_steps=self.data.total_iterations * config.update_epochs,
+                warmup_steps=self.data.warmup_steps,
+                critic=self.critic,
+                deepspeed=self.deepspeed,
+            )
+            self.rollouts = Rollouts(
+                config,
+                self.data.task,
+                self.policy,
+                self.rank,
+                self.world,
+                self.run_dir,
+                backend,
+                engine=self.updater.engine,
+            )
+        except BaseException:
+            if self._lock is not None:
+                self._lock.close()
+            raise
+        self.algorithm = None  # built once the coefficients are known (calibration or checkpoint)
+        self.replay = None
+        self.tracker: Tracker | None = None
+        self.calibration: dict[str, Any] | None = None
+        self.state = TrainingState()  # where the run stands; what a checkpoint gives back on resume
+
+    # ------------------------------------------------------------------------------------------
+    # setup
+    # ------------------------------------------------------------------------------------------
+    def _build_policy(self) -> None:
+        """The team (one base, one adapter per agent) and, for mappo / rmaac, the critic on its base."""
+        from udpo.training.policy import LoraSettings, MultiAgentPolicy
+
+        config = self.config
+        lora = self._lora or LoraSettings(
+            config.lora_r, config.lora_alpha, config.lora_dropout, config.lora_target_modules
+        )
+        with explain_oom(config):
+            self.policy = MultiAgentPolicy(
+                model=config.model if self._model is None else self._model,
+                tokenizer=self._tokenizer,
+                n_agents=config.n_agents,
+                lora=lora,
+                shared_adapter=config.shared_adapter,
+                agent_models=config.agent_models,
+                dtype=config.dtype,
+                device=str(self.accelerator.device),
+                reference=config.reference,
+            )
+        self.policy.symmetric_passes = self.world > 1
+        if self.critic_needed:
+            from udpo.algorithms.critic import Critic
+
+            self.critic = Critic(self.policy)
+        if config.gradient_checkpointing:
+            for model in self.policy.models.values():
+                model.gradient_checkpointing_enable()
+                model.enable_input_require_grads()
+
+    def _lock_run_dir(self) -> IO[str] | None:
+        """The main process locks the run directory (:mod:`udpo.training.run_lock`); every process raises
+        RunBusyError when another process holds it."""
+        busy: run_lock.RunBusyError | None = None
+        handle = None
+        if self.main:
+            try:
+                handle = run_lock.acquire(self.run_dir)
+            except run_lock.RunBusyError as e:
+                busy = e
+        if dist.any_true(busy is not None):
+            raise busy or run_lock.RunBusyError(f"{self.run_dir} is being written by another process")
+        return handle
+
+    def _check_run_dir(self) -> None:
+        """Before anything loads: the paths the config names, the checkpoint to resume (whole), and a
+        run directory that holds a run only with ``resume``. A directory whose run was stopped before
+        its first checkpoint holds nothing to resume: a new start replaces what that attempt wrote."""
+        cfg = self.config
+        cfg.check_paths()
+        if cfg.resume is not None:
+            checkpointing.verify(self, ckpt.resolve(self.run_dir, cfg.resume))
+        elif ckpt.list_checkpoints(self.run_dir):
+            raise TrainingError(
+                f"output_dir {self.run_dir} already holds a run (checkpoints); pass --resume latest to "
+                f"continue it, or choose a new output_dir"
+            )
+        elif (self.run_dir / METRICS_FILE).exists() and not self._interrupted_start():
+            raise TrainingError(
+                f"output_dir {self.run_dir} holds a {METRICS_FILE} that is not a UDPO run's; choose a new "
+                f"output_dir"
+            )
+
+    def _interrupted_start(self) -> bool:
+        """Whether the run directory's metrics are a UDPO run's (every line a record with a "kind")."""
+        try:
+            whole = (self.run_dir / METRICS_FILE).read_bytes().split(b"\n")[:-1]  # not a line cut short
+        except OSError:
+            return False
+        return all(b'"kind"' in line and b'"iteration"' in line for line in whole if line.strip())
+
+    def use_calibration(self, record: dict[str, Any]) -> None:
+        """Build the algorithm (and the replay buffer, whose priority uses the base weights) from a
+        calibration record."""
+        cfg = self.config
+        self.calibration = record
+        self.algorithm = build_algorithm(cfg, record, self.critic, self.reward_functions)
+        if cfg.replay:
+            from udpo.training.replay import ReplayBuffer
+
+            bases = record.get("base_weights", {})
+            base = cfg.base_weights or tuple(
+                bases.get(k, 1 / 3) for k in ("alpha_base", "beta_base", "gamma_base")
+            )
+            self.replay = ReplayBuffer(cfg.replay_capacity, cfg.replay_eta, cfg.replay_beta, base)
+
+    # ------------------------------------------------------------------------------------------
+    # what eval callbacks and tests use
+    # ------------------------------------------------------------------------------------------
+    @property
+    def task(self):
+        return self.data.task
+
+    @property
+    def eval_set(self) -> list[Question]:
+        return self.data.eval_set
+
+    @property
+    def schedule(self) -> QuestionSchedule:
+        return self.data.schedule
+
+    @property
+    def backend(self) -> Backend:
+        return self.rollouts.backend
+
+    @property
+    def params(self) -> list[torch.nn.Parameter]:
+        return self.updater.params
+
+    def debate_config(self) -> DebateConfig:
+        return self.rollouts.debate_config()
+
+    def debate_protocol(self) -> Protocol:
+        return self.rollouts.protocol()
+
+    def debate(
+        self, questions: Sequence[Question], meta: dict[str, Any], protocol: Protocol | None = None
+    ) -> list[Trajectory]:
+        return self.rollouts.debate(questions, meta, protocol=protocol)
+
+    def calibrate(self) -> tuple[dict[str, Any], list[Trajectory]]:
+        """The calibration record of this run and its warm-up debates
+        (:func:`udpo.training.calibration.calibrate`)."""
+        return calibration.calibrate(self.config, self.data.warmup_set, self.debate, self.run_dir, self.main)
+
+    def evaluate(self, iteration: int) -> dict[str, Any]:
+        """Held-out Standard-MAD evaluation with the current adapters, then the eval callbacks, all on the
+        evaluation's generators (``Rollouts.eval_rng``).
+
+        Writes eval/iter_<k>/{trajectories.jsonl, summary.json}; returns the summary (plus callback
+        results under their function names)."""
+        with self.rollouts.eval_rng():
+            trajectories = self.debate(self.eval_set, {"phase": "eval", "iteration": iteration})
+            summary = summarize(trajectories)
+            if self.main:
+                out = self.run_dir / "eval" / ckpt.checkpoint_name(iteration)
+                shutil.rmtree(out, ignore_errors=True)  # left by a run that died after this point
+                with TrajectoryWriter(out / "trajectories.jsonl") as writer:
+                    writer.write(trajectories)
+                write_json(out / "summary.json", {**summary, "iteration": iteration})
+            for callback in self.eval_callbacks:  # on the evaluation's generators too
+                summary[callback.__name__] = callback(self, iteration)
+        return summary
+
+    # ------------------------------------------------------------------------------------------
+    # one iteration
+    # ------------------------------------------------------------------------------------------
+    def rollout_batch(
+        self, trajectories: list[Trajectory], weights: Sequence[float] | None = None
+    ) -> RolloutBatch:
+        """The algorithm's rewards and the per-agent turns of a list of debates."""
+        rewards, terms = self.algorithm.rewards(trajectories)
+        return RolloutBatch.from_trajectories(
+            trajectories,
+            rewards=rewards,
+            terms=terms,
+            weights=None if weights is None else torch.as_tensor(weights, dtype=torch.float32),
+        )
+
+    def update(
+        self, batch: RolloutBatch, advantages: torch.Tensor, fresh_count: int, iteration: int
+    ) -> dict[str, float]:
+        """One update on ``batch`` (:meth:`udpo.training.update.Updater.update`)."""
+        return self.updater.update(
+            self.algorithm, batch, advantages, fresh_count, iteration, self._fail_non_finite
+        )
+
+    def run_iteration(self, k: int) -> dict[str, Any]:
+        """Rollout, reward, update, sync for iteration ``k``; returns its metrics."""
+        cfg, timer = self.config, Timer()
+        questions = [q for q in self.schedule.for_iteration(k) for _ in range(cfg.debates_per_question)]
+        adversary = self.algorithm.adversary_stage(self.task)  # rmaac perturbs what agents read in training
+        protocol = self.debate_protocol().with_stages(adversary) if adversary is not None else None
+        with timer("rollout"):
+            fresh = self.debate(questions, {"phase": "train", "iteration": k}, protocol=protocol)
+        tokens = sum(len(turn.completion_ids) for t in fresh for row in t.turns for turn in row)
+        if self.main:
+            with TrajectoryWriter(self.run_dir / TRAIN_FILE) as writer:
+                writer.write(fresh)
+        with timer("reward"):
+            trajectories, weights, n_replayed = self._with_replay(fresh, k)
+            batch = self.rollout_batch(trajectories, weights)
+            if cfg.behavior_logprobs == "rollout":
+                fill_behavior_logprobs(
+                    batch, self.policy, **self.updater.scoring()
+                )  # engines that return none
+            advantages = self.algorithm.advantages(batch)
+        with timer("update"), explain_oom(cfg):
+            update_stats = self.update(batch, advantages, fresh_count=len(fresh), iteration=k)
+        with timer("sync"):
+            self.rollouts.sync_adapters(k)
+            if cfg.reference == "lagged" and k % cfg.ref_update_interval == 0:
+                self.policy.refresh_reference()
+        times = timer.pop()
+        return {
+            "epoch": round(self.schedule.epoch_of(k), 4),
+            "lr": self.updater.scheduler.get_last_lr()[0],
+            **{f"train/{key}": v for key, v in summarize(fresh).items() if key != "n_questions"},
+            **self.algorithm.batch_metrics(batch, advantages),
+            **(self.replay.stats() if self.replay is not None else {}),
+            **update_stats,
+            "debates": len(fresh),
+            "replayed": n_replayed,
+            "tokens": tokens,
+            "tokens_per_s": tokens / max(times["rollout"], 1e-9),
+            **peak_memory(),
+            **{f"time/{name}": round(s, 4) for name, s in times.items()},
+        }
+
+    def _with_replay(
+        self, fresh: list[Trajectory], k: int
+    ) -> tuple[list[Trajectory], list[float] | None, int]:
+        """The update batch: the fresh debates plus, with replay on, debates drawn from the buffer."""
+        cfg = self.config
+        if self.replay is None:
+            return fresh, None, 0
+        if cfg.replay_refresh_interval and k % cfg.replay_refresh_interval == 0 and len(self.replay):
+            stored = set(self.replay.question_ids())
+            questions = [q for q in self.data.train_set if q.id in stored]
+            self.replay.add(self.debate(questions, {"phase": "replay_refresh", "iteration": k}), replace=True)
+        n_replay = round(len(fresh) * cfg.replay_fraction / (1 - cfg.replay_fraction))
+        rng = np.random.default_rng([cfg.seed, k, 7])  # the same draw on every process
+        replayed, weights = self.replay.sample(min(n_replay, len(self.replay)), rng)
+        self.replay.add(fresh)
+        return [*fresh, *replayed], [1.0] * len(fresh) + weights.tolist(), len(replayed)
+
+    def _fail_non_finite(self, iteration: int, what: str, info: dict[str, Any]) -> None:
+        """Stop: save the last good state (the one before this iteration) and raise a clear error."""
+        self.updater.zero_grad()
+        saved = ckpt.checkpoints_dir(self.run_dir) / ckpt.checkpoint_name(iteration - 1)
+        if not (saved / ckpt.STATE).is_file():
+            saved = self.save_checkpoint(iteration - 1)
+        details = ", ".join(f"{k}={float(v):.4g}" for k, v in info.items())
+        raise TrainingError(
+            f"non-finite value at iteration {iteration}: {what}{f' ({details})' if details else ''}. "
+            f"The state before this iteration is in {saved}. Lower learning_rate, check the rewards, or raise "
+            f"max_grad_norm clipping; continue with --resume {saved}"
+        )
+
+    def save_checkpoint(self, iteration: int) -> Path:
+        path = checkpointing.save(self, iteration)
+        self._call("on_save", iteration, path)
+        return path
+
+    def _call(self, hook: str, *args: Any) -> None:
+        """Call ``hook`` of every TrainerCallback."""
+        for callback in self.callbacks:
+            getattr(callback, hook)(self, *args)
+
+    # ------------------------------------------------------------------------------------------
+    # the run
+    # ------------------------------------------------------------------------------------------
+    def train(self) -> dict[str, Any]:
+        """Run (or resume) training to ``total_iterations``; returns the before/after evaluations."""
+        cfg, total = self.config, self.data.total_iterations
+        if self.main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        dist.barrier()
+        resumed = ckpt.resolve(self.run_dir, cfg.resume) if cfg.resume is not None else None
+        if resumed is not None:
+            self.state = checkpointing.load(self, resumed)
+        elif self.main:  # a start stopped before checkpoint 0 left its metrics (see _check_run_dir)
+            ckpt.rewind_files(self.run_dir, {rel: {"lines": 0, "bytes": 0} for rel in APPEND_ONLY})
+        self.tracker = Tracker(
+            self.run_dir, self.accelerator, cfg.report_to, cfg.run_name or self.run_dir.name, cfg.to_dict()
+        )
+        if self.main:
+            write_json(self.run_dir / "config.json", cfg.to_dict())
+            print(
+                f"torch threads per process: {torch.get_num_threads()} (UDPO_NUM_THREADS=k chooses)",
+                file=sys.stderr,
+            )
+        # the iteration bar first, so that the debates' progress line (warm-up, evaluations, rollouts)
+        # goes below it
+        bar = progress_bar(total, self.state.iteration, cfg.progress and self.main)
+        try:
+            if resumed is None:
+                self.rollouts.sync_adapters(0)
+                record, warmup = self.calibrate()
+                self.use_calibration(record)
+                if self.main:
+                    write_json(self.run_dir / "calibration.json", record)
+                    bar.write(calibration.describe(record), file=sys.stderr)
+                self.tracker.log(
+                    {"coefficients": calibration.flat_coefficients(record)}, 0, kind="calibration"
+                )
+                if self.critic is not None and warmup:  # critic_warmup_epochs: a warm start
+                    fitted = self.updater.warm_start_critic(
+                        self.algorithm,
+                        self.rollout_batch(warmup),
+                        cfg.critic_warmup_epochs,
+                        self._fail_non_finite,
+                    )
+                    self.tracker.log(fitted, 0, kind="critic_warmup")
+                if cfg.eval_at_start and self.eval_set:
+                    self.state.history["before"] = self._evaluate_and_log(0)
+                self.save_checkpoint(0)
+            elif (
+                self._evaluation_due(self.state.iteration, total)
+                and self.state.last_evaluation != self.state.iteration
+            ):
+                # stopped while evaluating at its checkpoint (or resumed past the end of a shortened run)
+                self.state.history["after"] = self._evaluate_and_log(self.state.iteration)
+                checkpointing.record_evaluation(self, self.state.iteration)
+            self._call("on_train_begin")
+            for k in range(self.state.iteration + 1, total + 1):
+                metrics = self.run_iteration(k)
+                self.state.iteration = k
+                record = self.tracker.log(metrics, k)
+                self._call("on_iteration_end", k, record)
+                bar.update(1)
+                bar.set_postfix(
+                    acc=f"{record.get('train/accuracy', 0):.2f}", r=f"{record['reward/mean']:.3f}"
+                )
+                saved = k % cfg.save_steps == 0 or k == total
+                if saved:  # before the evaluation: a run killed while evaluating keeps its iterations
+                    self.save_checkpoint(k)
+                if self._evaluation_due(k, total):
+                    self.state.history["after"] = self._evaluate_and_log(k)
+                    if saved:
+                        checkpointing.record_evaluation(self, k)
+        finally:
+            bar.close()
+        self.tracker.close()
+        result = {"run_dir": str(self.run_dir), "iterations": self.state.iteration, **self.state.history}
+        self._call("on_train_end", result)
+        return result
+
+    def _evaluation_due(self, k: int, total: int) -> bool:
+        """Whether iteration ``k`` ends with a held-out evaluation: every ``eval_steps`` and at the end."""
+        every = self.config.eval_steps
+        return bool(self.eval_set) and k > 0 and (bool(every and k % every == 0) or k >= total)
+
+    def _evaluate_and_log(self, k: int) -> dict[str, Any]:
+        start = time.perf_counter()
+        summary = self.evaluate(k)
+        summary["seconds"] = round(time.perf_counter() - start, 3)
+        assert self.tracker is not None
+        self.tracker.log(summary, k, kind="eval")
+        self.state.last_evaluation = k
+        self._call("on_evaluate", k, summary)
+        return summary
+
+    @property
+    def iteration(self) -> int:
+        """The last finished iteration (``state.iteration``)."""
+        return self.state.iteration
+
+    def close(self) -> None:
+        """Stop the rollout engine the trainer started (a backend passed in stays open) and the
+        protocol's own models (an entropy_model), then unlock the run directory. Closing twice is fine."""
+        self.rollouts.close()
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def __enter__(self) -> Trainer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def train(config: TrainConfig, eval_callbacks: Sequence[EvalCallback] = ()) -> dict[str, Any]:
+    """Build a Trainer for ``config``, run it, print the before/after evaluation; returns the summaries."""
+    with Trainer(config, eval_callbacks) as trainer:
+        result = trainer.train()
+    if trainer.main:
+        print(format_result(result))
+    return result
+
+
+def format_result(result: dict[str, Any]) -> str:
+    """Held-out accuracy and U metrics before and after training, as a small table."""
+    rows = [f"run: {result['run_dir']} ({result['iterations']} iterations)"]
+    keys = ("accuracy", "u_intra", "u_inter", "u_sys")
+    rows.append(f"{'':8s}" + "".join(f"{k:>10s}" for k in keys))
+    for when in ("before", "after"):
+        if when in result:
+            rows.append(f"{when:8s}" + "".join(f"{result[when][k]:10.3f}" for k in keys))
+    return "\n".join(rows)
