@@ -1,28 +1,12 @@
-"""Training configuration: one dataclass of six field groups, every field documented, parsed with TRL's
-``TrlParser``.
-
-A recipe is a YAML file of ``field: value`` lines; command-line flags override it::
-
-    python train_udpo.py --config recipes/quickstart.yaml --learning_rate 2e-5
-
-Unknown keys (in the file or on the command line) and incompatible settings raise :class:`ConfigError`
-naming the key, the file and what to do. ``python -m udpo.config`` prints the reference table that
-docs/training.md embeds.
-"""
+"""The six groups of training settings, each a dataclass of documented fields whose ``check`` validates
+its own fields: :class:`ModelArgs`, :class:`DebateArgs`, :class:`RewardArgs`, :class:`AlgorithmArgs`,
+:class:`OptimizerArgs`, :class:`RunArgs`. :class:`udpo.config.TrainConfig` joins them."""
 
 from __future__ import annotations
 
-import argparse
-import difflib
-import json
 import math
-import os
-import sys
-import types
-import typing
 from collections.abc import Sequence
-from dataclasses import MISSING, asdict, dataclass, field, fields
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 #: the names of udpo.algorithms.ALGORITHMS (a test keeps them equal): the config is checked before torch loads
@@ -43,6 +27,41 @@ def _f(default: Any, help: str, **kw) -> Any:
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata={"help": help, **kw})
     return field(default=default, metadata={"help": help, **kw})
+
+
+def _check_ranges(
+    config: Any,
+    *,
+    positive: Sequence[str] = (),
+    nonnegative: Sequence[str] = (),
+    fractions: Sequence[str] = (),
+    optional_positive: Sequence[str] = (),
+    nonempty: Sequence[str] = (),
+    entries: Sequence[str] = (),
+) -> None:
+    """ConfigError for the first field out of its range: integers >= 1 (``positive``; ``optional_positive``
+    when not None), finite numbers >= 0, fractions in [0, 1), non-empty strings, lists with entries."""
+    for name in positive:
+        if getattr(config, name) < 1:
+            raise ConfigError(f"{name} must be >= 1, got {getattr(config, name)}")
+    for name in nonnegative:
+        value = getattr(config, name)
+        if not (value >= 0 and math.isfinite(value)):
+            raise ConfigError(f"{name} must be a finite number >= 0, got {value}")
+    for name in fractions:
+        if not 0 <= getattr(config, name) < 1:
+            raise ConfigError(f"{name} must be in [0, 1), got {getattr(config, name)}")
+    for name in optional_positive:
+        value = getattr(config, name)
+        if value is not None and value < 1:
+            raise ConfigError(f"{name} must be >= 1, got {value}")
+    for name in nonempty:
+        if not getattr(config, name).strip():
+            raise ConfigError(f"{name} may not be empty")
+    for name in entries:
+        value = getattr(config, name)
+        if value is not None and (not value or not all(v.strip() for v in value)):
+            raise ConfigError(f"{name} needs at least one entry and no empty entries, got {value}")
 
 
 @dataclass
@@ -616,440 +635,3 @@ class RunArgs:
                 raise ConfigError(f"attack_eval: {self.attack_eval} needs eval_questions > 0")
             if not self.attack_eval_attacker:
                 raise ConfigError("attack_eval_attacker must be 'base', 'builtin' or a model name")
-
-
-@dataclass
-class TrainConfig(RunArgs, OptimizerArgs, AlgorithmArgs, RewardArgs, DebateArgs, ModelArgs):
-    """Everything a training run needs (every field of ``udpo train --help`` and of a recipe), in six
-    groups, each a dataclass that checks its own fields (``check``): :class:`ModelArgs`,
-    :class:`DebateArgs`, :class:`RewardArgs`, :class:`AlgorithmArgs`, :class:`OptimizerArgs`,
-    :class:`RunArgs`. :meth:`validate` runs the six checks, then the rules that span groups.
-
-    Defaults follow the paper (appendix A.1) where it says something: AdamW, lr 1e-5, 32 debates
-    per update, cosine decay, gradient-norm clip 1.0, 10 epochs; the warm-up is 10% of the run's steps
-    (``warmup_ratio``: the paper's 500 steps exceed a whole run of some tasks).
-    """
-
-    def __post_init__(self) -> None:
-        _coerce_types(self)
-        self.validate()
-
-    def validate(self) -> None:
-        """Raise ConfigError for out-of-range values and incompatible combinations."""
-        for group in GROUPS:
-            group.check(self)
-        self._check_across()
-
-    def _check_across(self) -> None:
-        """The rules that span groups: per-agent lists against ``n_agents``, what an algorithm,
-        backend or protocol cannot do, what calibration and evaluation need."""
-        n = self.n_agents
-        if self.max_iterations is not None:
-            self.warmup_for(self.max_iterations * self.update_epochs)  # a warm-up as long as the run
-        for name in COEFFICIENTS:
-            value = getattr(self, name)
-            if value is not None and len(value) not in (1, n):
-                raise ConfigError(
-                    f"{name} needs 1 value (all agents) or n_agents={n} values, got {len(value)}"
-                )
-        if self.agent_models is not None and len(self.agent_models) != n:
-            raise ConfigError(f"agent_models needs n_agents={n} entries, got {len(self.agent_models)}")
-        if self.algorithm != "udpo":
-            udpo_only = {
-                "replay": self.replay,
-                "ablations": self.ablations,
-                "reward_functions": self.reward_functions,
-                "ratio_level: token": self.ratio_level == "token",
-            }
-            given = [name for name, on in udpo_only.items() if on]
-            if given:
-                raise ConfigError(
-                    f"algorithm: {self.algorithm} trains on the team reward with per-token ratios and GAE; "
-                    f"{', '.join(given)} belong to udpo"
-                )
-            if self.eta is not None and len(self.eta) != 1:
-                raise ConfigError(
-                    f"algorithm: {self.algorithm} takes one eta (its KL weight), got {self.eta}"
-                )
-        if self.adversary_budget < 0 or self.adversary_budget >= max(n, 1):
-            raise ConfigError(
-                f"adversary_budget must be in 0..n_agents-1 = 0..{n - 1}, got {self.adversary_budget}"
-            )
-        minimum = self.max_tokens * (self.rounds * n + 1)
-        if self.backend == "vllm" and minimum > self.vllm_max_model_len:
-            raise ConfigError(
-                f"vllm_max_model_len={self.vllm_max_model_len} cannot hold a debate of n_agents={n}, "
-                f"rounds={self.rounds}, max_tokens={self.max_tokens}: the last round's prompt carries the "
-                f"agent's {self.rounds} earlier answers and {self.rounds} x {n - 1} peer answers "
-                f"({minimum} tokens at max_tokens each, before the question); raise vllm_max_model_len or "
-                f"lower max_tokens"
-            )
-        if self.critic_warmup_epochs > 0 and self.warmup_fraction == 0:
-            raise ConfigError(
-                "critic_warmup_epochs > 0 fits the critic on warm-up debates: set warmup_fraction > 0"
-            )
-        if (
-            self.warmup_fraction == 0
-            and not self.coefficients_explicit
-            and self.algorithm == "udpo"
-            and self.calibration_file is None
-        ):
-            missing = ", ".join(k for k in COEFFICIENTS if getattr(self, k) is None)
-            raise ConfigError(
-                f"warmup_fraction: 0 leaves no warm-up debates to calibrate {missing}; "
-                f"set warmup_fraction > 0 or give all of {', '.join(COEFFICIENTS)}"
-            )
-        if self.train_split == self.eval_split and self.eval_questions > 0:
-            raise ConfigError(
-                f"train_split and eval_split are both {self.train_split!r}: evaluation must be held out; "
-                f"pick another eval_split (or eval_questions: 0)"
-            )
-        if self.baseline == "group" and self.debates_per_question < 2:
-            raise ConfigError(
-                "baseline: group averages over the debates of one question; "
-                "set debates_per_question >= 2 or use baseline: batch"
-            )
-        protocol = self.protocol_config()
-        if protocol.name in ("dig", "digra") and self.backend != "hf" and protocol.entropy_model is None:
-            raise ConfigError(
-                f"protocol: {protocol.name} scores entropies from logits, which backend {self.backend!r} "
-                f"does not give; set protocol_options: {{entropy_model: <hf model>}} or backend: hf"
-            )
-        if self.attack_eval != "none":
-            bad = [m for m in self.attack_eval_m if not 1 <= m < n]
-            if bad or not self.attack_eval_m:
-                raise ConfigError(
-                    f"attack_eval_m: each m must be in 1..n_agents-1 = 1..{n - 1} (one agent stays honest), "
-                    f"got {self.attack_eval_m}"
-                )
-
-    def check_paths(self) -> None:
-        """Check the settings that name things on disk, before anything loads: ``output_dir`` can be a
-        run folder, ``resume`` names a checkpoint (``latest``: output_dir holds one), and every model name
-        can name a model (:func:`udpo.env.models.check_model`). Raises ConfigError naming the setting.
-
-        Called by :func:`parse_config` and by the trainer before it loads a model (the disk can change
-        between the two)."""
-        from udpo.env.models import ModelNotFoundError, check_model
-        from udpo.training import checkpoint_store as ckpt
-
-        out = Path(self.output_dir).expanduser()
-        for folder in (out, *out.parents):
-            if folder.exists():
-                if not folder.is_dir():
-                    raise ConfigError(f"output_dir {self.output_dir}: {folder} is a file, not a folder")
-                break
-        if self.resume is not None:
-            try:
-                ckpt.resolve(out, self.resume)
-            except ckpt.CheckpointError as e:
-                raise ConfigError(f"resume: {e}") from None
-        if self.calibration_file is not None and not Path(self.calibration_file).expanduser().is_file():
-            raise ConfigError(
-                f"calibration_file {self.calibration_file}: no such file (a run's RUN/calibration.json)"
-            )
-        models = {
-            "model": self.model,
-            **{f"agent_models[{i}]": m for i, m in enumerate(self.agent_models or [])},
-        }
-        if self.attack_eval != "none" and self.attack_eval_attacker not in ("base", "builtin"):
-            models["attack_eval_attacker"] = self.attack_eval_attacker
-        for name, model in models.items():
-            try:
-                check_model(model)
-            except ModelNotFoundError as e:
-                raise ConfigError(f"{name}: {e}") from None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-#: the field groups, in the order their checks run (and their fields are listed)
-GROUPS = (ModelArgs, DebateArgs, RewardArgs, AlgorithmArgs, OptimizerArgs, RunArgs)
-
-
-def _check_ranges(
-    config: Any,
-    *,
-    positive: Sequence[str] = (),
-    nonnegative: Sequence[str] = (),
-    fractions: Sequence[str] = (),
-    optional_positive: Sequence[str] = (),
-    nonempty: Sequence[str] = (),
-    entries: Sequence[str] = (),
-) -> None:
-    """ConfigError for the first field out of its range: integers >= 1 (``positive``; ``optional_positive``
-    when not None), finite numbers >= 0, fractions in [0, 1), non-empty strings, lists with entries."""
-    for name in positive:
-        if getattr(config, name) < 1:
-            raise ConfigError(f"{name} must be >= 1, got {getattr(config, name)}")
-    for name in nonnegative:
-        value = getattr(config, name)
-        if not (value >= 0 and math.isfinite(value)):
-            raise ConfigError(f"{name} must be a finite number >= 0, got {value}")
-    for name in fractions:
-        if not 0 <= getattr(config, name) < 1:
-            raise ConfigError(f"{name} must be in [0, 1), got {getattr(config, name)}")
-    for name in optional_positive:
-        value = getattr(config, name)
-        if value is not None and value < 1:
-            raise ConfigError(f"{name} must be >= 1, got {value}")
-    for name in nonempty:
-        if not getattr(config, name).strip():
-            raise ConfigError(f"{name} may not be empty")
-    for name in entries:
-        value = getattr(config, name)
-        if value is not None and (not value or not all(v.strip() for v in value)):
-            raise ConfigError(f"{name} needs at least one entry and no empty entries, got {value}")
-
-
-# ---------------------------------------------------------------------------------------------
-def _types() -> dict[str, Any]:
-    return typing.get_type_hints(TrainConfig)
-
-
-def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
-    """(inner type, whether None is allowed) of ``X | None``."""
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        return args[0], len(args) < len(typing.get_args(tp))
-    return tp, False
-
-
-def _coerce(name: str, value: Any, tp: Any) -> Any:
-    """``value`` as type ``tp`` (YAML reads 1e-5 as a string; ints stand in for floats) or ConfigError."""
-    inner, optional = _unwrap_optional(tp)
-    if value is None:
-        if optional:
-            return None
-        raise ConfigError(f"{name} may not be null")
-    origin = typing.get_origin(inner)
-    if origin is Literal:
-        choices = typing.get_args(inner)
-        if value not in choices:
-            raise ConfigError(f"{name} must be one of {', '.join(map(repr, choices))}, got {value!r}")
-        return value
-    if origin is list:
-        (item,) = typing.get_args(inner)
-        if isinstance(value, str | int | float) and not isinstance(value, bool):
-            value = [value]  # a single value where a list is expected
-        if not isinstance(value, list | tuple):
-            raise ConfigError(f"{name} must be a list, got {type(value).__name__} {value!r}")
-        return [_coerce(f"{name}[{k}]", v, item) for k, v in enumerate(value)]
-    if inner is dict:
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except (json.JSONDecodeError, RecursionError) as e:
-                raise ConfigError(f"{name} must be a mapping (JSON on the command line): {e}") from None
-        if not isinstance(value, dict):
-            raise ConfigError(f"{name} must be a mapping, got {type(value).__name__} {value!r}")
-        return value
-    if inner is bool:
-        if isinstance(value, str) and value.lower() in ("true", "false", "yes", "no", "1", "0"):
-            return value.lower() in ("true", "yes", "1")
-        if not isinstance(value, bool):
-            raise ConfigError(f"{name} must be true or false, got {value!r}")
-        return value
-    if inner in (int, float):
-        if isinstance(value, bool):
-            raise ConfigError(f"{name} must be a number, got {value!r}")
-        try:
-            number = float(value) if inner is float else int(value)
-        except (TypeError, ValueError, OverflowError):
-            raise ConfigError(
-                f"{name} must be {'a number' if inner is float else 'an integer'}, got {value!r:.80}"
-            ) from None
-        if inner is int and isinstance(value, float) and value != number:
-            raise ConfigError(f"{name} must be an integer, got {value!r}")
-        return number
-    if inner is str:
-        if not isinstance(value, str):
-            raise ConfigError(f"{name} must be a string, got {type(value).__name__} {value!r}")
-        return value
-    return value
-
-
-def _coerce_types(config: TrainConfig) -> None:
-    hints = _types()
-    for f in fields(config):
-        setattr(config, f.name, _coerce(f.name, getattr(config, f.name), hints[f.name]))
-
-
-def unknown_key_error(keys: Sequence[str], where: str) -> ConfigError:
-    known = [f.name for f in fields(TrainConfig)]
-    parts = []
-    for key in keys:
-        close = difflib.get_close_matches(key, known, n=1)
-        parts.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-    return ConfigError(
-        f"{where}: unknown config key(s) {', '.join(parts)}; "
-        f"see `udpo train --help` or docs/training.md for the fields"
-    )
-
-
-class _NoAliases(Exception):
-    """A YAML alias (``*name``) in a recipe; carries where it is."""
-
-
-def _recipe_loader():
-    """PyYAML's safe loader without aliases: ``*name`` can expand a few lines into billions of values
-    (a "billion laughs" recipe would hang the parser), and a recipe never needs them."""
-    import yaml
-
-    class RecipeLoader(yaml.SafeLoader):
-        def compose_node(self, parent, index):
-            if self.check_event(yaml.AliasEvent):
-                raise _NoAliases(self.peek_event().start_mark)
-            return super().compose_node(parent, index)
-
-    return RecipeLoader
-
-
-def read_yaml(path: str | Path, what: str = "a recipe") -> Any:
-    """The YAML of a recipe (or a compare config: ``what``), parsed with aliases refused (see
-    ``_recipe_loader``) and a byte-order mark accepted; a ConfigError names the file and line."""
-    import yaml
-
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
-    try:
-        return yaml.load(path.read_text(encoding="utf-8-sig"), Loader=_recipe_loader())
-    except _NoAliases as e:
-        raise ConfigError(
-            f"{path}:{e.args[0].line + 1}: YAML aliases (*name) are not allowed in {what}; write the "
-            f"value out"
-        ) from None
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        what = " ".join(str(x) for x in (e.context, e.problem) if x)
-        raise ConfigError(f"{where}: not valid YAML ({what})") from None
-    except (yaml.YAMLError, UnicodeDecodeError, RecursionError) as e:
-        raise ConfigError(f"{path}: not valid YAML ({' '.join(str(e).split())[:300]})") from None
-
-
-def apply_env(recipe: dict[str, Any]) -> None:
-    """Set the recipe's ``env:`` variables in this process (before torch reads them)."""
-    for key, value in recipe.get("env", {}).items():
-        os.environ[key] = str(value)
-
-
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    """The mapping of a recipe file, with unknown keys reported by name (``env:`` sets variables, see
-    :func:`apply_env`). An empty file means all defaults."""
-    path = Path(path)
-    data = read_yaml(path)
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a recipe must be a mapping of field: value, got {type(data).__name__}")
-    known = {f.name for f in fields(TrainConfig)} | {"env"}
-    unknown = [k for k in data if k not in known]
-    if unknown:
-        raise unknown_key_error(unknown, str(path))
-    hints = _types()
-    for key, value in data.items():
-        if key != "env":
-            _coerce(f"{path}: {key}", value, hints[key])
-    env = data.get("env", {})
-    if not isinstance(env, dict) or not all(
-        isinstance(k, str) and isinstance(v, str | int | float | bool) for k, v in env.items()
-    ):
-        raise ConfigError(f"{path}: env must be a mapping of variable names to values, got {env!r:.80}")
-    return data
-
-
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows a field's default once: only where its help does not already say it."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        text = action.help or ""
-        if "default" in text or action.default is None or isinstance(action, argparse._StoreFalseAction):
-            return text  # a --no_FIELD switch: its default is that of --FIELD
-        return super()._get_help_string(action)
-
-
-def parse_config(
-    argv: Sequence[str] | None = None, prog: str | None = None, require_config: bool = False
-) -> TrainConfig:
-    """``--config FILE`` plus ``--field value`` overrides (the command line wins) -> TrainConfig.
-
-    The recipe is read once, by :func:`load_yaml`; its ``env:`` variables are set, its values become the
-    parser's defaults. The result is validated (``TrainConfig.validate``) and its paths checked
-    (``TrainConfig.check_paths``) before anything loads. ``--help`` prints every field and exits.
-    ``require_config``: refuse to run without ``--config`` (the training entry points: a run of every
-    default is rarely what was meant).
-    """
-    from trl import TrlParser
-
-    args = list(sys.argv[1:] if argv is None else argv)
-    recipe: dict[str, Any] = {}
-    given = "--config" in args
-    if given:
-        at = args.index("--config")
-        if at + 1 >= len(args):
-            raise ConfigError("--config needs a YAML file path")
-        recipe = load_yaml(args[at + 1])
-        del args[at : at + 2]
-    flags = [a.split("=", 1)[0][2:].replace("-", "_") for a in args if a.startswith("--")]
-    known = {f.name for f in fields(TrainConfig)} | {"help"} | {f"no_{f.name}" for f in fields(TrainConfig)}
-    unknown = [f for f in flags if f not in known]
-    if unknown:
-        raise unknown_key_error(unknown, "command line")
-    if require_config and not given and "help" not in flags and "-h" not in args:
-        raise ConfigError(
-            "no --config given: name a recipe, e.g. --config recipes/quickstart.yaml, then --field value "
-            "overrides (an empty recipe file trains with every default)"
-        )
-    apply_env(recipe)
-    recipe.pop("env", None)
-    parser = TrlParser(dataclass_types=[TrainConfig], prog=prog, formatter_class=_HelpFormatter)
-    recipe_action = parser.add_argument(
-        "--config",
-        metavar="RECIPE.yaml",
-        help="YAML recipe of config fields (recipes/); the --field options below override it",
-    )
-    for actions in (parser._actions, parser._optionals._group_actions):  # listed first, after --help
-        actions.remove(recipe_action)
-        actions.insert(1, recipe_action)
-    for action in parser._actions:  # HfArgumentParser gives --no_FIELD the help of --FIELD
-        negated = [o for o in action.option_strings if o.startswith("--no_")]
-        if negated:
-            action.help = f"turn --{negated[0][5:]} off"
-    parser.set_defaults_with_config(**recipe)
-    try:
-        config, *_ = parser.parse_args_into_dataclasses(args)  # *_: the namespace holding --config
-    except ConfigError:
-        raise
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
-    if config.reward_weights and not config.reward_functions:
-        raise ConfigError(
-            f"reward_weights needs one weight per reward_functions entry (0), got {len(config.reward_weights)}"
-        )
-    config.check_paths()
-    return config
-
-
-def reference_markdown() -> str:
-    """The config reference (field, default, meaning) generated from the dataclasses, one table per group."""
-    parts = []
-    for group in GROUPS:
-        rows = [
-            f"**`{group.__name__}`**: {group.__doc__}",
-            "",
-            "| field | default | meaning |",
-            "|---|---|---|",
-        ]
-        for f in fields(group):
-            default = f.default_factory() if f.default_factory is not MISSING else f.default  # type: ignore[misc]
-            shown = "null" if default is None else default
-            rows.append(f"| `{f.name}` | `{shown}` | {f.metadata['help']} |")
-        parts.append("\n".join(rows))
-    return "\n\n".join(parts)
-
-
-if __name__ == "__main__":
-    print(reference_markdown())
