@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from udpo.env.jsonl import write_json
 from udpo.training import checkpoint_store as ckpt
 from udpo.training import distributed as dist
+from udpo.training.errors import TrainingError
 from udpo.training.state import TrainingState
 from udpo.training.team import DEBATE_SETTINGS, save_team
 
@@ -52,6 +53,34 @@ def verify(trainer: Trainer, path: Path) -> None:
     )
     if trainer.critic_needed and not (path / "critic").is_dir():
         raise ckpt.CheckpointError(f"{path} has no critic/ (not written by a {cfg.algorithm} run)")
+
+
+def check_run_dir(trainer: Trainer) -> None:
+    """Before anything loads: the paths the config names, the checkpoint to resume (whole), and a run
+    directory that holds a run only with ``resume``. A directory whose run was stopped before its first
+    checkpoint holds nothing to resume: a new start replaces what that attempt wrote."""
+    cfg, run_dir = trainer.config, trainer.run_dir
+    cfg.check_paths()
+    if cfg.resume is not None:
+        verify(trainer, ckpt.resolve(run_dir, cfg.resume))
+    elif ckpt.list_checkpoints(run_dir):
+        raise TrainingError(
+            f"output_dir {run_dir} already holds a run (checkpoints); pass --resume latest to "
+            f"continue it, or choose a new output_dir"
+        )
+    elif (run_dir / METRICS_FILE).exists() and not _interrupted_start(run_dir):
+        raise TrainingError(
+            f"output_dir {run_dir} holds a {METRICS_FILE} that is not a UDPO run's; choose a new output_dir"
+        )
+
+
+def _interrupted_start(run_dir: Path) -> bool:
+    """Whether the run directory's metrics are a UDPO run's (every line a record with a "kind")."""
+    try:
+        whole = (run_dir / METRICS_FILE).read_bytes().split(b"\n")[:-1]  # not a line cut short
+    except OSError:
+        return False
+    return all(b'"kind"' in line and b'"iteration"' in line for line in whole if line.strip())
 
 
 def save(trainer: Trainer, iteration: int) -> Path:

@@ -90,3 +90,20 @@ def holder(run_dir: str | os.PathLike) -> str | None:
     except OSError:
         return None
     return text or None
+
+
+def acquire_on_main(run_dir: str | os.PathLike, main: bool) -> IO[str] | None:
+    """The main process of a training run locks ``run_dir`` (:func:`acquire`); every process raises
+    RunBusyError when another process holds it. Returns the main process's handle (None elsewhere)."""
+    from udpo.training import distributed as dist
+
+    busy: RunBusyError | None = None
+    handle = None
+    if main:
+        try:
+            handle = acquire(run_dir)
+        except RunBusyError as e:
+            busy = e
+    if dist.any_true(busy is not None):
+        raise busy or RunBusyError(f"{run_dir} is being written by another process")
+    return handle

@@ -36,7 +36,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -57,7 +57,7 @@ from udpo.training import calibration, checkpointing, run_lock
 from udpo.training import checkpoint_store as ckpt
 from udpo.training import distributed as dist
 from udpo.training.callbacks import EvalCallback, TrainerCallback, split_callbacks
-from udpo.training.checkpointing import APPEND_ONLY, METRICS_FILE, TRAIN_FILE
+from udpo.training.checkpointing import APPEND_ONLY, TRAIN_FILE
 from udpo.training.data import QuestionSchedule, load_training_data, split_warmup
 from udpo.training.errors import TrainingError, explain_oom
 from udpo.training.rollouts import Rollouts
@@ -203,9 +203,9 @@ class Trainer:
         self._model, self._tokenizer, self._lora = model, tokenizer, lora
         self.critic = None  # set before the checkpoint check, which asks whether the run has one
         self.critic_needed = algorithm_class(config.algorithm).needs_critic
-        self._lock = self._lock_run_dir()  # released by close(), or here when setting up fails
+        self._lock = run_lock.acquire_on_main(self.run_dir, self.main)  # released by close(), or on failure
         try:
-            self._check_run_dir()
+            checkpointing.check_run_dir(self)
             self.reward_functions = (
                 list(reward_functions)
                 if reward_functions is not None
@@ -277,47 +277,6 @@ class Trainer:
             for model in self.policy.models.values():
                 model.gradient_checkpointing_enable()
                 model.enable_input_require_grads()
-
-    def _lock_run_dir(self) -> IO[str] | None:
-        """The main process locks the run directory (:mod:`udpo.training.run_lock`); every process raises
-        RunBusyError when another process holds it."""
-        busy: run_lock.RunBusyError | None = None
-        handle = None
-        if self.main:
-            try:
-                handle = run_lock.acquire(self.run_dir)
-            except run_lock.RunBusyError as e:
-                busy = e
-        if dist.any_true(busy is not None):
-            raise busy or run_lock.RunBusyError(f"{self.run_dir} is being written by another process")
-        return handle
-
-    def _check_run_dir(self) -> None:
-        """Before anything loads: the paths the config names, the checkpoint to resume (whole), and a
-        run directory that holds a run only with ``resume``. A directory whose run was stopped before
-        its first checkpoint holds nothing to resume: a new start replaces what that attempt wrote."""
-        cfg = self.config
-        cfg.check_paths()
-        if cfg.resume is not None:
-            checkpointing.verify(self, ckpt.resolve(self.run_dir, cfg.resume))
-        elif ckpt.list_checkpoints(self.run_dir):
-            raise TrainingError(
-                f"output_dir {self.run_dir} already holds a run (checkpoints); pass --resume latest to "
-                f"continue it, or choose a new output_dir"
-            )
-        elif (self.run_dir / METRICS_FILE).exists() and not self._interrupted_start():
-            raise TrainingError(
-                f"output_dir {self.run_dir} holds a {METRICS_FILE} that is not a UDPO run's; choose a new "
-                f"output_dir"
-            )
-
-    def _interrupted_start(self) -> bool:
-        """Whether the run directory's metrics are a UDPO run's (every line a record with a "kind")."""
-        try:
-            whole = (self.run_dir / METRICS_FILE).read_bytes().split(b"\n")[:-1]  # not a line cut short
-        except OSError:
-            return False
-        return all(b'"kind"' in line and b'"iteration"' in line for line in whole if line.strip())
 
     def use_calibration(self, record: dict[str, Any]) -> None:
         """Build the algorithm (and the replay buffer, whose priority uses the base weights) from a
@@ -509,7 +468,9 @@ class Trainer:
         resumed = ckpt.resolve(self.run_dir, cfg.resume) if cfg.resume is not None else None
         if resumed is not None:
             self.state = checkpointing.load(self, resumed)
-        elif self.main:  # a start stopped before checkpoint 0 left its metrics (see _check_run_dir)
+        elif (
+            self.main
+        ):  # a start stopped before checkpoint 0 left its metrics (see checkpointing.check_run_dir)
             ckpt.rewind_files(self.run_dir, {rel: {"lines": 0, "bytes": 0} for rel in APPEND_ONLY})
         self.tracker = Tracker(
             self.run_dir, self.accelerator, cfg.report_to, cfg.run_name or self.run_dir.name, cfg.to_dict()
