@@ -1,5 +1,5 @@
 """The package layout (issue 25): the top level holds the public entry points only, and every module that
-moved still imports under its old name, as the same module object, with a DeprecationWarning; recipes
+moved still imports under its old name, as the same module object, with a FutureWarning; recipes
 naming an old ``module:function`` keep loading."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def test_old_module_names_still_import(old):
         f"new = importlib.import_module({MOVED[old]!r})\n"
         "assert old is new, (old, new)\n"
         "assert old.__spec__.name == new.__name__\n"
-        "assert any('moved to' in str(w.message) and w.category is DeprecationWarning for w in seen)\n"
+        "assert any('moved to' in str(w.message) and w.category is FutureWarning for w in seen)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
@@ -43,7 +43,7 @@ def test_old_module_names_still_import(old):
 def test_submodules_of_moved_packages_are_the_same_objects():
     assert new_name("udpo.report.load") == "udpo.analysis.report.load" and new_name("udpo.config") is None
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # asserted in a fresh process above
+        warnings.simplefilter("ignore", FutureWarning)  # asserted in a fresh process above
         old = importlib.import_module("udpo.commands.common")
     assert old is importlib.import_module("udpo.cli.common")
 
@@ -51,8 +51,6 @@ def test_submodules_of_moved_packages_are_the_same_objects():
 def test_a_recipe_naming_an_old_reward_function_still_loads():
     from udpo.algorithms.reward_functions import concise, load_reward_functions
 
-    with pytest.warns(
-        DeprecationWarning, match="udpo.reward_functions moved to udpo.algorithms.reward_functions"
-    ):
+    with pytest.warns(FutureWarning, match="udpo.reward_functions moved to udpo.algorithms.reward_functions"):
         (term,) = load_reward_functions(["udpo.reward_functions:concise"])
     assert term.fn is concise and term.name == "udpo.reward_functions:concise"

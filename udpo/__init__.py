@@ -18,7 +18,7 @@ from udpo import _compat
 
 __version__ = "0.1.0"
 
-_compat.install()  # modules that moved keep their old names, with a DeprecationWarning
+_compat.install()  # modules that moved keep their old names, with a FutureWarning
 
 #: public name -> the module that defines it
 _EXPORTS = {

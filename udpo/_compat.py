@@ -1,6 +1,7 @@
 """Modules that moved when udpo/ became packages (issue 25): the old names still import, with a
-DeprecationWarning, so scripts and recipes that name them (``reward_functions: [udpo.reward_functions:concise]``)
-keep working. Each old name resolves to the very module object of its new home."""
+FutureWarning, so scripts and recipes that name them (``reward_functions: [udpo.reward_functions:concise]``)
+keep working. Each old name resolves to the very module object of its new home. The warning is a
+FutureWarning: Python shows those to end users by default (a DeprecationWarning only in __main__)."""
 
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec):
         new = new_name(spec.name)
-        warnings.warn(f"{spec.name} moved to {new}; import it from there", DeprecationWarning, stacklevel=3)
+        warnings.warn(f"{spec.name} moved to {new}; import it from there", FutureWarning, stacklevel=3)
         module = importlib.import_module(new)
         self._spec = module.__spec__  # importlib sets __spec__ to the old name's: put it back in exec_module
         return module
