@@ -128,6 +128,21 @@ def test_dataset_task_bad_records_are_named(kwargs, needle):
         DatasetTask(**kwargs)
 
 
+def test_datasets_dataset_records_and_a_task_as_train_dataset(tmp_path):
+    from datasets import Dataset
+
+    from udpo.api import _task_settings
+
+    task = DatasetTask("hub-like", train=Dataset.from_list(TRAIN), test=Dataset.from_list(TEST))
+    assert [q.gold for q in task.load("test")] == ["2", "4", "6"]
+    args = udpo.UDPOConfig(output_dir=str(tmp_path))
+    settings = _task_settings(args, None, task, None)
+    assert settings["task"] == "hub-like" and get_task("hub-like") is task
+    assert (settings["train_split"], settings["eval_split"]) == ("train", "test")
+    with pytest.raises(ValueError, match="train_dataset is a Task"):
+        _task_settings(args, None, task, TEST)
+
+
 def test_dataset_task_from_jsonl_and_template(tmp_path):
     path = tmp_path / "train.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in TRAIN))

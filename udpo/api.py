@@ -71,7 +71,8 @@ class UDPOTrainer(Trainer):
     args: a :class:`UDPOConfig` (or any ``TrainConfig``); default ``UDPOConfig()``.
     train_dataset, eval_dataset: your questions, as a list of dicts, a ``datasets.Dataset`` or a JSONL
         path, each record with ``question`` and ``answer`` (numeric answers by default; pass
-        ``task=DatasetTask(answer_format="choice" | "text", parse=..., ...)`` for others). Without them
+        ``task=DatasetTask(answer_format="choice" | "text", parse=..., ...)`` for others), or a Task
+        object as ``train_dataset`` (its splits ``args.train_split`` / ``args.eval_split``). Without them
         the questions come from ``task`` or ``args.task``.
     task: a Task object (a :class:`~udpo.env.tasks.custom.DatasetTask`, with or without records, or your
         subclass of :class:`~udpo.env.tasks.Task`) or a task name; registered under ``task.name`` so
@@ -91,7 +92,7 @@ class UDPOTrainer(Trainer):
         self,
         model: Any = None,
         args: TrainConfig | None = None,
-        train_dataset: Records | None = None,
+        train_dataset: Records | Task | None = None,
         eval_dataset: Records | None = None,
         reward_funcs: Sequence[RewardFn | str] | None = None,
         peft_config: Any = None,
@@ -141,6 +142,12 @@ def _task_settings(
     args: TrainConfig, task: Task | str | None, train: Records | None, evaluation: Records | None
 ) -> dict[str, Any]:
     """The config fields that name the run's task, registering a task object under its name."""
+    if isinstance(train, Task):  # a task as the training data: its own splits
+        if task is not None or evaluation is not None:
+            raise ValueError(
+                "train_dataset is a Task: its splits hold the data; give no task= or eval_dataset="
+            )
+        task, train = train, None
     if train is None and evaluation is not None:
         raise ValueError("eval_dataset without train_dataset: give the training questions too")
     if train is not None:
