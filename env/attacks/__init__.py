@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..backends import Backend, SamplingParams, make_backend
+from ..backends import Backend, SamplingParams, backend_from_settings
 from ..debate import AgentSpec, DebateConfig
 from ..protocols.base import Stage
 from ..protocols.rewrite import AssignProfiles, MessageRewrite
@@ -133,8 +133,9 @@ def attacker_backend(config: AttackConfig, team_backend: Backend) -> Iterator[Ba
         yield team_backend
     else:
         try:
-            server = {"base_url": config.attacker_base_url} if config.attacker_base_url else {}
-            backend = make_backend(config.attacker_backend, model=config.attacker, **server)
+            backend = backend_from_settings(
+                config.attacker_backend, model=config.attacker, base_url=config.attacker_base_url
+            )
         except (OSError, ValueError, RuntimeError) as e:
             raise AttackError(
                 f"could not start the attacker model {config.attacker!r} ({config.attacker_backend}): {e}"

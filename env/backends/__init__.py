@@ -24,6 +24,49 @@ def make_backend(name: str, **kwargs) -> Backend:
     return getattr(importlib.import_module(module), cls)(**kwargs)
 
 
+#: the settings the ``udpo`` commands (flags) and training (config fields of the same names) give a backend,
+#: and the backends that take each one
+SHARED_SETTINGS: dict[str, tuple[str, ...]] = {
+    "model": ("hf", "vllm", "openai"),
+    "dtype": ("hf", "vllm"),
+    "device": ("hf",),
+    "seed": ("vllm",),
+    "base_url": ("openai",),
+    "api_key": ("openai",),
+    "chat_template_kwargs": ("hf", "vllm", "openai"),
+}
+
+
+def backend_from_settings(
+    name: str,
+    *,
+    model: str | None = None,
+    dtype: str | None = None,
+    device: str | None = None,
+    seed: int | None = None,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    chat_template_kwargs: dict | None = None,
+    **options,
+) -> Backend:
+    """Build the backend ``name`` from the shared settings (:data:`SHARED_SETTINGS`): each goes to the
+    backends that take it, and one left None (or not taken by ``name``) leaves that backend's default.
+    ``options`` go to the backend as they are (a vLLM engine's sizes, ...). The one builder behind the
+    commands' ``--backend`` (``udpo.cli.common.backend_from_args``), training's vllm and openai rollout
+    engines (training's hf rollouts wrap the live PEFT model instead) and an attack's attacker model."""
+    settings = {
+        "model": model,
+        "dtype": dtype,
+        "device": device,
+        "seed": seed,
+        "base_url": base_url,
+        "api_key": api_key,
+        "chat_template_kwargs": chat_template_kwargs,
+    }
+    taken = {k: v for k, v in settings.items() if v is not None and name in SHARED_SETTINGS[k]}
+    return make_backend(name, **taken, **options)
+
+
 __all__ = [
     "Backend",
     "BackendError",
@@ -32,5 +75,7 @@ __all__ = [
     "SamplingParams",
     "ScoreRequest",
     "make_backend",
+    "backend_from_settings",
     "BACKEND_NAMES",
+    "SHARED_SETTINGS",
 ]

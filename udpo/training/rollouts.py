@@ -85,11 +85,11 @@ class Rollouts:
                 max_batch=max(cfg.debate_batch_size * cfg.n_agents, 1),
                 chat_template_kwargs=cfg.chat_template_kwargs,
             )
-        from udpo.env.backends import make_backend
+        from udpo.env.backends import backend_from_settings
         from udpo.env.models import resolve_model
 
         if cfg.backend == "vllm":
-            return make_backend(
+            return backend_from_settings(
                 "vllm",
                 model=resolve_model(cfg.model),
                 max_loras=cfg.vllm_max_loras or len(dict.fromkeys(self.policy.adapter_names)),
@@ -100,7 +100,9 @@ class Rollouts:
                 **colocated_engine_options(cfg, self.world, torch.cuda.is_available()),
             )
         # an OpenAI-compatible vLLM server that loads adapters at run time from this file system
-        return make_backend("openai", base_url=cfg.base_url, chat_template_kwargs=cfg.chat_template_kwargs)
+        return backend_from_settings(
+            "openai", base_url=cfg.base_url, chat_template_kwargs=cfg.chat_template_kwargs
+        )
 
     def agent_specs(self) -> list[AgentSpec]:
         """The debate's agents: profile, adapter (served name) and base model of each."""
