@@ -28,13 +28,13 @@ from udpo.threads import available_cores
 
 
 def run_debate(args: argparse.Namespace, env: dict[str, str], out: str) -> tuple[float, str]:
-    debate = ["debate", "--task", "arithmetic", "--agents", str(args.agents), "--rounds", str(args.rounds)]
+    debate = ["debate", "--task", "arithmetic", "--n-agents", str(args.agents), "--rounds", str(args.rounds)]
     debate += [
         "--limit",
         str(args.questions),
         "--max-tokens",
         str(args.max_tokens),
-        "--out",
+        "--output-dir",
         out,
         "--no-progress",
     ]

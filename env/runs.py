@@ -47,7 +47,7 @@ def previous_debates(
         return []
     if not resume:
         raise FileExistsError(
-            f"{path} already holds debates; pass --resume to continue it or choose another --out"
+            f"{path} already holds debates; pass --resume to continue it or choose another --output-dir"
         )
     want = {k: v for k, v in (meta or {}).items() if k not in MAY_CHANGE_ON_RESUME}
     if debate_config is not None:
@@ -60,7 +60,7 @@ def previous_debates(
         if differ:
             raise ValueError(
                 f"{path}:{lineno}: debated with {', '.join(differ)}; --resume continues a run with its own "
-                f"settings: use them, or choose another --out"
+                f"settings: use them, or choose another --output-dir"
             )
         done.append(t)
     return done

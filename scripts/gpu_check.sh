@@ -107,5 +107,5 @@ echo "== export the ZeRO-3 run (or the one-process run) and debate with the expo
 run=$out/hf/single; [ -d "$out/hf/zero3" ] && run=$out/hf/zero3
 rm -rf "$out/team" "$out/eval"
 udpo export "$run" --out "$out/team"
-udpo eval --checkpoint "$out/team" --task arithmetic --limit 4 --rounds 1 --max-tokens 32 --no-progress --out "$out/eval" | tail -n 3
+udpo eval --checkpoint "$out/team" --task arithmetic --limit 4 --rounds 1 --max-tokens 32 --no-progress --output-dir "$out/eval" | tail -n 3
 echo "gpu_check.sh: done in $(( $(date +%s) - start )) s"

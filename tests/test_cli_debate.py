@@ -108,7 +108,7 @@ def test_debate_interrupt_resume_and_engine_failure(tmp_path, model_path):
         (["--task", "arithmetic", "--model", "no/such-model-here", "--limit", "1"], "no/such-model-here"),
         (["--task", "arithmetic", "--model", "./missing-folder", "--limit", "1"], "missing-folder"),
         (["--task", "gsm8k", "--data", "/nonexistent/gsm.jsonl"], "/nonexistent/gsm.jsonl"),
-        (["--task", "arithmetic", "--agents", "0"], "argument --agents: must be >= 1, got 0"),
+        (["--task", "arithmetic", "--agents", "0"], "argument --n-agents/--n_agents: must be >= 1, got 0"),
     ],
 )
 def test_bad_input_is_named(tmp_path, args, needle):

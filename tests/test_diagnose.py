@@ -338,8 +338,10 @@ def test_bad_input_errors_name_the_problem(tmp_path, capsys):
         capsys, [str(good), str(good), "--out", out, "--labels", "x"]
     )
     assert "share the label" in _diagnose_error(capsys, [str(good), str(good), "--out", out])
-    err = _diagnose_error(capsys, [str(good), str(good), "--out", out, "--labels", "a,b", "--baseline", "c"])
-    assert "--baseline 'c' is not a run label" in err
+    err = _diagnose_error(
+        capsys, [str(good), str(good), "--out", out, "--labels", "a,b", "--baseline-run", "c"]
+    )
+    assert "--baseline-run 'c' is not a run label" in err
     assert "no run folder or trajectory file" in _diagnose_error(
         capsys, [str(tmp_path / "nope"), "--out", out]
     )

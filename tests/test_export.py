@@ -249,7 +249,7 @@ def test_a_damaged_adapter_is_named_before_a_model_loads(checkpoint, tmp_path, m
     weights = bad / "adapters" / "agent_1" / "adapter_model.safetensors"
     weights.write_bytes(b"\x00" * 100)
     for args in (["export", str(bad), "--out", str(tmp_path / "out")], ["eval", "--task", "arithmetic",
-                 "--checkpoint", str(bad), "--limit", "1", "--out", str(tmp_path / "eval")]):  # fmt: skip
+                 "--checkpoint", str(bad), "--limit", "1", "--output-dir", str(tmp_path / "eval")]):  # fmt: skip
         assert main(args) == 2
         err = capsys.readouterr().err
         assert f"{weights}: not a safetensors file" in err and len(err.strip().splitlines()) == 1, err

@@ -32,11 +32,17 @@ HEAVY = ("torch", "transformers", "vllm")
 
 #: (argv, a part of the one error line)
 BAD = [
-    (["debate", "--task", "arithmetic", "--agents", "0"], "argument --agents: must be >= 1, got 0"),
+    (
+        ["debate", "--task", "arithmetic", "--n-agents", "0"],
+        "argument --n-agents/--n_agents: must be >= 1, got 0",
+    ),
     (["debate", "--task", "arithmetic", "--rounds", "-1"], "argument --rounds: must be >= 0"),
     (["debate", "--task", "arithmetic", "--temperature", "nan"], "argument --temperature: expected a finite"),
-    (["debate", "--task", "arithmetic", "--top-p", "1.5"], "argument --top-p: must be in (0, 1]"),
-    (["debate", "--task", "arithmetic", "--max-tokens", "0"], "argument --max-tokens: must be >= 1"),
+    (["debate", "--task", "arithmetic", "--top-p", "1.5"], "argument --top-p/--top_p: must be in (0, 1]"),
+    (
+        ["debate", "--task", "arithmetic", "--max_tokens", "0"],
+        "argument --max-tokens/--max_tokens: must be >= 1",
+    ),
     (["debate", "--task", "arithmetic", "--limit", "0"], "argument --limit: must be >= 1"),
     (["debate", "--task", "arithmetic", "--seed", "-3"], "argument --seed: must be in [0, 2**32)"),
     (["debate", "--task", "arithmetic", "--dtype", "int4"], "argument --dtype: invalid choice"),
@@ -46,10 +52,13 @@ BAD = [
     (["debate", "--task", "arithmetic", "--api-key-file", "/no/key"], "argument --api-key-file: /no/key"),
     (["eval", "--task", "arithmetic", "--p-message", "2"], "argument --p-message: must be in [0, 1]"),
     (
-        ["eval", "--task", "arithmetic", "--compromised", "0"],
-        "argument --compromised: each value must be >= 1",
+        ["eval", "--task", "arithmetic", "--attack-eval-m", "0"],
+        "argument --attack-eval-m/--attack_eval_m: each value must be >= 1",
     ),
-    (["eval", "--task", "arithmetic", "--attack", "autoinject", "--compromised", "3"], "m must be < N"),
+    (
+        ["eval", "--task", "arithmetic", "--attack-eval", "autoinject", "--attack-eval-m", "3"],
+        "m must be < N",
+    ),
     (
         ["eval", "--task", "arithmetic", "--checkpoint", "/no/run"],
         "argument --checkpoint: /no/run: no such file",

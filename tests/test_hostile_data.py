@@ -181,7 +181,7 @@ def test_quotes_inside_quoted_fields_are_fine(tmp_path):
 
 
 # --- udpo debate --resume --------------------------------------------------------------------------
-ARGS = ["debate", "--task", "arithmetic", "--agents", "2", "--rounds", "1", "--batch-size", "2"]
+ARGS = ["debate", "--task", "arithmetic", "--n-agents", "2", "--rounds", "1", "--debate-batch-size", "2"]
 
 
 @pytest.fixture
@@ -199,7 +199,7 @@ def scripted(monkeypatch):
 
 
 def debate(out: Path, *extra: str) -> int:
-    return main([*ARGS, "--out", str(out), *extra])
+    return main([*ARGS, "--output-dir", str(out), *extra])
 
 
 def lines_of(path: Path) -> list[bytes]:
@@ -239,7 +239,7 @@ def test_resume_keeps_a_whole_last_line_missing_its_newline(tmp_path, scripted):
 @pytest.mark.parametrize(
     ("extra", "needle"),
     [
-        (["--agents", "3"], "debated with n_agents=2 (now 3)"),
+        (["--n-agents", "3"], "debated with n_agents=2 (now 3)"),
         (["--rounds", "2"], "debated with rounds=1 (now 2)"),
         (["--seed", "5"], "debated with seed=0 (now 5)"),
         (["--split", "train"], "debated with split='test' (now 'train')"),
@@ -252,7 +252,9 @@ def test_resume_refuses_debates_of_other_settings_before_the_engine_starts(
     assert debate(out, "--limit", "2") == 0
     before, made = file.read_bytes(), len(scripted)
     capsys.readouterr()
-    assert main([*ARGS, "--out", str(out), "--limit", "3", "--resume", *extra]) == 2  # the last flag wins
+    assert (
+        main([*ARGS, "--output-dir", str(out), "--limit", "3", "--resume", *extra]) == 2
+    )  # the last flag wins
     err = capsys.readouterr().err
     assert f"{file}:1: {needle}" in err and len(err.strip().splitlines()) == 1, err
     assert file.read_bytes() == before and len(scripted) == made  # no engine was started
@@ -263,10 +265,13 @@ def test_resume_refuses_debates_of_other_settings_before_the_engine_starts(
     [
         (["--temperature", "-1"], "argument --temperature: must be >= 0, got -1"),
         (["--temperature", "nan"], "argument --temperature: expected a finite number, got 'nan'"),
-        (["--top-p", "0"], "argument --top-p: must be in (0, 1], got 0"),
-        (["--max-tokens", "0"], "argument --max-tokens: must be >= 1, got 0"),
+        (["--top-p", "0"], "argument --top-p/--top_p: must be in (0, 1], got 0"),
+        (["--max-tokens", "0"], "argument --max-tokens/--max_tokens: must be >= 1, got 0"),
         (["--rounds", "-1"], "argument --rounds: must be >= 0, got -1"),
-        (["--batch-size", "0"], "argument --batch-size: must be >= 1, got 0"),
+        (
+            ["--debate-batch-size", "0"],
+            "argument --debate-batch-size/--debate_batch_size: must be >= 1, got 0",
+        ),
         (["--limit", "-1"], "argument --limit: must be >= 1, got -1"),
         (["--api-key", "sk-secret"], None),
     ],
@@ -287,8 +292,11 @@ def test_bad_debate_settings_are_refused_before_the_engine_starts(tmp_path, scri
 @pytest.mark.parametrize(
     ("extra", "needle"),
     [
-        (["--agents", "100000"], "n_agents=100000 is more than 1024: the team's metrics compare every pair"),
-        (["--agents", "1000", "--rounds", "0", "--max-tokens", "2048"], "can generate 2,048,000 tokens"),
+        (
+            ["--n-agents", "100000"],
+            "n_agents=100000 is more than 1024: the team's metrics compare every pair",
+        ),
+        (["--n-agents", "1000", "--rounds", "0", "--max-tokens", "2048"], "can generate 2,048,000 tokens"),
         (["--rounds", "100000", "--max-tokens", "8"], "(rounds + 1)=100001 replies of up to max_tokens=8"),
     ],
 )
@@ -329,7 +337,7 @@ def test_malformed_trajectory_fields_are_one_line(tmp_path, scripted, capsys, fi
     file.write_text("".join(json.dumps(r) + "\n" for r in records))
     capsys.readouterr()
     for args in (
-        [*ARGS, "--out", str(out), "--limit", "2", "--resume"],
+        [*ARGS, "--output-dir", str(out), "--limit", "2", "--resume"],
         ["diagnose", str(out), "--out", str(tmp_path / "d")],
     ):
         assert main(args) == 2
@@ -348,7 +356,7 @@ def test_mixed_shape_resume_in_a_real_process(tmp_path, scripted):
     decoy.mkdir()
     (decoy / "config.json").write_text("{}")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [sys.executable, "-m", "udpo.cli", *ARGS, "--out", str(out), "--resume", "--agents", "3"]
+    cmd = [sys.executable, "-m", "udpo.cli", *ARGS, "--output-dir", str(out), "--resume", "--n-agents", "3"]
     result = subprocess.run(
         [*cmd, "--model", str(decoy)], capture_output=True, text=True, env=env, timeout=120
     )

@@ -56,7 +56,7 @@ def default_data_dir() -> Path:
     if path.is_dir():
         return path
     raise FileNotFoundError(
-        f"no data folder found: {path} does not exist and ${DATA_DIR_ENV} is not set. Pass --data "
+        f"no data folder found: {path} does not exist and ${DATA_DIR_ENV} is not set. Pass --data-path "
         "(a file, a folder in the shared/data layout, or a Hub name such as openai/gsm8k) or set "
         f"${DATA_DIR_ENV}."
     )
@@ -94,7 +94,7 @@ def given_path(data_path: str | os.PathLike) -> Path:
     if not str(data_path).strip():
         raise FileNotFoundError(
             f"the data path given is empty ({str(data_path)!r}): name a file, a folder or a Hub name "
-            "(--data, data_path), or give none to read the default data folder"
+            "(--data-path, data_path), or give none to read the default data folder"
         )
     return Path(data_path).expanduser()
 
@@ -105,7 +105,7 @@ def _file_in(root: Path, folder: str, filename: str) -> Path:
             return candidate
     raise FileNotFoundError(
         f"{root / folder / filename} not found (also looked for {root / filename}); "
-        "pass --data with the file, its folder, or a Hub name"
+        "pass --data-path with the file, its folder, or a Hub name"
     )
 
 

@@ -243,7 +243,7 @@ def _zip_in(root: Path) -> Path:
             return candidate
     raise FileNotFoundError(
         f"{root / 'realmistake' / 'data.zip'} not found (also looked for {root / 'data.zip'} and for "
-        "extracted <subtask>/<model>.jsonl files); pass --data with the zip, its folder, or a Hub name"
+        "extracted <subtask>/<model>.jsonl files); pass --data-path with the zip, its folder, or a Hub name"
     )
 
 

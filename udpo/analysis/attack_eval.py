@@ -4,7 +4,7 @@
 and once per set of compromised agents, and reports accuracy, U_intra, U_inter and U_sys per row
 with the change from the natural row (``delta``; a negative accuracy delta is the drop).
 
-Output folder (``udpo eval --out OUT``)::
+Output folder (``udpo eval --output-dir OUT``)::
 
     OUT/natural/{trajectories.jsonl, summary.json}        # as ``udpo debate`` writes them
     OUT/m1-agents-2/{trajectories.jsonl, summary.json}    # one folder per attacked row
@@ -58,7 +58,7 @@ def compromised_sets(
     each m in ``m_values`` (default [1]); m = 0 is skipped (it is the natural row)."""
     if compromised and m_values:
         raise ValueError(
-            "give either explicit compromised agent lists (--compromised-agents) or m values (--compromised), not both"
+            "give either explicit compromised agent lists (--compromised-agents) or m values (--attack-eval-m), not both"
         )
     if compromised:
         sets = [check_compromised(c, n_agents) for c in compromised]
@@ -137,7 +137,7 @@ def check_out_dir(out: Path, resume: bool) -> None:
     if taken:
         raise FileExistsError(
             f"{out} already holds an evaluation ({', '.join(sorted(taken))}); pass --resume to continue "
-            f"it or choose another --out"
+            f"it or choose another --output-dir"
         )
 
 

@@ -65,7 +65,7 @@ def load_summary(run: str | os.PathLike) -> dict[str, Any]:
     """The ``summary.json`` of a run folder (a clear error when it is missing)."""
     path = Path(run) / "summary.json" if Path(run).is_dir() else Path(run)
     if not path.is_file():
-        raise FileNotFoundError(f"no summary.json for run {run} (run `udpo detect` with --out first)")
+        raise FileNotFoundError(f"no summary.json for run {run} (run `udpo detect` with --output-dir first)")
     return json.loads(path.read_text(encoding="utf-8"))
 
 

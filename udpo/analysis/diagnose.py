@@ -271,7 +271,7 @@ def choose_baseline(labels: list[str], baseline: str | None) -> str:
     """The named baseline, else a run labelled like Standard MAD, else the first run."""
     if baseline is not None:
         if baseline not in labels:
-            raise ValueError(f"--baseline {baseline!r} is not a run label; labels are {labels}")
+            raise ValueError(f"--baseline-run {baseline!r} is not a run label; labels are {labels}")
         return baseline
     return next((lab for lab in labels if lab.lower() in BASELINE_NAMES), labels[0])
 

@@ -9,7 +9,7 @@ import sys
 
 import numpy as np
 
-from udpo.env.backends import BACKEND_NAMES, Backend, SamplingParams, make_backend
+from udpo.env.backends import BACKEND_NAMES, Backend, SamplingParams, backend_from_settings
 from udpo.env.backends.base import DTYPE_NAMES
 from udpo.env.backends.openai import read_api_key_file
 from udpo.env.debate import DebateConfig
@@ -19,6 +19,7 @@ from udpo.env.tasks import TASK_NAMES, Question, Task, get_task
 
 from .argtypes import (
     existing_file,
+    field_option,
     finite_float,
     nonnegative_float,
     nonnegative_int,
@@ -71,7 +72,13 @@ def add_task_args(p: argparse.ArgumentParser, default_task: str | None = None) -
         + (f" (default: {default_task})" if default_task else ""),
     )
     g.add_argument("--split", default="test", help="data split (default: test)")
-    g.add_argument("--data", default=None, help="data file, folder in the shared/data layout, or Hub name")
+    field_option(
+        g,
+        "data_path",
+        "--data",
+        default=None,
+        help="data file, folder in the shared/data layout, or Hub name",
+    )
     g.add_argument("--limit", type=positive_int, default=None, help="debate only the first K questions")
     g.add_argument("--seed", type=seed, default=0, help="seed for data shuffles and sampling (default: 0)")
 
@@ -95,7 +102,7 @@ def add_backend_args(p: argparse.ArgumentParser) -> None:
         metavar="DTYPE",
         help="auto (bf16 on GPU and on CPUs with bf16 matrix units, else fp32), bf16, fp16 or fp32 (default: auto)",
     )
-    g.add_argument("--base-url", default="http://127.0.0.1:8000/v1", help="openai: server URL")
+    field_option(g, "base_url", default="http://127.0.0.1:8000/v1", help="openai: server URL")
     g.add_argument(
         "--api-key-file",
         type=existing_file,
@@ -104,8 +111,9 @@ def add_backend_args(p: argparse.ArgumentParser) -> None:
         help="openai: file whose first line is the API key (default: $UDPO_API_KEY, else $OPENAI_API_KEY)",
     )
     g.add_argument("--api-key", nargs="?", action=RefuseSecret, help=argparse.SUPPRESS)
-    g.add_argument(
-        "--chat-template-kwargs",
+    field_option(
+        g,
+        "chat_template_kwargs",
         type=json_object,
         default=None,
         metavar="JSON",
@@ -142,9 +150,12 @@ def add_debate_args(p: argparse.ArgumentParser, from_team: bool = False) -> None
     """The debate flags. ``from_team``: they default to None, to be taken from a trained team's settings
     (:func:`debate_settings_from_team`), else :data:`DEBATE_DEFAULTS`."""
     g = p.add_argument_group("debate")
-    g.add_argument(
+    field_option(
+        g,
+        "n_agents",
         "--agents",
         type=positive_int,
+        metavar="N",
         default=None if from_team else 3,
         help="number of agents N (default: the team's, else 3)"
         if from_team
@@ -157,8 +168,13 @@ def add_debate_args(p: argparse.ArgumentParser, from_team: bool = False) -> None
         help=f"debate rounds T after the initial answer (default: {_default_text('rounds', from_team)})",
     )
     add_sampling_args(g, from_team)
-    g.add_argument(
-        "--batch-size", type=positive_int, default=16, help="questions debated together (default: 16)"
+    field_option(
+        g,
+        "debate_batch_size",
+        "--batch-size",
+        type=positive_int,
+        default=16,
+        help="questions debated together (default: 16)",
     )
     g.add_argument("--early-stop", action="store_true", help="stop a debate once all agents agree")
 
@@ -172,14 +188,16 @@ def add_sampling_args(g: argparse._ArgumentGroup, from_team: bool = False) -> No
         default=None if from_team else DEBATE_DEFAULTS["temperature"],
         help=f"sampling temperature (default: {_default_text('temperature', from_team)})",
     )
-    g.add_argument(
-        "--top-p",
+    field_option(
+        g,
+        "top_p",
         type=top_p,
         default=None if from_team else DEBATE_DEFAULTS["top_p"],
         help=f"nucleus sampling mass in (0, 1] (default: {_default_text('top_p', from_team)})",
     )
-    g.add_argument(
-        "--max-tokens",
+    field_option(
+        g,
+        "max_tokens",
         type=positive_int,
         default=None,
         metavar="N",
@@ -218,21 +236,29 @@ def _names(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
-#: protocol flags -> ProtocolConfig options (a flag left out keeps the option's default)
-PROTOCOL_FLAGS = (
-    "degree",
-    "alpha",
-    "entropy_model",
-    "stop_stable_agents",
-    "unanimity_stop",
-    "interventions",
-    "qp_fraction",
-    "dp_k",
-    "mr_max_tokens",
-    "embedding_model",
-    "inject",
-    "inject_file",
-)
+#: the dest of each protocol flag -> its ProtocolConfig option (a flag left out keeps the option's
+#: default); every flag is named after its option but DIGRA's alpha (``--digra-alpha``), which is not
+#: UDPO's reward coefficient alpha (the config field)
+PROTOCOL_FLAGS = {
+    "degree": "degree",
+    "digra_alpha": "alpha",
+    "entropy_model": "entropy_model",
+    "stop_stable_agents": "stop_stable_agents",
+    "unanimity_stop": "unanimity_stop",
+    "interventions": "interventions",
+    "qp_fraction": "qp_fraction",
+    "dp_k": "dp_k",
+    "mr_max_tokens": "mr_max_tokens",
+    "embedding_model": "embedding_model",
+    "inject": "inject",
+    "inject_file": "inject_file",
+}
+
+
+def protocol_option(g: argparse._ArgumentGroup, dest: str, *old: str, **kwargs) -> None:
+    """The flag of the protocol option ``PROTOCOL_FLAGS[dest]`` (``old``: deprecated aliases)."""
+    kwargs.setdefault("means", f"the protocol option {PROTOCOL_FLAGS[dest]}")
+    field_option(g, dest, *old, **kwargs)
 
 
 def add_protocol_args(p: argparse.ArgumentParser) -> None:
@@ -245,56 +271,70 @@ def add_protocol_args(p: argparse.ArgumentParser) -> None:
         "peers each round (seeded by --seed); dig / digra: peers chosen by information gain (ratio); "
         "interventions: pruning and misconception refutation of the pool of past responses",
     )
-    g.add_argument(
-        "--degree", type=finite_float, default=None, help="sparse: D, the fraction of peers read (0.5)"
+    protocol_option(
+        g, "degree", type=finite_float, default=None, help="sparse: D, the fraction of peers read (0.5)"
     )
-    g.add_argument(
-        "--alpha", type=finite_float, default=None, help="digra: alpha of the information-gain ratio (0.2)"
+    protocol_option(
+        g,
+        "digra_alpha",
+        "--alpha",
+        means="the digra protocol option alpha; the config field alpha is UDPO's reward coefficient",
+        type=finite_float,
+        default=None,
+        help="digra: alpha of the information-gain ratio (0.2); not UDPO's reward coefficient alpha",
     )
-    g.add_argument(
-        "--entropy-model",
+    protocol_option(
+        g,
+        "entropy_model",
         default=None,
         help="dig/digra: an hf model that scores entropies (default: the team's hf backend and adapters)",
     )
-    g.add_argument(
-        "--stop-stable-agents",
+    protocol_option(
+        g,
+        "stop_stable_agents",
         action=argparse.BooleanOptionalAction,
         default=None,
         help="dig/digra: an agent whose answer held two rounds stops (default: on)",
     )
-    g.add_argument(
-        "--unanimity-stop",
+    protocol_option(
+        g,
+        "unanimity_stop",
         action=argparse.BooleanOptionalAction,
         default=None,
         help="dig/digra: end a debate once all agents agree (default: on)",
     )
-    g.add_argument(
-        "--interventions",
+    protocol_option(
+        g,
+        "interventions",
         type=_names,
         default=None,
         metavar="OP[,OP...]",
         help="interventions: qp, dp and/or mr in the order applied (default: qp,dp,mr)",
     )
-    g.add_argument("--qp-fraction", type=probability, default=None, help="share of candidates QP keeps (0.5)")
-    g.add_argument(
-        "--dp-k", type=positive_int, default=None, help="responses DP keeps (default: the number of agents)"
+    protocol_option(
+        g, "qp_fraction", type=probability, default=None, help="share of candidates QP keeps (0.5)"
     )
-    g.add_argument(
-        "--mr-max-tokens", type=positive_int, default=None, help="completion cap of each MR call (256)"
+    protocol_option(
+        g, "dp_k", type=positive_int, default=None, help="responses DP keeps (default: the number of agents)"
     )
-    g.add_argument(
-        "--embedding-model", default=None, help="sentence-transformers folder (default: packaged MiniLM)"
+    protocol_option(
+        g, "mr_max_tokens", type=positive_int, default=None, help="completion cap of each MR call (256)"
     )
-    g.add_argument(
-        "--inject",
+    protocol_option(
+        g, "embedding_model", default=None, help="sentence-transformers folder (default: packaged MiniLM)"
+    )
+    protocol_option(
+        g,
+        "inject",
         type=_names,
         default=None,
         metavar="KIND[,KIND...]",
         help="controlled injection: per agent, correct, wrong or own (its own round-0 answer), e.g. "
         "wrong,correct,correct",
     )
-    g.add_argument(
-        "--inject-file",
+    protocol_option(
+        g,
+        "inject_file",
         type=existing_file,
         default=None,
         help="JSONL of injected responses ({question_id, correct, wrong}); default: written from the gold",
@@ -302,7 +342,11 @@ def add_protocol_args(p: argparse.ArgumentParser) -> None:
 
 
 def protocol_config_from_args(args: argparse.Namespace) -> ProtocolConfig:
-    options = {k: getattr(args, k) for k in PROTOCOL_FLAGS if getattr(args, k) is not None}
+    options = {
+        option: getattr(args, dest)
+        for dest, option in PROTOCOL_FLAGS.items()
+        if getattr(args, dest) is not None
+    }
     return ProtocolConfig.from_options(args.protocol, {**options, "seed": args.seed})
 
 
@@ -364,31 +408,26 @@ def say(note: str | None) -> None:
 
 def load_questions(args: argparse.Namespace) -> tuple[Task, list[Question]]:
     task = get_task(args.task)
-    questions = task.load(split=args.split, data_path=args.data, limit=args.limit, seed=args.seed)
+    questions = task.load(split=args.split, data_path=args.data_path, limit=args.limit, seed=args.seed)
     if not questions:
         raise ValueError(f"no questions in split {args.split!r} of task {args.task!r}")
     return task, questions
 
 
 def backend_from_args(args: argparse.Namespace) -> Backend:
-    template = args.chat_template_kwargs
-    if args.backend == "openai":
-        key = (
-            read_api_key_file(args.api_key_file) if args.api_key_file else None
-        )  # None: from the environment
-        return make_backend(
-            "openai",
-            base_url=args.base_url,
-            model=args.model,
-            api_key=key,
-            chat_template_kwargs=template,
-        )
-    model = args.model or DEFAULT_MODEL
-    if args.backend == "hf":
-        return make_backend(
-            "hf", model=model, device=args.device, dtype=args.dtype, chat_template_kwargs=template
-        )
-    return make_backend("vllm", model=model, seed=args.seed, dtype=args.dtype, chat_template_kwargs=template)
+    """The backend of ``--backend`` with the shared settings (``udpo.env.backends.backend_from_settings``,
+    the builder training's rollout engines use too)."""
+    openai = args.backend == "openai"
+    return backend_from_settings(
+        args.backend,
+        model=args.model if openai else args.model or DEFAULT_MODEL,  # openai: None is the server's model
+        dtype=args.dtype,
+        device=args.device,
+        seed=args.seed,
+        base_url=args.base_url,
+        api_key=read_api_key_file(args.api_key_file) if openai and args.api_key_file else None,  # None: env
+        chat_template_kwargs=args.chat_template_kwargs,
+    )
 
 
 def model_name(args: argparse.Namespace) -> str | None:
@@ -399,9 +438,9 @@ def model_name(args: argparse.Namespace) -> str | None:
 def debate_config_from_args(args: argparse.Namespace) -> DebateConfig:
     sampling = SamplingParams(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens)
     return DebateConfig(
-        n_agents=args.agents,
+        n_agents=args.n_agents,
         rounds=args.rounds,
         sampling=sampling,
         early_stop=args.early_stop,
-        batch_size=args.batch_size,
+        batch_size=args.debate_batch_size,
     )

@@ -19,7 +19,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--config", required=True, metavar="COMPARE.yaml", help="compare config (recipes/compare/)"
     )
-    p.add_argument("--output_dir", default=None, help="instead of the config's output_dir")
+    p.add_argument("--output-dir", "--output_dir", default=None, help="instead of the config's output_dir")
     p.add_argument(
         "--seed",
         type=int,
@@ -35,7 +35,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--tables-only", action="store_true", help="write the tables from the finished runs; train nothing"
     )
-    p.add_argument("--no-progress", action="store_true", help="hide progress bars")
+    p.add_argument(
+        "--no-progress", "--no_progress", dest="progress", action="store_false", help="hide progress bars"
+    )
     p.set_defaults(func=run, check=check)
 
 
@@ -67,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     if args.tables_only:
         results = write_results(config)
     else:
-        results = run_compare(config, progress=not args.no_progress, seeds=args.seed)
+        results = run_compare(config, progress=args.progress, seeds=args.seed)
     if results is None:
         print(
             "\n".join(

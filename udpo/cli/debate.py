@@ -11,6 +11,7 @@ from udpo.env.runs import previous_debates
 from udpo.env.summary import run_debates
 from udpo.training.run_lock import held
 
+from .argtypes import field_option
 from .common import (
     add_backend_args,
     add_debate_args,
@@ -32,17 +33,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "debate",
         help="run a multi-agent debate on a task",
         description="Run multi-agent debate (Standard MAD of Du et al., or --protocol sparse, random, dig, "
-        "digra, interventions) and write OUT/trajectories.jsonl and OUT/summary.json.",
+        "digra, interventions) and write OUTPUT_DIR/trajectories.jsonl and OUTPUT_DIR/summary.json.",
     )
     add_task_args(p)
     add_backend_args(p)
     add_debate_args(p)
     add_protocol_args(p)
-    p.add_argument("--out", default="runs/debate", help="output folder (default: runs/debate)")
-    p.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
+    field_option(p, "output_dir", "--out", default="runs/debate", help="output folder (default: runs/debate)")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted run in --output-dir")
     p.add_argument(
         "--no-progress",
-        action="store_true",
+        "--no_progress",
+        dest="progress",
+        action="store_false",
         help="hide the progress line (rounds, agents' turns, tokens, tokens/s, time left)",
     )
     p.set_defaults(func=run, check=check)
@@ -53,11 +56,11 @@ def check(args: argparse.Namespace) -> None:
     check_run_args(args)
     protocol_config_from_args(args)
     if not args.resume:
-        previous_debates(args.out, resume=False)  # an --out that holds debates is refused
+        previous_debates(args.output_dir, resume=False)  # an --output-dir that holds debates is refused
 
 
 def run(args: argparse.Namespace) -> int:
-    with held(args.out, resume="--resume"):  # one process writes --out at a time
+    with held(args.output_dir, resume="--resume"):  # one process writes --output-dir at a time
         return _run(args)
 
 
@@ -71,12 +74,12 @@ def _run(args: argparse.Namespace) -> int:
         "model": args.model,
         "backend": args.backend,
         "split": args.split,
-        "n_agents": args.agents,
+        "n_agents": args.n_agents,
         "rounds": args.rounds,
         "max_tokens": args.max_tokens,
         "seed": args.seed,
     }
-    previous_debates(args.out, args.resume, config, meta)  # refused before the model loads
+    previous_debates(args.output_dir, args.resume, config, meta)  # refused before the model loads
     seed_everything(args.seed)
     task, questions = load_questions(args)
     say(note)  # the default chosen, now that nothing is refused early
@@ -87,15 +90,15 @@ def _run(args: argparse.Namespace) -> int:
             backend,
             questions,
             config,
-            out_dir=args.out,
+            out_dir=args.output_dir,
             meta=meta,
             protocol=protocol,
             resume=args.resume,
-            progress=not args.no_progress,
+            progress=args.progress,
         )
     shown = {
         k: summary[k] for k in ("n_questions", "accuracy", "u_intra", "u_inter", "u_sys", "unparsed_rate")
     }
     print(json.dumps(shown, indent=2))
-    print(f"wrote {args.out}/trajectories.jsonl and {args.out}/summary.json")
+    print(f"wrote {args.output_dir}/trajectories.jsonl and {args.output_dir}/summary.json")
     return 0

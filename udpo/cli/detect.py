@@ -11,7 +11,7 @@ from udpo.env.debate import AgentSpec
 from udpo.env.protocols.error_detection import PROTOCOLS, DetectionConfig, binary_labels, make_detector
 from udpo.env.runs import previous_debates, run_to_folder
 
-from .argtypes import existing_path, nonnegative_int, positive_int
+from .argtypes import existing_path, field_option, nonnegative_int, positive_int
 from .common import (
     add_backend_args,
     add_sampling_args,
@@ -31,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="detect errors in LLM responses with ColMAD or a baseline protocol",
         description="Run an error-detection protocol (ColMAD: two collaborating debaters and a judge, with "
         "the agreement shortcut; CopMAD: zero-sum debate with assigned sides; ensemble; single agent) and "
-        "write OUT/trajectories.jsonl and OUT/summary.json with precision, recall, F1 and F2 ('error' "
+        "write OUTPUT_DIR/trajectories.jsonl and OUTPUT_DIR/summary.json with precision, recall, F1 and F2 ('error' "
         "positive) per task and their mean. With --compare, print the table of finished runs instead.",
     )
     p.add_argument("--protocol", default="colmad", choices=list(PROTOCOLS), help="(default: colmad)")
@@ -45,15 +45,22 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     g.add_argument(
         "--word-limit", type=positive_int, default=150, help="words asked per debate turn (default: 150)"
     )
-    g.add_argument("--batch-size", type=positive_int, default=16, help="items handled together (default: 16)")
+    field_option(
+        g,
+        "debate_batch_size",
+        "--batch-size",
+        type=positive_int,
+        default=16,
+        help="items handled together (default: 16)",
+    )
     g.add_argument(
         "--debater-models",
         default=None,
         help="openai backend: served models of debaters A,B (default: --model for both)",
     )
     g.add_argument("--judge-model", default=None, help="openai backend: served model of the judge")
-    p.add_argument("--out", default="runs/detect", help="output folder (default: runs/detect)")
-    p.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
+    field_option(p, "output_dir", "--out", default="runs/detect", help="output folder (default: runs/detect)")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted run in --output-dir")
     p.add_argument(
         "--compare",
         nargs="+",
@@ -86,7 +93,7 @@ def config_from_args(args: argparse.Namespace) -> DetectionConfig:
         debaters=[AgentSpec(model=m) for m in models],
         judge=AgentSpec(model=args.judge_model),
         word_limit=args.word_limit,
-        batch_size=args.batch_size,
+        batch_size=args.debate_batch_size,
         seed=args.seed,
     )
 
@@ -97,7 +104,7 @@ def check(args: argparse.Namespace) -> None:
         return
     check_run_args(args)
     role_models(args)
-    previous_debates(args.out, args.resume)  # refused before the model loads
+    previous_debates(args.output_dir, args.resume)  # refused before the model loads
 
 
 def run(args: argparse.Namespace) -> int:
@@ -128,11 +135,11 @@ def run(args: argparse.Namespace) -> int:
             detector.run,
             questions,
             lambda ts: summarize_detection(ts, positive),
-            out_dir=args.out,
+            out_dir=args.output_dir,
             meta=meta,
             resume=args.resume,
         )
     print(format_table(summary))
     print(json.dumps({k: summary[k] for k in ("n_items", "judge_calls")}))
-    print(f"wrote {args.out}/trajectories.jsonl and {args.out}/summary.json")
+    print(f"wrote {args.output_dir}/trajectories.jsonl and {args.output_dir}/summary.json")
     return 0

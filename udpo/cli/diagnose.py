@@ -7,7 +7,7 @@ import argparse
 
 from udpo.analysis.diagnose import diagnose, format_woozle, trajectory_file
 
-from .argtypes import probability
+from .argtypes import deprecated_aliases, probability
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -25,17 +25,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         metavar="RUN",
         help="run folder holding trajectories.jsonl, or a .jsonl file",
     )
-    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--out", required=True, help="output folder (tables and plots; not a run)")
     p.add_argument(
         "--labels",
         default=None,
         help="comma-separated run labels, one per RUN (default: folder or file name)",
     )
-    p.add_argument(
+    baseline = p.add_argument(
+        "--baseline-run",
         "--baseline",
         default=None,
         help="label of the Standard MAD run for stratified gains (default: a run labelled mad or "
         "standard_mad, else the first run)",
+    )
+    deprecated_aliases(
+        baseline, "--baseline", means="the config field baseline is something else: the advantage baseline"
     )
     p.add_argument(
         "--lam", type=probability, default=0.5, help="weight of the flip rate in U_intra (default: 0.5)"
@@ -58,7 +62,12 @@ def check(args: argparse.Namespace) -> list[str] | None:
 def run(args: argparse.Namespace) -> int:
     labels = check(args)
     summary = diagnose(
-        args.runs, args.out, labels=labels, baseline=args.baseline, lam=args.lam, plots=not args.no_plots
+        args.runs,
+        args.out,
+        labels=labels,
+        baseline=args.baseline_run,
+        lam=args.lam,
+        plots=not args.no_plots,
     )
     print(f"{'run':<20} {'debates':>8} {'accuracy':>9} {'U_intra':>8} {'U_inter':>8} {'U_sys':>8} {'DAE':>8}")
     for label, s in summary["runs"].items():

@@ -1,7 +1,7 @@
 """``udpo eval``: evaluate a team (a checkpoint or a plain model) with and without attack.
 
 Prints one table (accuracy, U_intra, U_inter, U_sys per number m of compromised agents, the
-natural m = 0 row first, and the accuracy drop) and writes OUT/summary.json, OUT/table.csv and
+natural m = 0 row first, and the accuracy drop) and writes OUTPUT_DIR/summary.json, OUTPUT_DIR/table.csv and
 one folder of trajectories per row (see ``udpo.analysis.attack_eval``).
 """
 
@@ -17,7 +17,15 @@ from udpo.env.attacks import ATTACK_NAMES, AttackConfig
 from udpo.env.protocols import ProtocolConfig, build_protocol
 from udpo.training.run_lock import held
 
-from .argtypes import existing_path, int_list, nonnegative_float, positive_int, probability, seed
+from .argtypes import (
+    existing_path,
+    field_option,
+    int_list,
+    nonnegative_float,
+    positive_int,
+    probability,
+    seed,
+)
 from .common import (
     add_backend_args,
     add_debate_args,
@@ -41,7 +49,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "eval",
         help="evaluate a team with and without attack (compromised agents)",
         description="Debate a task with no attack and with m compromised agents; print accuracy, "
-        "U_intra, U_inter, U_sys per m and the accuracy drop; write OUT/summary.json, OUT/table.csv "
+        "U_intra, U_inter, U_sys per m and the accuracy drop; write OUTPUT_DIR/summary.json, OUTPUT_DIR/table.csv "
         "and one trajectory folder per row. Agent indices are 0-based (agent_0 .. agent_{N-1}).",
     )
     add_task_args(p)
@@ -58,15 +66,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_protocol_args(p)
 
     g = p.add_argument_group("attack")
-    g.add_argument(
+    field_option(
+        g,
+        "attack_eval",
         "--attack",
         default="none",
         choices=ATTACK_NAMES,
         help="attack on the compromised agents (default: none, the natural evaluation only)",
     )
-    g.add_argument(
+    field_option(
+        g,
+        "attack_eval_m",
         "--compromised",
-        dest="m_values",
         type=int_list(minimum=1),
         default=None,
         metavar="M[,M...]",
@@ -83,9 +94,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="0-based indices of the compromised agents for one attacked row, instead of the last m; "
         "repeat for more rows",
     )
-    g.add_argument(
+    field_option(
+        g,
+        "attack_eval_attacker",
         "--attacker",
         default="base",
+        metavar="ATTACKER",
         help="'base' (the team's base model, default), 'builtin' (fixed profile / rule-based "
         "corruption, no LLM) or a model alias, folder or Hub id",
     )
@@ -123,11 +137,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="AutoTransform cache folder (default: $UDPO_CACHE/attacks/autotransform)",
     )
 
-    p.add_argument("--out", default="runs/eval", help="output folder (default: runs/eval)")
-    p.add_argument("--resume", action="store_true", help="continue an interrupted evaluation in --out")
+    field_option(p, "output_dir", "--out", default="runs/eval", help="output folder (default: runs/eval)")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted evaluation in --output-dir")
     p.add_argument(
         "--no-progress",
-        action="store_true",
+        "--no_progress",
+        dest="progress",
+        action="store_false",
         help="hide the progress lines (per row: rounds, agents' turns, tokens, tokens/s, time left)",
     )
     p.set_defaults(func=run, check=check)
@@ -139,15 +155,15 @@ def check(args: argparse.Namespace) -> tuple[Any, AttackConfig, list[list[int]],
     sets, the protocol, the output folder. Returns (team or None, attack, compromised sets, protocol)."""
     team = _load_team(args)
     check_run_args(args)
-    n_agents = args.agents if args.agents is not None else (team.n_agents if team else 3)
+    n_agents = args.n_agents if args.n_agents is not None else (team.n_agents if team else 3)
     if team is not None and n_agents != team.n_agents:
         raise ValueError(
-            f"--agents {n_agents} but the checkpoint {args.checkpoint} has {team.n_agents} agents"
+            f"--n-agents {n_agents} but the checkpoint {args.checkpoint} has {team.n_agents} agents"
         )
-    args.agents = n_agents
+    args.n_agents = n_agents
     attack = AttackConfig(
-        name=args.attack,
-        attacker=args.attacker,
+        name=args.attack_eval,
+        attacker=args.attack_eval_attacker,
         attacker_backend=args.attacker_backend,
         attacker_base_url=args.attacker_base_url,
         seed=args.attack_seed,
@@ -157,29 +173,29 @@ def check(args: argparse.Namespace) -> tuple[Any, AttackConfig, list[list[int]],
         max_tokens=args.attacker_max_tokens,
         cache_dir=args.attack_cache,
     )
-    if attack.name == "none" and (args.m_values or args.agent_sets):
+    if attack.name == "none" and (args.attack_eval_m or args.agent_sets):
         raise ValueError(
-            "--compromised / --compromised-agents choose the agents to attack; "
-            "also pass --attack autotransform|autoinject"
+            "--attack-eval-m / --compromised-agents choose the agents to attack; "
+            "also pass --attack-eval autotransform|autoinject"
         )
     protocol_config = protocol_config_from_args(args)
     sets = (
-        compromised_sets(n_agents, m_values=args.m_values, compromised=args.agent_sets)
+        compromised_sets(n_agents, m_values=args.attack_eval_m, compromised=args.agent_sets)
         if attack.name != "none"
         else []
     )
-    check_out_dir(Path(args.out), args.resume)
+    check_out_dir(Path(args.output_dir), args.resume)
     return team, attack, sets, protocol_config
 
 
 def run(args: argparse.Namespace) -> int:
-    with held(args.out, resume="--resume"):  # one process writes --out at a time
+    with held(args.output_dir, resume="--resume"):  # one process writes --output-dir at a time
         return _run(args)
 
 
 def _run(args: argparse.Namespace) -> int:
     team, attack, sets, protocol_config = check(args)
-    n_agents = args.agents
+    n_agents = args.n_agents
     trained_as = debate_settings_from_team(args, team)
     note = resolve_max_tokens(args)  # may import torch to ask for a GPU: after the cheap checks
     config = debate_config_from_args(args)
@@ -212,18 +228,20 @@ def _run(args: argparse.Namespace) -> int:
             attack,
             sets,
             base_model=model_name(args) or backend.model,  # openai: the server's model
-            out_dir=args.out,
+            out_dir=args.output_dir,
             meta=meta,
             resume=args.resume,
-            progress=not args.no_progress,
+            progress=args.progress,
             protocol=protocol,
         )
     print(
-        f"{args.task}: N={n_agents} agents, T={args.rounds} rounds, protocol={args.protocol}, attack={args.attack}"
+        f"{args.task}: N={n_agents} agents, T={args.rounds} rounds, protocol={args.protocol}, "
+        f"attack={args.attack_eval}"
     )
     print(format_table(summary))
     print(
-        f"wrote {Path(args.out) / 'summary.json'}, {Path(args.out) / 'table.csv'} and one trajectory folder per row"
+        f"wrote {Path(args.output_dir) / 'summary.json'}, {Path(args.output_dir) / 'table.csv'} and one trajectory "
+        "folder per row"
     )
     return 0
 

@@ -9,7 +9,7 @@ from udpo.env.backends import SamplingParams
 from udpo.env.protocols.diverse_agent_entropy import DAEConfig, DiverseAgentEntropy, SCConfig, SelfConsistency
 from udpo.env.runs import previous_debates, run_to_folder
 
-from .argtypes import positive_int
+from .argtypes import field_option, positive_int
 from .common import (
     add_backend_args,
     add_sampling_args,
@@ -29,8 +29,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "uncertainty",
         help="estimate answer uncertainty (DiverseAgentEntropy or self-consistency) and abstain",
-        description="Estimate the model's uncertainty per question and write OUT/trajectories.jsonl and "
-        "OUT/summary.json: AUROC of the entropy against wrong answers, and accuracy, abstention rate, "
+        description="Estimate the model's uncertainty per question and write OUTPUT_DIR/trajectories.jsonl and "
+        "OUTPUT_DIR/summary.json: AUROC of the entropy against wrong answers, and accuracy, abstention rate, "
         "correctness and truthfulness under the strict and loose thresholds (and SC(3/5) for "
         "self-consistency).",
     )
@@ -40,8 +40,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_task_args(p)
     add_backend_args(p)
     g = p.add_argument_group("method")
-    g.add_argument(
-        "--agents", type=positive_int, default=5, help="DiverseAgentEntropy: agents n (default: 5)"
+    field_option(
+        g,
+        "n_agents",
+        "--agents",
+        type=positive_int,
+        default=5,
+        help="DiverseAgentEntropy: agents n (default: 5)",
     )
     g.add_argument(
         "--max-rounds", type=positive_int, default=4, help="DiverseAgentEntropy: round cap R* (default: 4)"
@@ -64,11 +69,18 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     g.add_argument("--cluster-judge", action="store_true", help="also merge answers an LLM judges equivalent")
     add_sampling_args(g)
-    g.add_argument(
-        "--batch-size", type=positive_int, default=8, help="questions handled together (default: 8)"
+    field_option(
+        g,
+        "debate_batch_size",
+        "--batch-size",
+        type=positive_int,
+        default=8,
+        help="questions handled together (default: 8)",
     )
-    p.add_argument("--out", default="runs/uncertainty", help="output folder (default: runs/uncertainty)")
-    p.add_argument("--resume", action="store_true", help="continue an interrupted run in --out")
+    field_option(
+        p, "output_dir", "--out", default="runs/uncertainty", help="output folder (default: runs/uncertainty)"
+    )
+    p.add_argument("--resume", action="store_true", help="continue an interrupted run in --output-dir")
     p.set_defaults(func=run, check=check)
 
 
@@ -77,7 +89,7 @@ def check(args: argparse.Namespace) -> None:
     check_run_args(args)
     if args.method == "self-consistency" and args.min_votes > args.samples:
         raise ValueError(f"--min-votes {args.min_votes} cannot exceed --samples {args.samples}")
-    previous_debates(args.out, args.resume)  # refused before the model loads
+    previous_debates(args.output_dir, args.resume)  # refused before the model loads
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,18 +99,18 @@ def run(args: argparse.Namespace) -> int:
     common = {
         "sampling": sampling,
         "cluster_judge": args.cluster_judge,
-        "batch_size": args.batch_size,
+        "batch_size": args.debate_batch_size,
         "seed": args.seed,
     }
     if args.method == "diverse-agent-entropy":
         config = DAEConfig(
-            n_agents=args.agents,
+            n_agents=args.n_agents,
             max_rounds=args.max_rounds,
             n_aspects=args.aspects,
             per_aspect=args.per_aspect,
             **common,
         )
-        method_args = {"agents": args.agents, "max_rounds": args.max_rounds}
+        method_args = {"agents": args.n_agents, "max_rounds": args.max_rounds}  # summary keys as before
     else:
         config = SCConfig(samples=args.samples, min_votes=args.min_votes, **common)
         method_args = {"samples": args.samples, "min_votes": args.min_votes}
@@ -120,8 +132,13 @@ def run(args: argparse.Namespace) -> int:
         cls = DiverseAgentEntropy if args.method == "diverse-agent-entropy" else SelfConsistency
         procedure = cls(task, backend, config, meta=meta)
         _, summary = run_to_folder(
-            procedure.run, questions, summarize_uncertainty, out_dir=args.out, meta=meta, resume=args.resume
+            procedure.run,
+            questions,
+            summarize_uncertainty,
+            out_dir=args.output_dir,
+            meta=meta,
+            resume=args.resume,
         )
     print(format_table(summary))
-    print(f"wrote {args.out}/trajectories.jsonl and {args.out}/summary.json")
+    print(f"wrote {args.output_dir}/trajectories.jsonl and {args.output_dir}/summary.json")
     return 0

@@ -1,5 +1,5 @@
 """One writer per run folder: an exclusive lock on ``FOLDER/.lock`` while a trainer lives, or while
-``udpo debate`` / ``udpo eval`` write their ``--out``.
+``udpo debate`` / ``udpo eval`` write their ``--output-dir``.
 
 Two processes writing one folder (a command started twice, two ``udpo compare`` processes on the same
 runs) would interleave their appends to metrics.jsonl and the trajectory files and replace each

@@ -7,7 +7,7 @@ A folder is recognised by what it holds:
 - *training run*: ``metrics.jsonl`` or ``config.json`` with ``eval/``; its debate sets are the
   evaluations ``eval/iter_*/``, the attack evaluations ``eval/attack/iter_*/<row>/``, and the
   warm-up and training debates under ``trajectories/``;
-- *attack run* (``udpo eval --out``): ``summary.json`` with ``rows``, one sub-folder per row;
+- *attack run* (``udpo eval --output-dir``): ``summary.json`` with ``rows``, one sub-folder per row;
 - *collection* (e.g. a ``udpo compare`` folder, ``<method>/seed_<s>/`` training runs): any folder
   whose sub-folders (two levels deep at most) are runs; each becomes a child run (training runs with
   their evaluations only). Of a compare folder it also reads the table ``udpo compare`` wrote

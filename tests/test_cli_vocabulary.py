@@ -1,0 +1,312 @@
+"""One vocabulary for the ``udpo`` flags and the config fields (issue 25; docs/cli.md): an option that
+sets what a config field (or protocol option) sets is named after it, in both spellings, with the field
+as its dest; each old flag still parses to the same value and prints one deprecation note; every option
+of every command is either tied to a field or listed here as having none. Also the one backend builder
+the commands and training share."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from udpo.cli import argtypes, build_parser
+from udpo.cli.common import PROTOCOL_FLAGS, protocol_config_from_args
+from udpo.config import TrainConfig
+from udpo.env.protocols import ProtocolConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}
+PROTOCOL_OPTIONS = {f.name for f in dataclasses.fields(ProtocolConfig)} - {"name"}
+
+#: (command, old flag) -> its name now
+RENAMED = {
+    ("debate", "--agents"): "--n-agents",
+    ("debate", "--batch-size"): "--debate-batch-size",
+    ("debate", "--data"): "--data-path",
+    ("debate", "--out"): "--output-dir",
+    ("debate", "--alpha"): "--digra-alpha",
+    ("eval", "--agents"): "--n-agents",
+    ("eval", "--batch-size"): "--debate-batch-size",
+    ("eval", "--data"): "--data-path",
+    ("eval", "--out"): "--output-dir",
+    ("eval", "--alpha"): "--digra-alpha",
+    ("eval", "--attack"): "--attack-eval",
+    ("eval", "--compromised"): "--attack-eval-m",
+    ("eval", "--attacker"): "--attack-eval-attacker",
+    ("detect", "--batch-size"): "--debate-batch-size",
+    ("detect", "--data"): "--data-path",
+    ("detect", "--out"): "--output-dir",
+    ("uncertainty", "--agents"): "--n-agents",
+    ("uncertainty", "--batch-size"): "--debate-batch-size",
+    ("uncertainty", "--data"): "--data-path",
+    ("uncertainty", "--out"): "--output-dir",
+    ("diagnose", "--baseline"): "--baseline-run",
+}
+#: a value to give each renamed option (by dest)
+SAMPLE = {
+    "n_agents": "4",
+    "debate_batch_size": "2",
+    "data_path": "questions.jsonl",
+    "output_dir": "runs/elsewhere",
+    "digra_alpha": "0.3",
+    "attack_eval": "autoinject",
+    "attack_eval_m": "1,2",
+    "attack_eval_attacker": "builtin",
+    "baseline_run": "mad",
+}
+#: what a command needs on its command line to parse
+BASE = {
+    "debate": ["debate", "--task", "arithmetic", "--protocol", "digra"],
+    "eval": ["eval", "--task", "arithmetic", "--protocol", "digra"],
+    "detect": ["detect"],
+    "uncertainty": ["uncertainty", "--task", "commonsenseqa"],
+    "diagnose": ["diagnose", "RUN", "--out", "d"],
+    "export": ["export", "CKPT", "--out", "e"],
+}
+#: (command, dest) of the options no config field or protocol option sets, and why
+NO_COUNTERPART = {
+    **dict.fromkeys(
+        [(c, "split") for c in ("debate", "eval", "detect", "uncertainty")],
+        "one split; the config has train_split and eval_split",
+    ),
+    **dict.fromkeys(
+        [
+            (c, d)
+            for c in ("debate", "eval", "detect", "uncertainty")
+            for d in ("limit", "device", "api_key_file")
+        ],
+        "the first K questions / the hf device / the key file: training has no such setting",
+    ),
+    **dict.fromkeys([(c, "api_key") for c in ("debate", "eval", "detect", "uncertainty")], "refused"),
+    **dict.fromkeys(
+        [("debate", "early_stop"), ("eval", "early_stop")], "training never stops a debate early"
+    ),
+    ("eval", "checkpoint"): "the team to evaluate",
+    **dict.fromkeys(
+        [
+            ("eval", d)
+            for d in (
+                "agent_sets",
+                "attacker_backend",
+                "attacker_base_url",
+                "attack_seed",
+                "p_message",
+                "p_sentence",
+                "attacker_temperature",
+                "attacker_max_tokens",
+                "attack_cache",
+            )
+        ],
+        "training's attack evaluation uses their defaults",
+    ),
+    **dict.fromkeys(
+        [("detect", d) for d in ("word_limit", "debater_models", "judge_model", "compare")], "detection only"
+    ),
+    **dict.fromkeys(
+        [
+            ("uncertainty", d)
+            for d in (
+                "method",
+                "max_rounds",
+                "aspects",
+                "per_aspect",
+                "samples",
+                "min_votes",
+                "cluster_judge",
+            )
+        ],
+        "uncertainty estimation only",
+    ),
+    **dict.fromkeys(
+        [("diagnose", d) for d in ("runs", "out", "labels", "baseline_run", "no_plots")], "analysis"
+    ),
+    **dict.fromkeys([("export", d) for d in ("checkpoint", "out", "merge", "overwrite")], "not a run folder"),
+    **dict.fromkeys([("report", d) for d in ("run", "run_b", "out")], "an HTML page"),
+    **dict.fromkeys([("compare", d) for d in ("config", "status", "tables_only")], "a compare config"),
+    **dict.fromkeys([("train", "args"), ("calibrate", "args")], "every config field, by the config's parser"),
+}
+
+
+def commands() -> dict[str, argparse.ArgumentParser]:
+    parser = build_parser()
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+def options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    return [a for a in parser._actions if not isinstance(a, argparse._HelpAction)]
+
+
+def deprecated() -> list[tuple[str, str, argparse.Action]]:
+    return [
+        (name, old, action)
+        for name, parser in commands().items()
+        for action in options(parser)
+        for old in getattr(action, "deprecated_strings", ())
+    ]
+
+
+def test_the_deprecated_flags_are_those_listed():
+    assert {(name, old): action.option_strings[0] for name, old, action in deprecated()} == RENAMED
+
+
+@pytest.mark.parametrize(("command", "old"), sorted(RENAMED))
+def test_an_old_flag_parses_as_its_new_name_with_one_note(capsys, command, old):
+    new = RENAMED[command, old]
+    action = next(a for n, o, a in deprecated() if (n, o) == (command, old))
+    value = SAMPLE[action.dest]
+    parse = build_parser().parse_args
+    by_old = parse([*BASE[command], old, value])
+    err = capsys.readouterr().err
+    assert err.splitlines() == [err.strip()], err
+    assert err.startswith(f"note: {old} is deprecated; use {new} ("), err
+    spellings = [parse([*BASE[command], flag, value]) for flag in action.option_strings]
+    assert capsys.readouterr().err == ""  # the new names say nothing
+    named_after_a_field = action.dest in FIELDS or action.dest in PROTOCOL_FLAGS
+    assert len(spellings) == (2 if named_after_a_field and "_" in action.dest else 1)
+    assert all(vars(s) == vars(by_old) for s in spellings)
+    assert getattr(by_old, action.dest) != getattr(parse(BASE[command]), action.dest)  # the flag took effect
+    if action.dest in FIELDS:
+        assert f"(the config field {action.dest})" in err
+    parse([*BASE[command], old, value, old, value])
+    assert capsys.readouterr().err.count("note:") == 2  # one note per use
+
+
+def test_the_help_shows_the_new_names_and_says_what_they_were(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["debate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--n-agents N, --n_agents N" in text and "formerly --agents" in text
+    assert "--agents N" not in text and "[--agents" not in text
+    assert "--digra-alpha" in text and "not UDPO's reward coefficient alpha; formerly --alpha" in text
+
+
+def test_every_option_is_named_after_its_config_field_or_has_none():
+    seen = {(name, a.dest) for name, parser in commands().items() for a in options(parser)}
+    assert set(NO_COUNTERPART) <= seen, set(NO_COUNTERPART) - seen  # the list names options that exist
+    for name, parser in commands().items():
+        for action in options(parser):
+            if (name, action.dest) in NO_COUNTERPART:
+                continue
+            dest = action.dest
+            assert dest in FIELDS or dest in PROTOCOL_FLAGS, (name, action.option_strings, dest)
+            if not action.option_strings:
+                continue
+            dash, under = f"--{dest.replace('_', '-')}", f"--{dest}"
+            if isinstance(action, argparse._StoreFalseAction):  # --no-progress sets progress
+                dash, under = f"--no-{dest.replace('_', '-')}", f"--no_{dest}"
+            assert dash in action.option_strings and under in action.option_strings, (
+                name,
+                action.option_strings,
+            )
+
+
+def test_protocol_flags_are_protocol_options_and_digras_alpha_is_not_udpos():
+    assert set(PROTOCOL_FLAGS.values()) <= PROTOCOL_OPTIONS
+    assert all(dest == option for dest, option in PROTOCOL_FLAGS.items() if dest != "digra_alpha")
+    assert PROTOCOL_FLAGS["digra_alpha"] == "alpha"
+    for command in ("debate", "eval"):
+        for flag in ("--alpha", "--digra-alpha", "--digra_alpha"):
+            args = build_parser().parse_args([*BASE[command], flag, "0.3"])
+            assert not hasattr(args, "alpha")  # nothing in a command's namespace reads as UDPO's alpha_i
+            assert protocol_config_from_args(args).alpha == 0.3
+
+
+def test_a_boolean_protocol_option_takes_both_spellings_and_their_negations():
+    parse = build_parser().parse_args
+    for argv, want in (
+        ([], None),
+        (["--stop-stable-agents"], True),
+        (["--stop_stable_agents"], True),
+        (["--no-stop-stable-agents"], False),
+        (["--no_stop_stable_agents"], False),
+    ):
+        assert parse([*BASE["debate"], *argv]).stop_stable_agents is want, argv
+
+
+def test_progress_and_output_dir_as_udpo_train_spells_them():
+    parse = build_parser().parse_args
+    for command in ("debate", "eval"):
+        assert parse(BASE[command]).progress is True
+        assert parse([*BASE[command], "--no_progress"]).progress is False
+        assert parse([*BASE[command], "--no-progress"]).progress is False
+    compare = ["compare", "--config", "c.yaml"]
+    assert (
+        parse([*compare, "--output-dir", "x"]).output_dir == parse([*compare, "--output_dir", "x"]).output_dir
+    )
+    assert parse([*compare, "--no_progress"]).progress is False
+
+
+def test_deprecated_aliases_refuses_a_flag_the_option_does_not_have():
+    parser = argparse.ArgumentParser()
+    action = parser.add_argument("--new", "--old")
+    with pytest.raises(ValueError, match="--older"):
+        argtypes.deprecated_aliases(action, "--older")
+
+
+def test_the_docs_table_names_every_flag():
+    text = (ROOT / "docs" / "cli.md").read_text()
+    for name, parser in commands().items():
+        for action in options(parser):
+            if (
+                action.help is argparse.SUPPRESS
+                or not action.option_strings
+                or name in ("train", "calibrate")
+            ):
+                continue
+            flag = action.option_strings[0]
+            assert f"`{flag}`" in text or f"`{flag} " in text, (name, flag)
+    for (command, old), new in RENAMED.items():
+        assert f"| `{old}` |" in text and f"`{new}`" in text, (command, old)
+
+
+# --- one backend builder ---------------------------------------------------------------------------------
+@pytest.fixture
+def built(monkeypatch):
+    """The (name, kwargs) make_backend receives."""
+    import udpo.env.backends as backends
+
+    calls = []
+    monkeypatch.setattr(backends, "make_backend", lambda name, **kw: calls.append((name, kw)) or object())
+    return calls
+
+
+def test_backend_from_settings_gives_each_backend_the_settings_it_takes(built):
+    from udpo.env.backends import backend_from_settings
+
+    shared = {
+        "model": "m",
+        "dtype": "bf16",
+        "device": "cpu",
+        "seed": 3,
+        "base_url": "http://h/v1",
+        "api_key": "k",
+        "chat_template_kwargs": {"enable_thinking": False},
+    }
+    for name in ("hf", "vllm", "openai"):
+        backend_from_settings(name, **shared)
+    backend_from_settings("vllm", model="m", max_loras=2)  # options pass through; None leaves defaults
+    backend_from_settings("openai", base_url="http://h/v1", model=None)
+    template = {"chat_template_kwargs": {"enable_thinking": False}}
+    assert built == [
+        ("hf", {"model": "m", "dtype": "bf16", "device": "cpu", **template}),
+        ("vllm", {"model": "m", "dtype": "bf16", "seed": 3, **template}),
+        ("openai", {"model": "m", "base_url": "http://h/v1", "api_key": "k", **template}),
+        ("vllm", {"model": "m", "max_loras": 2}),
+        ("openai", {"base_url": "http://h/v1"}),
+    ]
+
+
+def test_the_commands_build_their_backend_as_before(built):
+    """What ``backend_from_args`` gave each backend before it went through backend_from_settings."""
+    from udpo.cli.common import backend_from_args
+
+    parse = build_parser().parse_args
+    for backend in ("hf", "vllm", "openai"):
+        backend_from_args(parse([*BASE["debate"], "--backend", backend, "--seed", "5", "--dtype", "fp32"]))
+    hf, vllm, openai = (kw for _, kw in built)
+    assert hf == {"model": "smollm2-135m-instruct", "dtype": "fp32"}  # device None: the backend picks
+    assert vllm == {"model": "smollm2-135m-instruct", "dtype": "fp32", "seed": 5}
+    assert openai == {"model": "smollm2-135m-instruct", "base_url": "http://127.0.0.1:8000/v1"}
