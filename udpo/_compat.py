@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.abc
+import importlib.machinery
 import importlib.util
 import sys
 import warnings
@@ -48,6 +49,9 @@ def new_name(name: str) -> str | None:
 class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Finds an old module name and hands back the moved module itself (not a copy)."""
 
+    def __init__(self) -> None:
+        self._own_specs: dict[str, importlib.machinery.ModuleSpec] = {}  # old name -> the module's own spec
+
     def find_spec(self, fullname, path=None, target=None):
         if new_name(fullname) is None:
             return None
@@ -57,11 +61,13 @@ class MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         new = new_name(spec.name)
         warnings.warn(f"{spec.name} moved to {new}; import it from there", FutureWarning, stacklevel=3)
         module = importlib.import_module(new)
-        self._spec = module.__spec__  # importlib sets __spec__ to the old name's: put it back in exec_module
+        self._own_specs[spec.name] = module.__spec__  # importlib now sets the old name's: restored below
         return module
 
     def exec_module(self, module) -> None:
-        module.__spec__ = self._spec
+        module.__spec__ = self._own_specs.pop(
+            module.__spec__.name
+        )  # keyed by the old name, so nesting is safe
 
 
 def install() -> None:
