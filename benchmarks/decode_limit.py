@@ -1,10 +1,10 @@
 """Benchmark: how close generation comes to the hardware's limit at the decode shape.
 
     python benchmarks/decode_limit.py [--backend hf|vllm|both] [--dtype fp32|bf16] [--batch 48]
-                                      [--max-tokens 32] [--steps 16] [--adapters 3]
+                                      [--max-tokens 32] [--steps 16] [--adapters 3] [--compile]
                                       [--model smollm2-135m-instruct]
 
-Three numbers at one shape (``--batch`` arithmetic prompts of about 90 tokens, ``--max-tokens`` new
+Numbers at one shape (``--batch`` arithmetic prompts of about 90 tokens, ``--max-tokens`` new
 tokens each), measured in one run:
 
 - the matmul roofline: a ``batch x hidden @ hidden x intermediate`` matmul in ``--dtype``, its GFLOPS
@@ -15,6 +15,8 @@ tokens each), measured in one run:
 - achieved: the backend's ``generate`` of the same prompts (temperature 1, ``max_tokens``), completion
   tokens per second; and the hf backend again with the rows spread over ``--adapters`` LoRA adapters,
   as in a debate (each agent its own adapter, all in one batch).
+- with ``--compile``: the decode step over a static KV buffer (the sampler's), eager and compiled by
+  ``torch.compile`` (inductor, freezing), and how many steps repay the compilation at this shape.
 
 Prints each as tokens/s and the ratios achieved / bare step and achieved / roofline. Threads: torch's
 current setting (``UDPO_NUM_THREADS`` / ``OMP_NUM_THREADS``); say what else ran on the machine.
@@ -57,17 +59,23 @@ def roofline(model, batch: int, dtype: torch.dtype, repeats: int = 20) -> tuple[
     return gflops, per_token
 
 
-@torch.no_grad()
-def bare_decode(model, tokenizer, chats: list, steps: int) -> float:
-    """Tokens/s of ``steps`` forward passes of one token per row over the prompts' KV cache."""
+def padded(tokenizer, chats: list) -> tuple[torch.Tensor, torch.Tensor]:
+    """The chats' prompts, left-padded: (input ids, attention mask)."""
     ids = [chat_prompt_ids(tokenizer, c, {}) for c in chats]
     width = max(map(len, ids))
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids])
     attention = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids])
+    return input_ids, attention
+
+
+@torch.no_grad()
+def bare_decode(model, tokenizer, chats: list, steps: int) -> float:
+    """Tokens/s of ``steps`` forward passes of one token per row over the prompts' KV cache."""
+    input_ids, attention = padded(tokenizer, chats)
     out = model(input_ids=input_ids, attention_mask=attention, use_cache=True)
     cache, token = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
-    ones = torch.ones(len(ids), 1, dtype=attention.dtype)
+    ones = torch.ones(len(chats), 1, dtype=attention.dtype)
     times = []
     for _ in range(steps):
         attention = torch.cat([attention, ones], dim=1)
@@ -76,7 +84,46 @@ def bare_decode(model, tokenizer, chats: list, steps: int) -> float:
         times.append(time.perf_counter() - start)
         cache, token = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
     times.sort()
-    return len(ids) / times[len(times) // 2]  # the median step
+    return len(chats) / times[len(times) // 2]  # the median step
+
+
+@torch.no_grad()
+def static_decode(model, tokenizer, chats: list, steps: int, compiled: bool) -> tuple[float, float]:
+    """(tokens/s of the median step, seconds of the first step) of the decode step over a static KV
+    buffer, as the hf sampler runs it: eager, or ``torch.compile``d by inductor with freezing (weights
+    folded in and prepacked for oneDNN). The first compiled step includes the compilation."""
+    from transformers import StaticCache
+
+    input_ids, attention = padded(tokenizer, chats)
+    rows, width = input_ids.shape
+    cache = StaticCache(config=model.config, max_cache_len=width + steps + 1)
+    attention = torch.cat([attention, attention.new_ones(rows, steps + 1)], dim=1)
+    positions = (attention[:, :width].cumsum(-1) - 1).clamp(min=0)
+
+    def step(token, positions):
+        return model(
+            input_ids=token,
+            attention_mask=attention,
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+        ).logits
+
+    out = step(input_ids, positions)
+    token, positions = out[:, -1].argmax(-1, keepdim=True), positions[:, -1:] + 1
+    if compiled:
+        from torch._inductor import config as inductor
+
+        inductor.freezing = True
+        step = torch.compile(step, dynamic=False)
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        out = step(token, positions)
+        times.append(time.perf_counter() - start)
+        token, positions = out[:, -1].argmax(-1, keepdim=True), positions + 1
+    rest = sorted(times[1:])
+    return rows / rest[len(rest) // 2], times[0]
 
 
 def achieved(backend, chats: list, max_tokens: int) -> float:
@@ -119,6 +166,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=16)
     parser.add_argument("--model", default="smollm2-135m-instruct")
     parser.add_argument(
+        "--compile", action="store_true", help="also time the static-buffer step eager and torch.compile'd"
+    )
+    parser.add_argument(
         "--adapters", type=int, default=3, help="also time hf with rows over N LoRA adapters (0: no)"
     )
     args = parser.parse_args()
@@ -136,6 +186,15 @@ def main() -> None:
     )
     print(f"matmul {gflops:.0f} GFLOPS, {per_token / 1e9:.3f} GFLOP per token: roofline {limit:.0f} tokens/s")
     print(f"bare decode step: {step:.0f} tokens/s ({step / limit:.1%} of the roofline)")
+    if args.compile:
+        eager, _ = static_decode(model, tokenizer, chats, args.steps, compiled=False)
+        fast, first = static_decode(model, tokenizer, chats, args.steps, compiled=True)
+        saved = 1 / eager - 1 / fast  # seconds per token
+        print(
+            f"static-buffer step: eager {eager:.0f} tokens/s, torch.compile (inductor, freezing) {fast:.0f} "
+            f"tokens/s ({fast / eager:.2f}x); compiling took {first:.1f} s, paid back after "
+            f"{first / saved / args.batch:.0f} steps of {args.batch} rows ({first / saved:.0f} tokens) at this shape"
+        )
     for name in ("hf", "vllm") if args.backend == "both" else (args.backend,):
         options = {"model_obj": model, "tokenizer": tokenizer} if name == "hf" else {"model": path}
         backend = make_backend(name, dtype=args.dtype, **options)

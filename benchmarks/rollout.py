@@ -2,6 +2,7 @@
 
     python benchmarks/rollout.py [--backend hf|vllm|both] [--questions 16] [--agents 3] [--rounds 1]
                                  [--max-tokens 64] [--adapters 3] [--repeats 2] [--seed 0]
+                                 [--dtype auto|bf16|fp32] [--modes batched,per-agent,flat]
 
 Arithmetic questions (level 1), N agents, T debate rounds, fixed ``max_tokens``, temperature 0.7
 and a seed. With ``--adapters K`` (default: one per agent) each agent is served by its own random
@@ -16,6 +17,10 @@ LoRA adapter, as in training. Three ways to produce the same debates, measured s
 
 vLLM's prefix cache is emptied before each mode (within a mode it works as in real use: round t+1
 extends each agent's round-t conversation).
+
+``--modes`` picks which of the three run (per-agent is the slow one); ``--dtype`` is given to both
+backends (auto: the backend's own default, bf16 on a CPU with bf16 matrix units for hf, the
+checkpoint's dtype for vllm).
 
 Prints completion tokens per second for each (batched and flat: the best of ``--repeats`` runs,
 alternated, since other work on the machine skews single runs) and the ratios batched/flat and
@@ -115,7 +120,7 @@ def flat(backend: Backend, requests: list[ChatRequest]) -> Measure:
 
 
 def run_backend(name: str, args, adapters: dict[str, str]) -> list[Measure]:
-    options = {"model": args.model}
+    options = {"model": args.model, "dtype": args.dtype}
     if name == "vllm":  # LoRA slots sized like the adapters, as the trainer configures them
         options.update(max_loras=max(1, len(adapters)), max_lora_rank=LORA["r"], seed=args.seed)
         options.update(lora_target_modules=LORA["target_modules"], kv_cache_gib=args.kv_cache_gib)
@@ -134,14 +139,17 @@ def run_backend(name: str, args, adapters: dict[str, str]) -> list[Measure]:
         questions = Arithmetic(difficulty=1, n_questions=args.questions).load("test", seed=args.seed)
         # one untimed run: first-call costs (adapter upload, kernel choice per shape) stay out of the timings
         debate(backend, questions, config, per_agent=False)
-        per_agent = debate(backend, questions, config, per_agent=True)[0]
+        results = []
+        if "per-agent" in args.modes:
+            results.append(debate(backend, questions, config, per_agent=True)[0])
         batched, flat_run = [], []
         for _ in range(args.repeats):  # alternate the two fast modes; keep each one's best run
             measure, log = debate(backend, questions, config, per_agent=False)
             batched.append(measure)
-            flat_run.append(flat(backend, [r for call in log.calls for r in call]))
+            if "flat" in args.modes:
+                flat_run.append(flat(backend, [r for call in log.calls for r in call]))
         best = lambda runs: max(runs, key=lambda m: m.tokens_per_s)  # noqa: E731
-        return [best(batched), per_agent, best(flat_run)]
+        return [best(batched), *results, *([best(flat_run)] if flat_run else [])]
     finally:
         backend.close()
 
@@ -155,8 +163,9 @@ def report(name: str, results: list[Measure]) -> None:
             f"{m.mode:<10} {m.requests:>8} {m.calls:>6} {m.tokens:>7} {m.seconds:>8.1f} {m.tokens_per_s:>9.1f}"
         )
     b = by["batched"].tokens_per_s
-    print(f"batched / flat      = {b / by['flat'].tokens_per_s:.2f}x")
-    print(f"batched / per-agent = {b / by['per-agent'].tokens_per_s:.2f}x")
+    for mode in ("flat", "per-agent"):
+        if mode in by:
+            print(f"batched / {mode:<9} = {b / by[mode].tokens_per_s:.2f}x")
 
 
 def main() -> None:
@@ -175,11 +184,18 @@ def main() -> None:
     parser.add_argument(
         "--repeats", type=int, default=2, help="runs of the batched and flat modes (best kept)"
     )
+    parser.add_argument("--dtype", choices=["auto", "bf16", "fp32"], default="auto", help="both backends")
+    parser.add_argument(
+        "--modes",
+        type=lambda text: set(text.split(",")),
+        default={"batched", "per-agent", "flat"},
+        help="comma-separated: batched (always run), per-agent, flat",
+    )
     args = parser.parse_args()
     n_adapters = args.agents if args.adapters is None else args.adapters
     print(
         f"{args.questions} questions x {args.agents} agents x {args.rounds + 1} rounds, max_tokens={args.max_tokens}, "
-        f"temperature 0.7, seed {args.seed}, {n_adapters} LoRA adapter(s); {platform.processor() or platform.machine()}"
+        f"temperature 0.7, seed {args.seed}, {n_adapters} LoRA adapter(s), dtype {args.dtype}; {platform.processor() or platform.machine()}"
     )
     with tempfile.TemporaryDirectory(prefix="udpo-rollout-") as folder:
         adapters = random_adapters(args.model, n_adapters, folder) if n_adapters else {}

@@ -183,7 +183,7 @@ def update_throughput(args, out: Path) -> dict[str, float]:
     from udpo.training.trainer import Trainer
 
     trainer = Trainer(bench_config(args, out / "update", 1))
-    trainer.use_calibration(trainer.calibrate())
+    trainer.use_calibration(trainer.calibrate()[0])
     fresh = trainer.debate(trainer.schedule.for_iteration(1), {"phase": "benchmark"})
     batch = trainer.rollout_batch(fresh)
     advantages = trainer.algorithm.advantages(batch)
