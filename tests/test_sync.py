@@ -68,3 +68,24 @@ def test_updated_adapters_reach_vllm(vllm_backend, model_path, tmp_path, monkeyp
         assert mean_abs_diff(engine_1, engine_0) > 0.5 * moved  # the engine sees the update too
     debates = read_jsonl(tmp_path / "run" / "trajectories" / "train.jsonl")
     assert len(debates) == 2 and all(t["adapter"] for d in debates for row in d["turns"] for t in row)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_trainings_vllm_engine_samples_in_the_trainers_dtype(dtype, tmp_path, monkeypatch):
+    """``dtype: auto`` resolves per machine for the trainer; vLLM's own "auto" would take the checkpoint's
+    (bf16 here) and sample in another precision than the trainer recomputes the log-probs in."""
+    from types import SimpleNamespace
+
+    import udpo.env.backends as backends
+    from udpo.config import TrainConfig
+    from udpo.training.rollouts import Rollouts
+
+    built = {}
+    monkeypatch.setattr(backends, "backend_from_settings", lambda name, **kw: built.update(name=name, **kw))
+    monkeypatch.setattr("udpo.env.models.resolve_model", lambda name: f"/models/{name}")
+    config = TrainConfig(backend="vllm", output_dir=str(tmp_path / "run"))
+    policy = SimpleNamespace(dtype=dtype, adapter_names=["agent_0", "agent_1", "agent_2"])
+    Rollouts._make_backend(SimpleNamespace(config=config, policy=policy, rank=0, world=1))
+    assert built["name"] == "vllm"
+    assert built["dtype"] == {torch.float32: "float32", torch.bfloat16: "bfloat16"}[dtype]
+    assert built["max_loras"] == 3

@@ -92,6 +92,9 @@ class Rollouts:
             return backend_from_settings(
                 "vllm",
                 model=resolve_model(cfg.model),
+                # the trainer's own dtype (``dtype: auto`` resolved), not vLLM's "auto" (the checkpoint's):
+                # the engine samples in the precision the trainer recomputes the log-probs in
+                dtype=str(self.policy.dtype).removeprefix("torch."),
                 max_loras=cfg.vllm_max_loras or len(dict.fromkeys(self.policy.adapter_names)),
                 max_lora_rank=max(16, cfg.lora_r),
                 max_model_len=cfg.vllm_max_model_len,
