@@ -3,6 +3,7 @@
     python benchmarks/rollout.py [--backend hf|vllm|both] [--questions 16] [--agents 3] [--rounds 1]
                                  [--max-tokens 64] [--adapters 3] [--repeats 2] [--seed 0]
                                  [--dtype auto|bf16|fp32] [--modes batched,per-agent,flat]
+                                 [--max-lora-rank R]
 
 Arithmetic questions (level 1), N agents, T debate rounds, fixed ``max_tokens``, temperature 0.7
 and a seed. With ``--adapters K`` (default: one per agent) each agent is served by its own random
@@ -122,7 +123,8 @@ def flat(backend: Backend, requests: list[ChatRequest]) -> Measure:
 def run_backend(name: str, args, adapters: dict[str, str]) -> list[Measure]:
     options = {"model": args.model, "dtype": args.dtype}
     if name == "vllm":  # LoRA slots sized like the adapters, as the trainer configures them
-        options.update(max_loras=max(1, len(adapters)), max_lora_rank=LORA["r"], seed=args.seed)
+        rank = args.max_lora_rank or LORA["r"]
+        options.update(max_loras=max(1, len(adapters)), max_lora_rank=rank, seed=args.seed)
         options.update(lora_target_modules=LORA["target_modules"], kv_cache_gib=args.kv_cache_gib)
     backend = make_backend(name, **options)
     try:
@@ -183,6 +185,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--repeats", type=int, default=2, help="runs of the batched and flat modes (best kept)"
+    )
+    parser.add_argument(
+        "--max-lora-rank", type=int, default=None, help="vllm: LoRA slots' rank (default: the adapters' r)"
     )
     parser.add_argument("--dtype", choices=["auto", "bf16", "fp32"], default="auto", help="both backends")
     parser.add_argument(

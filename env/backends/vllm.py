@@ -43,6 +43,19 @@ GPU_MEMORY_UTILIZATION = 0.9
 _DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
+#: the LoRA slot ranks vLLM accepts as ``max_lora_rank``
+LORA_RANK_SLOTS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+
+
+def lora_rank_slot(rank: int) -> int:
+    """The smallest ``max_lora_rank`` vLLM accepts that holds adapters of ``rank``. Every adapter is
+    padded to the slot: on CPU a rank-8 adapter in 16-wide slots samples at 0.55x (docs/backends.md)."""
+    for slot in LORA_RANK_SLOTS:
+        if slot >= rank:
+            return slot
+    raise ValueError(f"LoRA rank {rank} is above the largest vLLM serves ({LORA_RANK_SLOTS[-1]})")
+
+
 def host_ram_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 

@@ -86,6 +86,7 @@ class Rollouts:
                 chat_template_kwargs=cfg.chat_template_kwargs,
             )
         from udpo.env.backends import backend_from_settings
+        from udpo.env.backends.vllm import lora_rank_slot
         from udpo.env.models import resolve_model
 
         if cfg.backend == "vllm":
@@ -96,7 +97,7 @@ class Rollouts:
                 # the engine samples in the precision the trainer recomputes the log-probs in
                 dtype=str(self.policy.dtype).removeprefix("torch."),
                 max_loras=cfg.vllm_max_loras or len(dict.fromkeys(self.policy.adapter_names)),
-                max_lora_rank=max(16, cfg.lora_r),
+                max_lora_rank=lora_rank_slot(cfg.lora_r),
                 max_model_len=cfg.vllm_max_model_len,
                 seed=cfg.seed + self.rank,
                 chat_template_kwargs=cfg.chat_template_kwargs,
