@@ -40,11 +40,12 @@ def main() -> None:
     def timed(*positional, **kwargs):
         nonlocal prompt_tokens
         ids = kwargs["input_ids"]
-        if ids.shape[1] > 1:
+        prompt_pass = ids.shape[1] > 1
+        if prompt_pass:
             prompt_tokens += int(kwargs["attention_mask"][:, : ids.shape[1]].sum())
         start = time.perf_counter()
         out = forward(*positional, **kwargs)
-        entry = spent["prompt passes" if ids.shape[1] > 1 else "decode steps"]
+        entry = spent["prompt passes" if prompt_pass else "decode steps"]
         entry[0] += time.perf_counter() - start
         entry[1] += 1
         entry[2] += ids.numel()

@@ -86,10 +86,11 @@ class Rollouts:
                 chat_template_kwargs=cfg.chat_template_kwargs,
             )
         from udpo.env.backends import backend_from_settings
-        from udpo.env.backends.vllm import lora_rank_slot
         from udpo.env.models import resolve_model
 
         if cfg.backend == "vllm":
+            from udpo.env.backends.vllm import lora_rank_slot
+
             return backend_from_settings(
                 "vllm",
                 model=resolve_model(cfg.model),
