@@ -187,92 +187,96 @@ class DebateEnv:
     ) -> list[Trajectory]:
         """Debate a batch of questions together, one backend call per round (reported to ``progress``)."""
         cfg, protocol = self.config, self.protocol
-        turns_run = 0
-        states = [DebateState(q, k, self.agents) for k, q in enumerate(questions)]
-        convs = [[self._opening(q, a) for a in self.agents] for q in questions]
-        for t in range(cfg.rounds + 1):
-            live = [s for s in states if not s.done]
-            if not live:
-                break
-            if t > 0:
-                protocol.outgoing(live, t - 1)
-                protocol.select(live, t)
-            protocol.supply(live, t)
-            if progress is not None:
-                progress.start_round(t, cfg.rounds)
-            speaking = [(s, i) for s in live for i in s.speakers()]
-            for s, i in speaking:
+        # one scope per batch: each round's prompts extend the last round's (the backend may reuse them)
+        with self.backend.reuse_prefixes():
+            turns_run = 0
+            states = [DebateState(q, k, self.agents) for k, q in enumerate(questions)]
+            convs = [[self._opening(q, a) for a in self.agents] for q in questions]
+            for t in range(cfg.rounds + 1):
+                live = [s for s in states if not s.done]
+                if not live:
+                    break
                 if t > 0:
-                    text = peer_message(self.task, s.question, s.reads[i], t)
-                    convs[s.index][i].append({"role": "user", "content": text})
-            generated = [(s, i) for s, i in speaking if i not in s.supplied]
-            requests = [
-                ChatRequest(
-                    messages=[dict(m) for m in convs[s.index][i]],
-                    sampling=self.agents[i].sampling or cfg.sampling,
-                    adapter=self.agents[i].adapter,
-                    model=self.agents[i].model,
-                )
-                for s, i in generated
-            ]
-            completions = self.backend.generate(requests) if requests else []
-            if len(completions) != len(requests):
-                raise RuntimeError(
-                    f"backend returned {len(completions)} completions for {len(requests)} requests"
-                )
-            done = {
-                (s.index, i): (req, c)
-                for (s, i), req, c in zip(generated, requests, completions, strict=True)
-            }
-            for s, i in speaking:
-                if (s.index, i) in done:
-                    req, c = done[(s.index, i)]
-                    turn = Turn(
-                        agent=i,
-                        round=t,
-                        messages=req.messages,
-                        text=c.text,
-                        answer=self.task.parse(c.text, s.question),
-                        prompt_ids=c.prompt_ids,
-                        completion_ids=c.completion_ids,
-                        logprobs=c.logprobs,
-                        adapter=req.adapter,
-                        finish_reason=c.finish_reason,
-                    )
-                else:
-                    text = s.supplied[i]
-                    turn = Turn(
-                        agent=i,
-                        round=t,
+                    protocol.outgoing(live, t - 1)
+                    protocol.select(live, t)
+                protocol.supply(live, t)
+                if progress is not None:
+                    progress.start_round(t, cfg.rounds)
+                speaking = [(s, i) for s in live for i in s.speakers()]
+                for s, i in speaking:
+                    if t > 0:
+                        text = peer_message(self.task, s.question, s.reads[i], t)
+                        convs[s.index][i].append({"role": "user", "content": text})
+                generated = [(s, i) for s, i in speaking if i not in s.supplied]
+                requests = [
+                    ChatRequest(
                         messages=[dict(m) for m in convs[s.index][i]],
-                        text=text,
-                        answer=self.task.parse(text, s.question),
+                        sampling=self.agents[i].sampling or cfg.sampling,
                         adapter=self.agents[i].adapter,
-                        finish_reason="injected",
+                        model=self.agents[i].model,
                     )
-                turn.reads = [[m.agent, m.round] for m in s.reads[i]]
-                turn.details = s.details[i]
-                s.turns[i].append(turn)
-                s.sent[(i, t)] = turn.text
-                convs[s.index][i].append({"role": "assistant", "content": turn.text})
-            turns_run += len(speaking)
+                    for s, i in generated
+                ]
+                completions = self.backend.generate(requests) if requests else []
+                if len(completions) != len(requests):
+                    raise RuntimeError(
+                        f"backend returned {len(completions)} completions for {len(requests)} requests"
+                    )
+                done = {
+                    (s.index, i): (req, c)
+                    for (s, i), req, c in zip(generated, requests, completions, strict=True)
+                }
+                for s, i in speaking:
+                    if (s.index, i) in done:
+                        req, c = done[(s.index, i)]
+                        turn = Turn(
+                            agent=i,
+                            round=t,
+                            messages=req.messages,
+                            text=c.text,
+                            answer=self.task.parse(c.text, s.question),
+                            prompt_ids=c.prompt_ids,
+                            completion_ids=c.completion_ids,
+                            logprobs=c.logprobs,
+                            adapter=req.adapter,
+                            finish_reason=c.finish_reason,
+                        )
+                    else:
+                        text = s.supplied[i]
+                        turn = Turn(
+                            agent=i,
+                            round=t,
+                            messages=[dict(m) for m in convs[s.index][i]],
+                            text=text,
+                            answer=self.task.parse(text, s.question),
+                            adapter=self.agents[i].adapter,
+                            finish_reason="injected",
+                        )
+                    turn.reads = [[m.agent, m.round] for m in s.reads[i]]
+                    turn.details = s.details[i]
+                    s.turns[i].append(turn)
+                    s.sent[(i, t)] = turn.text
+                    convs[s.index][i].append({"role": "assistant", "content": turn.text})
+                turns_run += len(speaking)
+                if progress is not None:
+                    tokens = sum(len(c.completion_ids) or len(c.logprobs) for c in completions)
+                    progress.finish_turns(len(speaking), len(completions), tokens)
+                for (
+                    s
+                ) in states:  # agents that did not speak, and stopped debates, carry their answers forward
+                    for i in range(s.n_agents):
+                        s.answers[i].append(
+                            s.turns[i][-1].answer if s.turns[i][-1].round == t else s.answers[i][-1]
+                        )
+                for s in live:
+                    s.clear_round()
+                protocol.after_round(live, t)
+            for s in states:
+                for row in s.answers:
+                    row.extend([row[-1]] * (cfg.rounds + 1 - len(row)))
             if progress is not None:
-                tokens = sum(len(c.completion_ids) or len(c.logprobs) for c in completions)
-                progress.finish_turns(len(speaking), len(completions), tokens)
-            for s in states:  # agents that did not speak, and stopped debates, carry their answers forward
-                for i in range(s.n_agents):
-                    s.answers[i].append(
-                        s.turns[i][-1].answer if s.turns[i][-1].round == t else s.answers[i][-1]
-                    )
-            for s in live:
-                s.clear_round()
-            protocol.after_round(live, t)
-        for s in states:
-            for row in s.answers:
-                row.extend([row[-1]] * (cfg.rounds + 1 - len(row)))
-        if progress is not None:
-            progress.skip_turns(len(questions) * self.turns_per_question - turns_run)  # stopped early
-        return [self._trajectory(s) for s in states]
+                progress.skip_turns(len(questions) * self.turns_per_question - turns_run)  # stopped early
+            return [self._trajectory(s) for s in states]
 
     def _opening(self, question: Question, agent: AgentSpec) -> list[dict[str, str]]:
         profile = agent.profile if agent.profile is not None else self.task.default_profile

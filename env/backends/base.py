@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import abc
 import math
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 
 #: weight dtypes a backend accepts besides "auto" (the hf backend maps them to torch dtypes); listed here,
@@ -124,6 +125,13 @@ class Backend(abc.ABC):
     def load_adapter(self, name: str, path: str) -> None:
         """Register (or replace) the LoRA adapter ``name`` from a PEFT folder ``path``."""
         raise BackendError(f"the {self.name} backend does not serve LoRA adapters")
+
+    def reuse_prefixes(self) -> AbstractContextManager:
+        """A scope (``with backend.reuse_prefixes(): ...``) over calls whose prompts extend earlier ones,
+        such as a debate's rounds: the backend may keep what it computed for earlier prompts and answers
+        and start later prompts from it. The weights must not change inside. Default: nothing kept
+        (engines with their own prefix cache, such as vLLM, need no scope)."""
+        return nullcontext()
 
     @property
     def adapters(self) -> list[str]:

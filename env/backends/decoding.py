@@ -10,6 +10,15 @@ concatenates, copying the whole cache at every step: at a few hundred rows that 
 the step). Rows that finished leave the batch (their cache rows are dropped) once a quarter of the
 batch is done, so a long answer does not make every finished row pay for its steps.
 
+Prompt work is not repeated. Rows with the same prompt and adapter (a team's agents opening on the same
+question, several samples of one prompt) share one prompt pass: their cache rows are copied before the
+first draw. A row may also start from keys and values computed earlier (``prefixes``: a debate's
+round-1 prompt repeats the agent's round-0 prompt and answer); its first tokens are then written into
+the buffer as they are and only the rest of its prompt runs. The buffer's columns are: reused prefixes,
+right-aligned to column ``P``; the rest of each prompt, right-aligned to ``P + S``; the answer. Every
+row's last prompt token thus sits in the same column, padding is masked, and position ids count each
+row's real tokens, so the model computes what it would have computed on the whole prompt.
+
 Sampling matches ``generate``'s: temperature scaling, then nucleus (top-p) truncation, then one draw
 from torch's generator (seed it with ``torch.manual_seed`` for reproducible draws). The log-prob of each
 drawn token is ``log_softmax(logits / temperature)`` over the whole vocabulary (temperature 1 for greedy
@@ -36,11 +45,50 @@ COMPACT_SHARE = 0.25
 
 @dataclass
 class Sampled:
-    """One row's result: token ids (the stop token included), their log-probs, "stop" or "length"."""
+    """One row's result: token ids (the stop token included), their log-probs, "stop" or "length".
+
+    kv: with ``keep_kv``, the keys and values of the tokens the row read (its prompt, and its answer but the
+    last token); else None.
+    """
 
     tokens: list[int]
     logprobs: list[float]
     finish_reason: str
+    kv: RowKV | None = None
+
+
+@dataclass
+class RowKV:
+    """Keys and values of the tokens one row read, in the buffer columns they had: ``kv`` is
+    ``[layers, 2 (keys, values), kv heads, columns, head dim]``, ``real`` is False on the padding columns
+    between a reused prefix and the rest of its prompt. Each key already carries its position (rotary
+    embedding), so a later call may place the columns anywhere, padding and all."""
+
+    kv: torch.Tensor
+    real: torch.Tensor
+
+    @property
+    def columns(self) -> int:
+        return self.kv.shape[3]
+
+    @property
+    def nbytes(self) -> int:
+        return self.kv.numel() * self.kv.element_size()
+
+    def head(self, n_tokens: int) -> RowKV:
+        """The columns up to and including the ``n_tokens``-th real one (``n_tokens`` >= 1)."""
+        end = int(torch.searchsorted(self.real.cumsum(0), n_tokens)) + 1
+        return RowKV(self.kv[..., :end, :], self.real[:end])
+
+
+def prefix_reuse_supported(model) -> bool:
+    """Whether keys and values can be written into ``model``'s static cache ahead of a prompt pass: every
+    layer a plain full-attention layer (sliding windows and other layer kinds keep their own layouts)."""
+    from transformers import StaticCache
+    from transformers.cache_utils import StaticLayer
+
+    cache = StaticCache(config=model.config, max_cache_len=1)
+    return all(type(layer) is StaticLayer for layer in cache.layers)
 
 
 def _lora_layers(model) -> list:
@@ -130,31 +178,40 @@ def sample(
     stops: set[int],
     adapters: Sequence[str | None] | None = None,
     on_tokens: Callable[[int], None] | None = None,
+    prefixes: Sequence[RowKV | None] | None = None,
+    expand: torch.Tensor | None = None,
+    keep_kv: bool = False,
 ) -> list[Sampled]:
     """Sample up to ``max_new_tokens`` after each left-padded prompt row (``attention`` 1 on real tokens).
 
-    adapters: per row, the LoRA adapter to run it through (None: the base model); None: the model as it
-    is. on_tokens: called with the number of tokens sampled since its last call (rows still running),
-    at most every 0.25 s and once at the end.
+    adapters: per prompt row, the LoRA adapter to run it through (None: the base model); None: the model
+    as it is. prefixes: per prompt row, the keys and values (shaped as :attr:`Sampled.kv`) of tokens that
+    come before its ``input_ids`` (None: the row starts at its first token); only for models where
+    :func:`prefix_reuse_supported`. expand: per output row, the prompt row it answers (default: one
+    output row per prompt row). keep_kv: fill :attr:`Sampled.kv`. on_tokens: called with the number of
+    tokens sampled since its last call (rows still running), at most every 0.25 s and once at the end.
     """
     from transformers import StaticCache
 
-    (rows, width), device = input_ids.shape, input_ids.device
-    # one KV buffer for prompt + answer, written in place (a growing cache copies itself every step)
-    cache = StaticCache(config=model.config, max_cache_len=width + max_new_tokens)
-    kwargs, row_adapters = _adapter_setup(model, adapters)
-    positions = (attention.cumsum(-1) - 1).clamp(min=0)
+    (n_prompts, width), device = input_ids.shape, input_ids.device
+    prefixes = list(prefixes) if prefixes else [None] * n_prompts
+    reused = torch.tensor([0 if p is None else int(p.real.sum()) for p in prefixes], device=device)
+    before = max((p.columns for p in prefixes if p is not None), default=0)  # reused columns, right-aligned
+    prompt_end = before + width
+    # one KV buffer for prefix + prompt + answer, written in place (a growing cache copies itself every step)
+    cache = StaticCache(config=model.config, max_cache_len=prompt_end + max_new_tokens)
+    seen = attention.new_zeros(n_prompts, before)  # the reused columns' mask
+    if before:
+        _write_prefixes(cache, prefixes, before)
+        for row, p in enumerate(prefixes):
+            if p is not None:
+                seen[row, before - p.columns :] = p.real
+    positions = (attention.cumsum(-1) - 1).clamp(min=0) + reused[:, None]
     # the mask covers the whole buffer: answer positions are 1 (causality hides those not written yet)
-    attention = torch.cat([attention, attention.new_ones(rows, max_new_tokens)], dim=1)
-    live = torch.arange(rows, device=device)  # original row of each batch row
-    running = torch.ones(rows, dtype=torch.bool, device=device)  # batch rows not yet stopped
-    stop_ids = torch.tensor(sorted(stops), device=device)
-    tokens = torch.empty(rows, max_new_tokens, dtype=torch.long, device=device)
-    logps = torch.empty(rows, max_new_tokens, dtype=torch.float32, device=device)
-    lengths = torch.full((rows,), max_new_tokens, dtype=torch.long, device=device)
-    pending, last = 0, time.monotonic()
+    attention = torch.cat([seen, attention, attention.new_ones(n_prompts, max_new_tokens)], dim=1)
+    kwargs, row_adapters = _adapter_setup(model, adapters)
     with row_adapters or nullcontext():
-        out = model(
+        logits = model(
             input_ids=input_ids,
             attention_mask=attention,
             position_ids=positions,
@@ -164,9 +221,24 @@ def sample(
             # the output layer's weight per row (seconds on CPU)
             logits_to_keep=torch.tensor([width - 1], device=device),
             **kwargs,
-        )
+        ).logits[:, -1]
+        if expand is not None:  # rows that share a prompt get copies of its cache rows
+            cache.reorder_cache(expand)
+            logits, attention, positions = logits[expand], attention[expand], positions[expand]
+            kwargs = _keep_adapter_kwargs(kwargs, expand)
+            if row_adapters is not None:
+                row_adapters.keep(expand)
+        rows = logits.shape[0]
+        live = torch.arange(rows, device=device)  # original row of each batch row
+        running = torch.ones(rows, dtype=torch.bool, device=device)  # batch rows not yet stopped
+        stop_ids = torch.tensor(sorted(stops), device=device)
+        tokens = torch.empty(rows, max_new_tokens, dtype=torch.long, device=device)
+        logps = torch.empty(rows, max_new_tokens, dtype=torch.float32, device=device)
+        lengths = torch.full((rows,), max_new_tokens, dtype=torch.long, device=device)
+        kept: dict[int, torch.Tensor] = {}  # original row -> its keys and values (keep_kv)
+        pending, last = 0, time.monotonic()
         for step in range(max_new_tokens):
-            token, logp = _draw(out.logits[:, -1].float(), temperature, top_p)
+            token, logp = _draw(logits.float(), temperature, top_p)
             tokens[live, step], logps[live, step] = token, logp
             done = running & torch.isin(token, stop_ids)
             lengths[live[done]] = step + 1
@@ -179,6 +251,10 @@ def sample(
             if n_running == 0 or step + 1 == max_new_tokens:
                 break
             if len(live) - n_running >= COMPACT_SHARE * len(live):  # finished rows leave the batch
+                if keep_kv:
+                    kept |= _read_kv(
+                        cache, (~running).nonzero().squeeze(-1), live, attention, lengths, prompt_end
+                    )
                 keep = running.nonzero().squeeze(-1)
                 cache.reorder_cache(keep)
                 live, token, attention, positions = live[keep], token[keep], attention[keep], positions[keep]
@@ -187,13 +263,17 @@ def sample(
                 if row_adapters is not None:
                     row_adapters.keep(keep)
             positions = positions[:, -1:] + 1
-            out = model(
+            logits = model(
                 input_ids=token[:, None],
                 attention_mask=attention,
                 position_ids=positions,
                 past_key_values=cache,
                 use_cache=True,
                 **kwargs,
+            ).logits[:, -1]
+        if keep_kv:
+            kept |= _read_kv(
+                cache, torch.arange(len(live), device=device), live, attention, lengths, prompt_end
             )
     if on_tokens is not None and pending:
         on_tokens(pending)
@@ -201,9 +281,45 @@ def sample(
     stopped |= torch.isin(tokens[torch.arange(rows), (lengths - 1).clamp(min=0)], stop_ids)
     token_lists, logp_lists = tokens.tolist(), logps.tolist()
     return [
-        Sampled(token_lists[r][:n], logp_lists[r][:n], "stop" if s else "length")
+        Sampled(token_lists[r][:n], logp_lists[r][:n], "stop" if s else "length", kept.get(r))
         for r, (n, s) in enumerate(zip(lengths.tolist(), stopped.tolist(), strict=True))
     ]
+
+
+def _write_prefixes(cache, prefixes: Sequence[RowKV | None], before: int) -> None:
+    """Fill the first ``before`` columns of an empty static cache: each row's prefix right-aligned."""
+    first = next(p for p in prefixes if p is not None).kv
+    layers, _, heads, _, dim = first.shape
+    block = first.new_zeros(layers, 2, len(prefixes), heads, before, dim)
+    for row, p in enumerate(prefixes):
+        if p is not None:
+            block[:, :, row, :, before - p.columns :] = p.kv
+    for layer in range(layers):
+        cache.update(block[layer, 0], block[layer, 1], layer)
+
+
+def _read_kv(
+    cache,
+    batch_rows: torch.Tensor,
+    live: torch.Tensor,
+    attention: torch.Tensor,
+    lengths: torch.Tensor,
+    prompt_end: int,
+) -> dict[int, RowKV]:
+    """Original row -> what its batch row read: the columns from its first real one to its last answer
+    token fed back (all but the last drawn), as views of one copy of those rows."""
+    first = attention[batch_rows, :prompt_end].int().argmax(-1).tolist()
+    ends = (prompt_end + lengths[live[batch_rows]] - 1).tolist()
+    lo, hi = min(first), max(ends)
+    keys = cache.layers[0].keys
+    copy = keys.new_empty(len(cache.layers), 2, len(batch_rows), keys.shape[1], hi - lo, keys.shape[3])
+    for k, layer in enumerate(cache.layers):
+        torch.index_select(layer.keys[:, :, lo:hi], 0, batch_rows, out=copy[k, 0])
+        torch.index_select(layer.values[:, :, lo:hi], 0, batch_rows, out=copy[k, 1])
+    return {
+        int(live[b]): RowKV(copy[:, :, j, :, f - lo : e - lo], attention[b, f:e].bool())
+        for j, (b, f, e) in enumerate(zip(batch_rows.tolist(), first, ends, strict=True))
+    }
 
 
 def _draw(logits: torch.Tensor, temperature: float, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -8,12 +8,18 @@ quantity the trainer's importance ratio compares against.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
 import torch
 
 from ..progress import active_progress
+from .attention import use_grouped_sdpa
 from .base import Backend, BackendError, ChatRequest, Completion, SamplingParams, ScoreRequest
 from .chat import chat_prompt_ids, prompt_ids_of
-from .decoding import sample
+from .decoding import RowKV, prefix_reuse_supported, sample
 
 #: dtype names accepted everywhere a dtype is set (besides "auto")
 DTYPES = {
@@ -57,6 +63,54 @@ def kv_bytes_per_token(model) -> int:
     return 2 * cfg.num_hidden_layers * kv_heads * head_dim * width
 
 
+@dataclass
+class _Read:
+    """What one sampled row left behind: the adapter it ran under, the tokens the model read (prompt and
+    answer but its last token) and their keys and values."""
+
+    adapter: str | None
+    tokens: list[int]
+    kv: RowKV
+
+
+class PrefixStore:
+    """The rows sampled inside one :meth:`HFBackend.reuse_prefixes` scope, for later prompts to start from.
+
+    A prompt reuses the row of its adapter whose tokens share the longest prefix with it (all but its
+    last token at most: the prompt pass needs one token to run). A row whose tokens a later row read in
+    full is dropped (the later row holds them too); past ``max_bytes`` the oldest rows go first.
+    """
+
+    def __init__(self, max_bytes: float):
+        self.max_bytes = max_bytes
+        self.rows: list[_Read] = []
+
+    def lookup(self, adapter: str | None, prompt: list[int]) -> tuple[_Read, int] | None:
+        """The row to start ``prompt`` from and how many of its tokens to reuse (None: no shared prefix)."""
+        best, reuse = None, 0
+        for row in self.rows:
+            if row.adapter == adapter:
+                n = min(len(os.path.commonprefix([row.tokens, prompt])), len(prompt) - 1)
+                if n > reuse:
+                    best, reuse = row, n
+        return None if best is None else (best, reuse)
+
+    def update(self, new: list[_Read], superseded: list[_Read]) -> None:
+        """Add ``new`` rows (one of each adapter and token sequence); drop those in ``superseded`` and,
+        past the memory budget, the oldest."""
+        gone = {id(r) for r in superseded}
+        self.rows = [r for r in self.rows if id(r) not in gone]
+        seen = {(r.adapter, tuple(r.tokens)) for r in self.rows}
+        for r in new:
+            if (r.adapter, tuple(r.tokens)) not in seen:
+                seen.add((r.adapter, tuple(r.tokens)))
+                self.rows.append(r)
+        size = sum(r.kv.nbytes for r in self.rows)
+        while self.rows and size > self.max_bytes:
+            size -= self.rows[0].kv.nbytes
+            self.rows.pop(0)
+
+
 class HFBackend(Backend):
     """Generation with transformers.
 
@@ -65,6 +119,8 @@ class HFBackend(Backend):
     max_batch: rows per sampling loop at most. kv_cache_gib: KV cache one loop may fill (a batch whose rows
     x (prompt + max_tokens) would need more is split). device: "cpu", "cuda", ...
     chat_template_kwargs: extra chat-template variables (e.g. ``{"enable_thinking": False}``).
+    prefix_cache: inside :meth:`reuse_prefixes`, start prompts from the keys and values of earlier rows
+    (False: every prompt runs whole; the results are the same up to rounding).
     """
 
     name = "hf"
@@ -79,6 +135,7 @@ class HFBackend(Backend):
         max_batch: int = 512,
         kv_cache_gib: float = 2.0,
         chat_template_kwargs: dict | None = None,
+        prefix_cache: bool = True,
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -95,6 +152,7 @@ class HFBackend(Backend):
             model_obj.to(self.device)
         elif tokenizer is None:
             raise ValueError("pass the tokenizer together with model_obj")
+        use_grouped_sdpa(model_obj)
         self.model = model_obj
         self.tokenizer = tokenizer
         self.tokenizer.padding_side = "left"
@@ -107,6 +165,8 @@ class HFBackend(Backend):
         self.max_batch = max_batch
         self.kv_bytes = kv_cache_gib * 2**30
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.prefix_cache = prefix_cache
+        self.prefixes: PrefixStore | None = None  # inside reuse_prefixes()
 
     # adapters -------------------------------------------------------------------------------
     @property
@@ -123,6 +183,24 @@ class HFBackend(Backend):
                 self.model.delete_adapter(name)
             self.model.load_adapter(path, adapter_name=name)
         self.model.eval()
+        if self.prefixes is not None:  # keys and values computed under the old weights
+            self.prefixes.rows.clear()
+
+    @contextmanager
+    def reuse_prefixes(self) -> Iterator[None]:
+        """Keep every sampled row's keys and values until the scope ends (at most ``kv_cache_gib``), and
+        start each later prompt from the row with the longest shared prefix under its adapter: a
+        debate's round-1 prompt then only runs the peers' messages. The model's weights must not change
+        inside the scope (``load_adapter`` empties the store). Models whose cache layers are not all full
+        attention (:func:`.decoding.prefix_reuse_supported`) run every prompt whole."""
+        if not self.prefix_cache or self.prefixes is not None or not prefix_reuse_supported(self.model):
+            yield
+            return
+        self.prefixes = PrefixStore(self.kv_bytes)
+        try:
+            yield
+        finally:
+            self.prefixes = None
 
     # generation -----------------------------------------------------------------------------
     def encode(self, messages: list[dict[str, str]]) -> list[int]:
@@ -163,10 +241,23 @@ class HFBackend(Backend):
     def _generate(
         self, requests: list[ChatRequest], prompts: list[list[int]], sp: SamplingParams
     ) -> list[Completion]:
-        width = max(len(p) for p in prompts)
+        # rows with the same prompt and adapter share one prompt pass
+        unique: dict[tuple[tuple[int, ...], str | None], int] = {}
+        expand = [
+            unique.setdefault((tuple(p), r.adapter), len(unique))
+            for p, r in zip(prompts, requests, strict=True)
+        ]
+        keys = list(unique)
+        store = self.prefixes
+        found = [store.lookup(adapter, list(p)) if store is not None else None for p, adapter in keys]
+        skip = [f[1] if f else 0 for f in found]
+        suffixes = [p[n:] for (p, _), n in zip(keys, skip, strict=True)]
+        width = max(len(p) for p in suffixes)
         pad = self.tokenizer.pad_token_id
-        input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
-        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
+        input_ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in suffixes], device=self.device)
+        attention = torch.tensor(
+            [[0] * (width - len(p)) + [1] * len(p) for p in suffixes], device=self.device
+        )
         adapters = [r.adapter for r in requests]
         self._check_adapters(adapters)
         reporter = active_progress()
@@ -183,13 +274,24 @@ class HFBackend(Backend):
                 temperature=sp.temperature,
                 top_p=sp.top_p,
                 stops={self.tokenizer.eos_token_id, pad, *self._extra_stops()} - {None},
-                adapters=adapters if self.adapters else None,
+                adapters=[a for _, a in keys] if self.adapters else None,
                 on_tokens=reporter.add_tokens if reporter else None,
+                prefixes=[f[0].kv.head(f[1]) if f else None for f in found] if any(skip) else None,
+                expand=torch.tensor(expand, device=self.device) if len(keys) < len(prompts) else None,
+                keep_kv=store is not None,
             )
         except (RuntimeError, ValueError) as e:
             raise BackendError(f"hf generation failed: {e}") from e
         finally:
             self.model.train(was_training)
+        if store is not None:
+            store.update(
+                [
+                    _Read(a, p + row.tokens[:-1], row.kv)
+                    for p, a, row in zip(prompts, adapters, rows, strict=True)
+                ],
+                [f[0] for f in found if f and f[1] == len(f[0].tokens)],
+            )
         return [
             Completion(
                 text=self.tokenizer.decode(row.tokens, skip_special_tokens=True),

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 
 from .base import Backend, BackendError, ChatRequest, Completion, ScoreRequest
 
@@ -48,6 +49,13 @@ class TeamBackend(Backend):
         owners = [b for b in self.backends.values() if name in b.adapters] or list(self.backends.values())
         for b in owners:
             b.load_adapter(name, path)
+
+    @contextmanager
+    def reuse_prefixes(self) -> Iterator[None]:
+        with ExitStack() as stack:
+            for b in self.backends.values():
+                stack.enter_context(b.reuse_prefixes())
+            yield
 
     def close(self) -> None:
         for b in self.backends.values():

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from udpo.env.backends.attention import use_grouped_sdpa
 from udpo.env.backends.base import Backend
 from udpo.env.backends.hf import HFBackend, pick_dtype
 from udpo.env.backends.team import TeamBackend
@@ -189,6 +190,7 @@ class MultiAgentPolicy:
             else:
                 backbone = given.to(self.dtype)
             backbone.to(self.device)
+            use_grouped_sdpa(backbone)
             peft_model = get_peft_model(backbone, self.lora.peft_config(), adapter_name=names[0])
             if list(self.lora.target_modules) == [
                 "all-linear"
