@@ -11,7 +11,8 @@ tokens each), measured in one run:
   divided by the model's FLOPs per generated token (2 x the parameters a token passes through, the
   output layer included): what the arithmetic alone would allow;
 - the bare decode step: one forward of ``batch x 1`` token over a KV cache of the prompts' length
-  (``--steps`` of them, no sampling, no stopping checks): what the model's own forward costs;
+  (``--steps`` of them, no sampling, no stopping checks): what the model's own forward costs, with the
+  attention the hf backend uses (``sdpa_gqa``; ``--stock-attention``: transformers' ``sdpa``);
 - achieved: the backend's ``generate`` of the same prompts (temperature 1, ``max_tokens``), completion
   tokens per second; and the hf backend again with the rows spread over ``--adapters`` LoRA adapters,
   as in a debate (each agent its own adapter, all in one batch).
@@ -171,11 +172,18 @@ def main() -> None:
     parser.add_argument(
         "--adapters", type=int, default=3, help="also time hf with rows over N LoRA adapters (0: no)"
     )
+    parser.add_argument(
+        "--stock-attention", action="store_true", help="time the bare step with transformers' sdpa attention"
+    )
     args = parser.parse_args()
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from udpo.env.backends.attention import use_grouped_sdpa
+
     dtype, path = DTYPES[args.dtype], resolve_model(args.model)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
+    if not args.stock_attention:
+        use_grouped_sdpa(model)
     tokenizer = AutoTokenizer.from_pretrained(path)
     chats = prompts(args.batch)
     gflops, per_token = roofline(model, args.batch, dtype)
