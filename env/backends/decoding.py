@@ -185,7 +185,7 @@ def sample(
     """Sample up to ``max_new_tokens`` after each left-padded prompt row (``attention`` 1 on real tokens).
 
     adapters: per prompt row, the LoRA adapter to run it through (None: the base model); None: the model
-    as it is. prefixes: per prompt row, the keys and values (shaped as :attr:`Sampled.kv`) of tokens that
+    as it is. prefixes: per prompt row, the keys and values (a :class:`RowKV`, as in :attr:`Sampled.kv`) of tokens that
     come before its ``input_ids`` (None: the row starts at its first token); only for models where
     :func:`prefix_reuse_supported`. expand: per output row, the prompt row it answers (default: one
     output row per prompt row). keep_kv: fill :attr:`Sampled.kv`. on_tokens: called with the number of
