@@ -261,9 +261,8 @@ class DebateEnv:
                 if progress is not None:
                     tokens = sum(len(c.completion_ids) or len(c.logprobs) for c in completions)
                     progress.finish_turns(len(speaking), len(completions), tokens)
-                for (
-                    s
-                ) in states:  # agents that did not speak, and stopped debates, carry their answers forward
+                # agents that did not speak, and stopped debates, carry their answers forward
+                for s in states:
                     for i in range(s.n_agents):
                         s.answers[i].append(
                             s.turns[i][-1].answer if s.turns[i][-1].round == t else s.answers[i][-1]

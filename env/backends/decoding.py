@@ -235,7 +235,7 @@ def sample(
         tokens = torch.empty(rows, max_new_tokens, dtype=torch.long, device=device)
         logps = torch.empty(rows, max_new_tokens, dtype=torch.float32, device=device)
         lengths = torch.full((rows,), max_new_tokens, dtype=torch.long, device=device)
-        kept: dict[int, torch.Tensor] = {}  # original row -> its keys and values (keep_kv)
+        kept: dict[int, RowKV] = {}  # original row -> its keys and values (keep_kv)
         pending, last = 0, time.monotonic()
         for step in range(max_new_tokens):
             token, logp = _draw(logits.float(), temperature, top_p)

@@ -102,8 +102,9 @@ class PrefixStore:
         self.rows = [r for r in self.rows if id(r) not in gone]
         seen = {(r.adapter, tuple(r.tokens)) for r in self.rows}
         for r in new:
-            if (r.adapter, tuple(r.tokens)) not in seen:
-                seen.add((r.adapter, tuple(r.tokens)))
+            key = (r.adapter, tuple(r.tokens))
+            if key not in seen:
+                seen.add(key)
                 self.rows.append(r)
         size = sum(r.kv.nbytes for r in self.rows)
         while self.rows and size > self.max_bytes:
