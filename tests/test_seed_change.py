@@ -1,6 +1,6 @@
 """The pre-registered analysis (docs/preregistration.md): each seed's change after - before on the same
 problems, a t-interval over seeds and a bootstrap over seeds and problems, by hand, and in ``udpo compare``'s
-tables when every seed evaluated the same problems."""
+tables and figure when every seed evaluated the same problems."""
 
 from __future__ import annotations
 
@@ -8,9 +8,11 @@ import json
 
 import numpy as np
 import pytest
+from PIL import Image
 from test_compare import finished_run, write_compare
 
-from udpo.analysis.compare import CompareConfig, run_compare
+from udpo.analysis.compare import SEED_CHANGES_PLOT, CompareConfig, run_compare
+from udpo.analysis.seed_change_plot import seed_change_figure
 from udpo.rewards.statistics import seed_change
 
 
@@ -55,6 +57,25 @@ def test_compare_adds_the_seed_analysis_when_seeds_share_their_problems(tmp_path
     assert json.loads((tmp_path / "out" / "results.json").read_text())["methods"]["udpo"]["accuracy"][
         "seed_change"
     ]
+    with Image.open(tmp_path / "out" / SEED_CHANGES_PLOT) as png:
+        assert png.format == "PNG" and png.width > 600
+
+
+def test_the_seed_change_figure_draws_each_seed_the_mean_and_both_intervals():
+    change = np.array([[0.5, 0.0, 0.25, 0.25], [0.25, 0.25, 0.0, 0.0], [0.0, 0.5, 0.5, 0.25]])
+    c = seed_change(np.zeros_like(change), change, n_resamples=500).to_dict()
+    lower = seed_change(np.zeros_like(change), -change, n_resamples=500).to_dict()
+    fig = seed_change_figure(
+        {"udpo": {"accuracy": c, "wrong_majority": lower}, "mappo": {"accuracy": lower, "wrong_majority": c}}
+    )
+    acc, guard = fig.axes
+    assert [t.get_text() for t in acc.get_yticklabels()] == ["udpo", "mappo"]
+    assert "higher is better" in acc.get_title() and "lower is better" in guard.get_title()
+    lines = {tuple(line.get_xdata()): line for line in acc.get_lines()}
+    assert tuple(c["per_seed"]) in lines and tuple(lower["per_seed"]) in lines  # one dot per seed
+    assert (c["t_low"], c["t_high"]) in lines and (c["boot_low"], c["boot_high"]) in lines
+    assert (c["delta"],) in lines and (0.0, 0.0) in lines  # the mean and the line at zero
+    assert pytest.approx(c["per_seed"]) == [0.25, 0.125, 0.3125]
 
 
 def test_questions_that_repeat_a_problem_are_resampled_together():

@@ -16,7 +16,10 @@ Layout of ``output_dir``::
 
     <method>/seed_<s>/        a training run (resumable: a killed compare resumes it from its checkpoint)
     <method>/seed_<s>/done.json   written when the run finished
-    table.md, table.csv       accuracy and U_intra / U_inter / U_sys per method: mean over seeds [95% CI]
+    table.md, table.csv       accuracy, U_intra / U_inter / U_sys and the consensus-on-wrong guard per method:
+                              mean over seeds [95% CI]; when the seeds share their test problems, each
+                              metric's change per seed with the t-interval and the seeds x problems bootstrap
+    seed_changes.png          that second table as a picture (only when the seeds share their problems)
     budget.csv                debates, optimizer steps, generated tokens, warm-up debates per run
     results.json              everything above, with the change of each metric over Standard MAD
     diagnosis/                ``udpo diagnose`` of the final evaluations: gains by U_sys level (Figure 5)
@@ -76,6 +79,8 @@ BUDGET_FIELDS = (
 )
 TABLE_METRICS = ("accuracy", "u_intra", "u_inter", "u_sys", "wrong_majority", "wrong_unanimous")
 DONE = "done.json"
+#: the figure of the seeds' changes over Standard MAD (written when the seeds share their problems)
+SEED_CHANGES_PLOT = "seed_changes.png"
 #: seconds a process waits for another one writing the tables before giving up
 TABLES_PATIENCE = 600.0
 
@@ -333,6 +338,11 @@ def _write_results(config: CompareConfig) -> dict[str, Any]:
     write_json(out / "results.json", results)
     (out / "table.md").write_text(markdown_table(results) + "\n")
     write_csv(out / "table.csv", results)
+    changes = seed_changes(results)
+    if changes:
+        from udpo.analysis.seed_change_plot import seed_change_figure
+
+        seed_change_figure(changes).savefig(out / SEED_CHANGES_PLOT, dpi=110)
     with (out / "budget.csv").open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(results["budget"][0]))
         writer.writeheader()
@@ -391,11 +401,9 @@ def markdown_table(results: dict[str, Any]) -> str:
         per_seed = ", ".join(f"{v:.3f}" for v in acc["per_seed"])
         lines.append(f"| {method} | " + " | ".join(cells) + f" | {change} | {per_seed} |")
     studied = [
-        (method, metric, e[metric]["seed_change"])
-        for method, e in results["methods"].items()
-        if METHODS[method] is not None
-        for metric in TABLE_METRICS
-        if e[metric].get("seed_change")
+        (method, metric, c)
+        for method, per_metric in seed_changes(results).items()
+        for metric, c in per_metric.items()
     ]
     if studied:
         lines += [
@@ -414,6 +422,19 @@ def markdown_table(results: dict[str, Any]) -> str:
                 f"[{c['boot_low']:+.3f}, {c['boot_high']:+.3f}] | {per_seed} |"
             )
     return "\n".join(lines)
+
+
+def seed_changes(results: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    """trained method -> table metric -> its seed analysis (``SeedChange.to_dict()``), for the metrics that
+    have one (every seed evaluated the same problems); empty otherwise."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for method, entry in results["methods"].items():
+        if METHODS[method] is None:
+            continue
+        per_metric = {m: entry[m]["seed_change"] for m in TABLE_METRICS if entry[m].get("seed_change")}
+        if per_metric:
+            out[method] = per_metric
+    return out
 
 
 def write_csv(path: Path, results: dict[str, Any]) -> None:
