@@ -615,6 +615,37 @@ def test_compare_folder_shows_its_table_or_which_runs_are_done(tmp_path):
     for method, cells in table_cells(results).items():
         assert f"<tr><td>{method}</td>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>" in html
     assert "0.750 [" in html and "+0.500 [" in html  # udpo: 3 of 4 right, 1 of 4 at iteration 0
+    # one seed: the seed analysis has no t-interval
+    assert "<tr><td>udpo</td><td>accuracy</td><td>+0.500</td><td>[–, –]</td><td>[+" in html
+
+
+def test_compare_folder_of_seeds_sharing_problems_shows_the_seed_analysis(tmp_path):
+    from test_compare import finished_run, write_compare
+
+    from udpo.analysis.compare import CompareConfig, run_compare
+
+    config = CompareConfig.load(write_compare(tmp_path, methods=["standard_mad", "udpo"], seeds=[0, 1]))
+    finished_run(config.run_dir("udpo", 0), "udpo", [True, False, False, False], [True, True, True, False])
+    finished_run(config.run_dir("udpo", 1), "udpo", [False, False, False, False], [True, False, False, False])
+    c = run_compare(config, train=lambda tc: None, progress=False)["methods"]["udpo"]["accuracy"][
+        "seed_change"
+    ]
+    html = report(tmp_path, tmp_path / "out").read_text(encoding="utf-8")
+    row = (
+        f"<tr><td>udpo</td><td>accuracy</td><td>+0.375</td><td>[{c['t_low']:+.3f}, {c['t_high']:+.3f}]</td>"
+        f"<td>[{c['boot_low']:+.3f}, {c['boot_high']:+.3f}]</td><td>+0.500, +0.250</td></tr>"
+    )
+    assert row in html and "<td>standard_mad</td><td>accuracy" not in html
+    assert html.index("stats compare") < html.index("stats seed-change") < html.index('class="index"')
+    # a hand-edited results.json: missing and non-numeric values become dashes, text is escaped
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    results["methods"]["<b>x</b>"] = {"accuracy": {"seed_change": {"delta": "1", "per_seed": [None, 0.5]}}}
+    (tmp_path / "out" / "results.json").write_text(json.dumps(results))
+    html = report(tmp_path, tmp_path / "out", name="edited.html").read_text(encoding="utf-8")
+    assert (
+        "<tr><td>&lt;b&gt;x&lt;/b&gt;</td><td>accuracy</td><td>–</td><td>[–, –]</td><td>[–, –]</td><td>–, +0.500</td></tr>"
+        in html
+    )
 
 
 def test_compare_table_in_the_browser(browser, tmp_path):

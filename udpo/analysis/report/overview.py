@@ -78,6 +78,7 @@ def run_overview(run: Run, tag: str = "") -> str:
     if run.kind == "collection":
         if run.results is not None:
             parts.append(compare_table(run.results))
+            parts.append(seed_change_table(run.results))
         elif run.done:
             parts.append(compare_progress(run.done))
         parts.append(collection_index(run, tag))
@@ -132,14 +133,21 @@ def collection_index(run: Run, tag: str) -> str:
     return f'<ul class="index">{"".join(items)}</ul>'
 
 
+def three(x: Any, sign: str = "") -> str:
+    """A number to three decimals, as ``udpo compare``'s table.md (``sign="+"``: signed); an en dash when
+    it is not a finite number."""
+    usable = isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+    return f"{x:{sign}.3f}" if usable else "–"
+
+
+def bounds(low: Any, high: Any, sign: str = "") -> str:
+    """``[low, high]`` (en dashes for what is missing, e.g. the t-interval of one seed)."""
+    return f"[{three(low, sign)}, {three(high, sign)}]"
+
+
 def interval(mean: Any, low: Any, high: Any, sign: str = "") -> str:
     """``mean [low, high]`` to three decimals, as ``udpo compare``'s table.md (``sign="+"``: signed)."""
-
-    def f(x: Any) -> str:
-        usable = isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
-        return f"{x:{sign}.3f}" if usable else "–"
-
-    return "–" if f(mean) == "–" else f"{f(mean)} [{f(low)}, {f(high)}]"
+    return "–" if three(mean) == "–" else f"{three(mean, sign)} {bounds(low, high, sign)}"
 
 
 def compare_table(results: dict[str, Any]) -> str:
@@ -168,6 +176,37 @@ def compare_table(results: dict[str, Any]) -> str:
         f'<table class="stats compare"><caption>udpo compare (results.json): mean over seeds {escape(seeds)} '
         f"[95% interval]</caption><thead><tr><th>method</th>{head}<th>accuracy change vs Standard MAD</th>"
         f"<th>questions</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def seed_change_table(results: dict[str, Any]) -> str:
+    """The pre-registered analysis of ``udpo compare`` (``seed_change`` in results.json, present when every
+    seed evaluated the same problems): per trained method and metric the mean of the seeds' changes over
+    Standard MAD, the t-interval over seeds, the bootstrap over seeds and problems, and each seed's
+    change. Empty when no entry has it."""
+    rows = []
+    for method, entry in results["methods"].items():
+        if method == BASELINE or not isinstance(entry, dict):
+            continue
+        for metric, name in COMPARE_METRICS.items():
+            c = entry.get(metric).get("seed_change") if isinstance(entry.get(metric), dict) else None
+            if not isinstance(c, dict):
+                continue
+            per_seed = c.get("per_seed") if isinstance(c.get("per_seed"), list) else []
+            rows.append(
+                f"<tr><td>{escape(str(method))}</td><td>{name}</td><td>{three(c.get('delta'), '+')}</td>"
+                f"<td>{bounds(c.get('t_low'), c.get('t_high'), '+')}</td>"
+                f"<td>{bounds(c.get('boot_low'), c.get('boot_high'), '+')}</td>"
+                f"<td>{', '.join(three(v, '+') for v in per_seed)}</td></tr>"
+            )
+    if not rows:
+        return ""
+    return (
+        '<table class="stats seed-change"><caption>change over Standard MAD, seeds sharing their problems '
+        "(results.json seed_change): mean of the seeds' changes, 95% t-interval over seeds, 95% bootstrap "
+        "over seeds and problems</caption><thead><tr><th>method</th><th>metric</th><th>change</th>"
+        "<th>t-interval over seeds</th><th>bootstrap seeds x problems</th><th>change per seed</th></tr>"
+        f"</thead><tbody>{''.join(rows)}</tbody></table>"
     )
 
 
