@@ -105,7 +105,7 @@ def test_run_logs_every_metric_and_file(trained):
         "reward/r_intra", "reward/r_inter", "reward/r_sys", "reward/r_task", "reward/mean", "reward/agent_1",
         "train/accuracy", "train/u_intra", "train/u_inter", "train/u_sys", "update/kl", "update/clip_frac",
         "update/ratio_mean", "update/ratio_max", "update/loss", "grad_norm/agent_0", "grad_norm/agent_1",
-        "lr", "tokens_per_s", "time/rollout", "time/reward", "time/update", "time/sync",
+        "lr", "tokens_per_s", "time/rollout", "time/reward", "time/update", "time/sync", "memory/rss_gib",
     ]  # fmt: skip
     for r in train:
         missing = [k for k in expected if k not in r]

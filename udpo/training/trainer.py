@@ -60,6 +60,7 @@ from udpo.training.callbacks import EvalCallback, TrainerCallback, split_callbac
 from udpo.training.checkpointing import APPEND_ONLY, TRAIN_FILE
 from udpo.training.data import QuestionSchedule, load_training_data, split_warmup
 from udpo.training.errors import TrainingError, explain_oom
+from udpo.training.memory import memory_metrics
 from udpo.training.rollouts import Rollouts
 from udpo.training.state import TrainingState
 from udpo.training.tracking import Timer, Tracker, accelerate_trackers, progress_bar
@@ -106,15 +107,6 @@ def bf16_autocast_default(dtype: str) -> bool:
     if cuda and not torch.cuda.is_bf16_supported():
         return False
     return pick_dtype(dtype, "cuda" if cuda else "cpu") == torch.bfloat16
-
-
-def peak_memory() -> dict[str, float]:
-    """``memory/peak_gib``: the most GPU memory this process held since the last call (GPUs only)."""
-    if not torch.cuda.is_available():
-        return {}
-    peak = torch.cuda.max_memory_allocated() / 2**30
-    torch.cuda.reset_peak_memory_stats()
-    return {"memory/peak_gib": round(peak, 3)}
 
 
 def load_callbacks(specs: Sequence[str]) -> list[EvalCallback]:
@@ -412,7 +404,7 @@ class Trainer:
             "replayed": n_replayed,
             "tokens": tokens,
             "tokens_per_s": tokens / max(times["rollout"], 1e-9),
-            **peak_memory(),
+            **memory_metrics(),
             **{f"time/{name}": round(s, 4) for name, s in times.items()},
         }
 
