@@ -7,8 +7,8 @@ Trains the recipe (no evaluations, its other settings as written) twice in fresh
 model: once as the trainer does (``udpo.training.memory.trim_heap`` after every iteration) and once with
 that call replaced by a no-op. Both read ``memory/rss_gib`` from their ``metrics.jsonl``. The default
 model is SmolLM2-135M-Instruct's shape cut to 2 layers with random weights (built in a temporary folder
-from the real tokenizer): the same vocabulary, widths and packed-row shapes as the real model, at a
-fifteenth of its time per iteration. Prints the resident GiB per iteration side by side, the final
+from the real tokenizer): the same vocabulary, widths and packed-row shapes as the real model, in a
+fraction of its time per iteration. Prints the resident GiB per iteration side by side, the final
 ratio and the median seconds per iteration of each.
 """
 
@@ -42,7 +42,7 @@ def tiny_smollm2(folder: Path) -> str:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from udpo.training.policy import resolve_model
+    from udpo.env.models import resolve_model
 
     real = resolve_model("smollm2-135m-instruct")
     config = AutoConfig.from_pretrained(real)

@@ -37,6 +37,7 @@ MEMORY_PROBE = """
 import json, resource, sys, torch
 from transformers import AutoModelForCausalLM
 from udpo.env.models import resolve_model
+from udpo.training.memory import status_bytes
 from udpo.training.policy import MultiAgentPolicy
 mode, model, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
 cuda = torch.cuda.is_available()
@@ -48,11 +49,8 @@ elif mode == "copies":
             for _ in range(n)]
 def host_peak():
     # VmHWM starts afresh at exec; ru_maxrss does not on Linux (it keeps the parent's peak)
-    try:
-        line = next(l for l in open("/proc/self/status") if l.startswith("VmHWM:"))
-        return int(line.split()[1]) * 1024
-    except (OSError, StopIteration):
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = status_bytes("VmHWM")
+    return peak if peak is not None else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 peak = torch.cuda.max_memory_allocated() if cuda else host_peak()
 print(json.dumps({"peak_bytes": peak, "device": "cuda" if cuda else "cpu"}))
 """

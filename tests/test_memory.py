@@ -7,13 +7,14 @@ import ctypes.util
 
 import pytest
 
-from udpo.training.memory import memory_metrics, resident_gib, trim_heap
+from udpo.training.memory import memory_metrics, resident_gib, status_bytes, trim_heap
 
 
-def test_resident_gib_reads_vmrss_in_kib(tmp_path):
+def test_status_lines_are_read_in_kib(tmp_path):
     status = tmp_path / "status"
     status.write_text("Name:\tpython\nVmPeak:\t 9999 kB\nVmRSS:\t 3145728 kB\nThreads:\t4\n")
     assert resident_gib(status) == 3.0
+    assert status_bytes("VmPeak", status) == 9999 * 1024
     status.write_text("Name:\tpython\n")  # a kernel that does not say
     assert resident_gib(status) is None
     assert resident_gib(tmp_path / "missing") is None

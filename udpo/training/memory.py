@@ -36,16 +36,23 @@ def trim_heap() -> bool:
     return True
 
 
-def resident_gib(status: str | Path = "/proc/self/status") -> float | None:
-    """This process's resident memory (``VmRSS``) in GiB, or None where ``/proc`` does not say."""
+def status_bytes(field: str = "VmRSS", status: str | Path = "/proc/self/status") -> int | None:
+    """A memory line of ``/proc/self/status`` (``VmRSS`` resident now, ``VmHWM`` its peak) in bytes, or None
+    where the kernel does not say."""
     try:
         lines = Path(status).read_text().splitlines()
     except OSError:
         return None
     for line in lines:
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 2**20  # kB
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) * 1024  # kB
     return None
+
+
+def resident_gib(status: str | Path = "/proc/self/status") -> float | None:
+    """This process's resident memory (``VmRSS``) in GiB, or None where ``/proc`` does not say."""
+    rss = status_bytes("VmRSS", status)
+    return None if rss is None else rss / 2**30
 
 
 def memory_metrics() -> dict[str, float]:
