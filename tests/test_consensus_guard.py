@@ -53,7 +53,8 @@ def test_summaries_and_per_question_metrics_report_the_guard():
     assert summarize([])["wrong_majority"] is None
     assert [PER_QUESTION_METRICS["wrong_majority"](t) for t in DEBATES] == [1.0, 1.0, 0.0, 0.0]
     assert [PER_QUESTION_METRICS["wrong_unanimous"](t) for t in DEBATES] == [1.0, 0.0, 0.0, 0.0]
-    assert {"wrong_majority", "wrong_unanimous"} <= set(TABLE_METRICS) & set(COMPARE_METRICS)
+    # the unparsed rate beside the guard: abstaining agents lower wrong_majority without being right
+    assert {"wrong_majority", "wrong_unanimous", "unparsed_rate"} <= set(TABLE_METRICS) & set(COMPARE_METRICS)
 
 
 def test_eval_table_and_report_show_the_guard(tmp_path):

@@ -592,7 +592,15 @@ def table_cells(results: dict) -> dict[str, list[str]]:
         m: [
             *(
                 cell(e[k])
-                for k in ("accuracy", "u_intra", "u_inter", "u_sys", "wrong_majority", "wrong_unanimous")
+                for k in (
+                    "accuracy",
+                    "u_intra",
+                    "u_inter",
+                    "u_sys",
+                    "wrong_majority",
+                    "wrong_unanimous",
+                    "unparsed_rate",
+                )
             ),
             "–" if m == "standard_mad" else cell(e["accuracy"], "change", "+"),
             str(e["n_questions"]),

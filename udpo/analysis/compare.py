@@ -77,7 +77,17 @@ BUDGET_FIELDS = (
     "gradient_accumulation_steps",
     "seed",
 )
-TABLE_METRICS = ("accuracy", "u_intra", "u_inter", "u_sys", "wrong_majority", "wrong_unanimous")
+#: the metrics of the tables and of the seed analysis: the unparsed rate beside the guard, since an agent that
+#: stops answering lowers ``wrong_majority`` (unparsed answers never count there) and the U terms alike
+TABLE_METRICS = (
+    "accuracy",
+    "u_intra",
+    "u_inter",
+    "u_sys",
+    "wrong_majority",
+    "wrong_unanimous",
+    "unparsed_rate",
+)
 DONE = "done.json"
 #: the figure of the seeds' changes over Standard MAD (written when the seeds share their problems)
 SEED_CHANGES_PLOT = "seed_changes.png"

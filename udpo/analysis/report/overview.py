@@ -46,6 +46,7 @@ COMPARE_METRICS = {
     "u_sys": "U_sys",
     "wrong_majority": "wrong majority",
     "wrong_unanimous": "wrong unanimous",
+    "unparsed_rate": "unparsed",
 }
 BASELINE = "standard_mad"
 _AGENT_KEY = re.compile(r"^agent_(\d+)/(.+)$")
