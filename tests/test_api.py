@@ -187,7 +187,7 @@ def test_registered_and_imported_tasks_reach_the_config(tmp_path):
     register_task("echo-object", Echo(n=1))
     with pytest.raises(ValueError, match="takes no options"):
         get_task("echo-object", n=2)
-    with pytest.raises(ConfigError, match="task: task 'no.such.module:X': cannot import"):
+    with pytest.raises(ConfigError, match="task: cannot import 'no.such.module:X'"):
         TrainConfig(task="no.such.module:X", output_dir=str(tmp_path))
     with pytest.raises(ValueError, match="built-in task"):
         register_task("gsm8k", Echo)

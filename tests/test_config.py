@@ -98,7 +98,10 @@ def test_missing_recipe_file():
         ({"replay_refresh_interval": 3}, "needs replay: true"),
         ({"clip_eps": 1.5}, r"clip_eps must be in \(0, 1\)"),
         ({"max_iterations": 0}, "max_iterations must be >= 1"),
-        ({"eval_callbacks": ["no_colon"]}, "must look like 'package.module:function'"),
+        (
+            {"eval_callbacks": ["no_colon"]},
+            "eval_callbacks: entry 'no_colon' must look like 'package.module:name'",
+        ),
         (
             {"ablations": ["intra", "task"]},
             r"unknown ablation\(s\) \['task'\]; choose from \['inter', 'intra', 'sys'\]",
@@ -122,7 +125,7 @@ def test_missing_recipe_file():
             {"backend": "vllm", "n_agents": 5, "rounds": 5, "max_tokens": 512},
             "vllm_max_model_len=4096 cannot hold a debate of n_agents=5, rounds=5, max_tokens=512",
         ),
-        ({"reward_functions": ["nocolon"]}, "reward_functions entry 'nocolon' must look like"),
+        ({"reward_functions": ["nocolon"]}, "reward_functions: entry 'nocolon' must look like"),
         (
             {"reward_functions": ["a:b"], "reward_weights": [1.0, 2.0]},
             "one weight per reward_functions entry",

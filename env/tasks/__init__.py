@@ -1,6 +1,8 @@
 """Task registry: ``get_task(name)`` for the built-in tasks (gsm8k, truthfulqa, commonsenseqa, arithmetic,
-du-arithmetic, realmistake), the tasks a user registered (:func:`register_task`), and ``module:attr`` names
-of a Task subclass, instance or factory anywhere on the import path.
+du-arithmetic, realmistake), the tasks a user registered (:func:`register_task`: a Task subclass,
+instance or factory), and ``module:attr`` names of a Task subclass or instance anywhere on the import
+path, found by :func:`udpo.env.imports.resolve` (a factory must be registered: a name never calls a
+function, so ``task: os:system`` with ``task_options`` runs nothing).
 
 A user's own data needs no subclass: :class:`~udpo.env.tasks.custom.DatasetTask` turns records (dicts, a
 ``datasets.Dataset`` or a JSONL file per split) into a task. The built-in tasks are examples of
@@ -9,10 +11,11 @@ subclassing :class:`Task` when the prompt or the parser must be one's own.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Callable
+from typing import Any
 
+from ..imports import describe, resolve
 from .base import Answer, Question, Task
 
 _TASKS = {
@@ -49,18 +52,24 @@ def task_names() -> tuple[str, ...]:
     return TASK_NAMES + tuple(_REGISTERED)
 
 
+def _not_a_task(found: Any) -> str | None:
+    """The check of a task named by import path: a Task subclass (built with the options only once it
+    passed) or a Task instance (used as it is)."""
+    if isinstance(found, Task) or (isinstance(found, type) and issubclass(found, Task)):
+        return None
+    return (
+        f"{describe(found)}, not a subclass of udpo.env.tasks.Task (a factory function must be registered "
+        f"with udpo.env.tasks.register_task)"
+    )
+
+
 def _entry(name: str) -> type[Task] | Task | Callable[..., Task]:
     if name in _TASKS:
-        module, cls = _TASKS[name]
-        return getattr(importlib.import_module(module), cls)
+        return resolve("task", ":".join(_TASKS[name]), _not_a_task)
     if name in _REGISTERED:
         return _REGISTERED[name]
     if ":" in name:
-        module, _, attr = name.partition(":")
-        try:
-            return getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as e:
-            raise ValueError(f"task {name!r}: cannot import {attr!r} from {module!r}: {e}") from None
+        return resolve("task", name, _not_a_task)
     raise ValueError(
         f"unknown task {name!r}; choose one of {', '.join(task_names())}, register yours with "
         f"udpo.env.tasks.register_task, or name it as package.module:TaskClass"

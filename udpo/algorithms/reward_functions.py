@@ -22,13 +22,13 @@ Examples that ship: :func:`boxed_answer`, :func:`parsed_answer` and :func:`conci
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from udpo.env.imports import load_callable
 from udpo.env.trajectory import Trajectory
 
 #: (trajectory, agent) -> reward
@@ -66,7 +66,9 @@ def load_reward_functions(
     specs: Sequence[str | RewardFn], weights: Sequence[float] = ()
 ) -> list[RewardFunction]:
     """Reward terms from ``module:function`` specs or callables (named ``module:qualname``); weights
-    default to 1 each. Errors name the spec."""
+    default to 1 each. A spec names a function or a class whose instances are called (built without
+    arguments), from outside the standard library (:func:`udpo.env.imports.load_callable`). Errors name
+    the spec."""
     if weights and len(weights) != len(specs):
         raise ValueError(f"{len(weights)} reward_weights for {len(specs)} reward_functions")
     out = []
@@ -78,13 +80,7 @@ def load_reward_functions(
                 f"reward_functions: {spec!r:.80} is neither a module:function name nor a callable"
             )
         else:
-            module, _, name = spec.partition(":")
-            try:
-                fn = getattr(importlib.import_module(module), name)
-            except (ImportError, AttributeError) as e:
-                raise ValueError(f"reward_functions: cannot import {spec!r}: {e}") from None
-            if not callable(fn):
-                raise ValueError(f"reward_functions: {spec!r} is a {type(fn).__name__}, not a function")
+            fn = load_callable("reward_functions", spec)
         out.append(RewardFunction(spec, fn, float(weights[k]) if weights else 1.0))
     names = [f.name for f in out]
     if len(set(names)) < len(names):

@@ -64,6 +64,19 @@ def _check_ranges(
             raise ConfigError(f"{name} needs at least one entry and no empty entries, got {value}")
 
 
+def _check_spec_shapes(name: str, specs: Sequence[str]) -> None:
+    """ConfigError unless every entry of field ``name`` looks like ``package.module:function`` (the shape
+    alone: the names a recipe or the command line gives are imported and checked by
+    ``TrainConfig.check_imports``)."""
+    from udpo.env.imports import SpecError, split_spec
+
+    try:
+        for spec in specs:
+            split_spec(name, spec)
+    except SpecError as e:
+        raise ConfigError(str(e)) from None
+
+
 @dataclass
 class ModelArgs:
     """The team's model and the engine that samples it: base model, dtype, LoRA, backend."""
@@ -217,10 +230,13 @@ class DebateArgs:
     def _check_task(self) -> None:
         """The task exists (built-in, registered or ``module:attr``), takes ``task_options`` and has the
         two splits."""
+        from udpo.env.imports import SpecError
         from udpo.env.tasks import get_task, task_parameters
 
         try:
             takes = task_parameters(self.task)
+        except SpecError as e:  # names the field already
+            raise ConfigError(str(e)) from None
         except (TypeError, ValueError) as e:
             raise ConfigError(f"task: {e}") from None
         options = self.task_options or {}
@@ -302,9 +318,7 @@ class RewardArgs:
             )
         if any(not math.isfinite(w) for w in self.reward_weights):
             raise ConfigError(f"reward_weights must be finite numbers, got {self.reward_weights}")
-        for spec in self.reward_functions:
-            if spec.count(":") != 1 or not all(spec.split(":")):
-                raise ConfigError(f"reward_functions entry {spec!r} must look like 'package.module:function'")
+        _check_spec_shapes("reward_functions", self.reward_functions)
         for name in ("alpha_base", "beta_base", "gamma_base"):
             value = getattr(self, name)
             if value is not None and not (value >= 0 and math.isfinite(value)):
@@ -627,9 +641,7 @@ class RunArgs:
             raise ConfigError(f"report_to: unknown tracker(s) {unknown}; choose from {', '.join(TRACKERS)}")
         if "none" in self.report_to and len(self.report_to) > 1:
             raise ConfigError(f"report_to: 'none' cannot be combined with other trackers ({self.report_to})")
-        for spec in self.eval_callbacks:
-            if spec.count(":") != 1 or not all(spec.split(":")):
-                raise ConfigError(f"eval_callbacks entry {spec!r} must look like 'package.module:function'")
+        _check_spec_shapes("eval_callbacks", self.eval_callbacks)
         if self.attack_eval != "none":
             if self.eval_questions == 0:
                 raise ConfigError(f"attack_eval: {self.attack_eval} needs eval_questions > 0")

@@ -118,8 +118,9 @@ def parse_config(
     """``--config FILE`` plus ``--field value`` overrides (the command line wins) -> TrainConfig.
 
     The recipe is read once, by :func:`load_yaml`; its ``env:`` variables are set, its values become the
-    parser's defaults. The result is validated (``TrainConfig.validate``) and its paths checked
-    (``TrainConfig.check_paths``) before anything loads. ``--help`` prints every field and exits.
+    parser's defaults. The result is validated (``TrainConfig.validate``), the functions it names checked
+    (``TrainConfig.check_imports``) and its paths checked (``TrainConfig.check_paths``) before anything
+    loads. ``--help`` prints every field and exits.
     ``require_config``: refuse to run without ``--config`` (the training entry points: a run of every
     default is rarely what was meant).
     """
@@ -170,6 +171,7 @@ def parse_config(
         raise ConfigError(
             f"reward_weights needs one weight per reward_functions entry (0), got {len(config.reward_weights)}"
         )
+    config.check_imports()
     config.check_paths()
     return config
 

@@ -164,6 +164,22 @@ class TrainConfig(RunArgs, OptimizerArgs, AlgorithmArgs, RewardArgs, DebateArgs,
             except ModelNotFoundError as e:
                 raise ConfigError(f"{name}: {e}") from None
 
+    def check_imports(self) -> None:
+        """Import the ``reward_functions`` and ``eval_callbacks`` named by ``package.module:function`` and
+        check each is a function or a callable class from outside the standard library
+        (:func:`udpo.env.imports.resolve`), calling none of them. Raises ConfigError naming the field.
+
+        Called by :func:`parse_config` (recipes and the command line), not by :meth:`validate`: the API
+        names the callables it is given by qualname (``module:f.<locals>.g``), which need not import."""
+        from udpo.env.imports import SpecError, not_a_user_callable, resolve
+
+        try:
+            for name in ("reward_functions", "eval_callbacks"):
+                for spec in getattr(self, name):
+                    resolve(name, spec, not_a_user_callable)
+        except SpecError as e:
+            raise ConfigError(str(e)) from None
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -29,7 +29,6 @@ Files in the run directory::
 from __future__ import annotations
 
 import atexit
-import importlib
 import os
 import shutil
 import sys
@@ -48,6 +47,7 @@ from udpo.config import TrainConfig
 from udpo.env.backends.base import Backend
 from udpo.env.backends.hf import pick_dtype
 from udpo.env.debate import DebateConfig
+from udpo.env.imports import load_callable
 from udpo.env.jsonl import write_json
 from udpo.env.protocols import Protocol
 from udpo.env.summary import summarize
@@ -110,15 +110,9 @@ def bf16_autocast_default(dtype: str) -> bool:
 
 
 def load_callbacks(specs: Sequence[str]) -> list[EvalCallback]:
-    """Import eval callbacks named ``package.module:function``."""
-    out = []
-    for spec in specs:
-        module, _, name = spec.partition(":")
-        try:
-            out.append(getattr(importlib.import_module(module), name))
-        except (ImportError, AttributeError) as e:
-            raise ValueError(f"eval_callbacks: cannot import {spec!r}: {e}") from None
-    return out
+    """Eval callbacks named ``package.module:function`` (or a class whose instances are called), found and
+    checked by :func:`udpo.env.imports.load_callable`."""
+    return [load_callable("eval_callbacks", spec) for spec in specs]
 
 
 def attack_callbacks(config: TrainConfig) -> list[EvalCallback]:
