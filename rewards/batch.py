@@ -9,12 +9,13 @@ calls every iteration. :func:`one_debate` is a batch of one: ``uncertainty``, ``
 ``rewards`` and ``majority_vote`` read their numbers from it. The formulas written out one debate at a
 time live in the tests (tests/reference_metrics.py), as the oracle this path is checked against.
 
-Implementation notes: pairwise disagreement is counted in N passes over the ``M x N x (T+1)`` codes. For the
-final round, ``c_i`` (how many agents share agent i's answer) gives everything else: entropy
-``-mean_i ln(c_i / N)``, distinct answers ``K = sum_i 1 / c_i``, unanimity ``max c_i = N``; the vote is the
-agent with the largest non-None count (``argmax`` takes the earliest, which is the tie rule of
-docs/metrics.md, "The answer matrix"), and removing agent k lowers the counts of the agents that share k's
-answer.
+Implementation notes: unparsed answers first get codes of their own (the silence rule, applied once by
+:func:`~udpo.rewards.coding.unparsed_apart`), so every comparison below follows it. Pairwise disagreement
+is counted in N passes over the ``M x N x (T+1)`` codes. For the final round, ``c_i`` (how many agents
+share agent i's answer) gives everything else: entropy ``-mean_i ln(c_i / N)``, distinct answers
+``K = sum_i 1 / c_i``, unanimity ``max c_i = N``; the vote is the agent with the largest non-None count
+(``argmax`` takes the earliest, which is the tie rule of docs/metrics.md, "The answer matrix"), and
+removing agent k lowers the counts of the agents that share k's answer.
 """
 
 from __future__ import annotations
@@ -25,7 +26,15 @@ from typing import Literal
 
 import numpy as np
 
-from .coding import NONE_CODE, AnswerCoder, AnswerMatrix, check_answer_matrices, check_answers, check_codes
+from .coding import (
+    NONE_CODE,
+    AnswerCoder,
+    AnswerMatrix,
+    check_answer_matrices,
+    check_answers,
+    check_codes,
+    unparsed_apart,
+)
 
 Scope = Literal["trajectory", "agent"]
 #: match(prediction, gold) -> whether a (non-None) prediction is correct; default ``==``
@@ -88,12 +97,13 @@ _ARRAY_FIELDS = [f.name for f in fields(DebateMetrics) if f.name not in ("predic
 def _votes(final: np.ndarray, same: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Majority vote of each debate's final round and of the round without each agent k.
 
-    final: codes (M, N); same[m, i, j] = final[m, i] == final[m, j]. Returns codes (M,) and (M, N).
+    final: codes (M, N), unparsed answers < 0; same[m, i, j] = final[m, i] == final[m, j]. Returns codes
+    (M,) and (M, N), :data:`NONE_CODE` where nobody answered.
     """
     m, n = final.shape
     rows = np.arange(m)
     # count[m, i]: agents sharing agent i's answer, -1 for an abstention (None)
-    count = np.where(final != NONE_CODE, same.sum(axis=2), -1)
+    count = np.where(final >= 0, same.sum(axis=2), -1)
     best = count.argmax(axis=1)
     vote = np.where(count[rows, best] > 0, final[rows, best], NONE_CODE)
     # without agent k: agents sharing k's answer lose one vote; agent k itself drops out
@@ -106,9 +116,12 @@ def _votes(final: np.ndarray, same: np.ndarray) -> tuple[np.ndarray, np.ndarray]
 
 
 def batch_uncertainty(codes: np.ndarray, lam: float = 0.5) -> DebateMetrics:
-    """Uncertainty metrics, reward terms and votes of M integer-coded debates ``M x N x (T+1)``."""
+    """Uncertainty metrics, reward terms and votes of M integer-coded debates ``M x N x (T+1)``.
+
+    Unparsed answers (:data:`NONE_CODE`) follow the silence rule (:func:`~udpo.rewards.coding.unparsed_apart`).
+    """
     _check_lam(lam)
-    x = check_codes(codes)
+    x = unparsed_apart(check_codes(codes))
     m, n, t1 = x.shape
     t_max = t1 - 1
 

@@ -1,10 +1,13 @@
 """Answer matrices: validation, and integer coding for the vectorized path.
 
 An answer matrix holds N agents' parsed answers over rounds 0..T: ``answers[i][t]``. Answers are any
-hashable values compared with ``==``; ``None`` (unparsed) is an ordinary value in every uncertainty
-metric and an abstention in the vote. The batch path works on integer codes instead: within one
-batch equal answers get equal codes, :data:`NONE_CODE` stands for ``None`` and every other code
-is non-negative (codes are arbitrary labels: no metric depends on their values).
+hashable values compared with ``==``. ``None`` (unparsed) is an abstention in the vote and, by the
+silence rule (docs/metrics.md, "The answer matrix"), no answer at all in every uncertainty metric,
+reward and calibration statistic: it differs from every answer, another ``None`` included. The batch
+path works on integer codes instead: within one batch equal answers get equal codes, :data:`NONE_CODE`
+stands for ``None`` and every other code is non-negative (codes are arbitrary labels: no metric depends
+on their values). :func:`unparsed_apart` applies the silence rule to codes, the one place it is applied:
+it gives each ``None`` a negative code of its own, so that comparing codes with ``==`` follows the rule.
 """
 
 from __future__ import annotations
@@ -141,6 +144,28 @@ def encode_answers(
     coder = AnswerCoder()
     codes = coder.encode(matrices)
     return (codes, coder.values()) if return_values else codes
+
+
+def unparsed_apart(codes: np.ndarray) -> np.ndarray:
+    """The silence rule on validated codes: every :data:`NONE_CODE` gets a negative code of its own.
+
+    Codes compared with ``==`` afterwards find each unparsed answer different from every other entry,
+    another unparsed one included (a singleton in ``p`` and ``K``, a change between rounds, a disagreeing
+    pair), and equal only to itself. A code < 0 still marks an unparsed answer, so the vote can abstain.
+    Returns ``codes`` itself when at most one answer is unparsed (it is apart already), else a copy.
+    """
+    unparsed = codes == NONE_CODE
+    count = int(np.count_nonzero(unparsed))
+    if count < 2:
+        return codes
+    apart = codes.astype(np.result_type(codes.dtype, np.min_scalar_type(NONE_CODE - count)))
+    apart[unparsed] = NONE_CODE - np.arange(count)
+    return apart
+
+
+def answer_classes(answers: Sequence[Hashable | None]) -> list[int]:
+    """A class per answer under the silence rule: equal answers share one, each ``None`` has its own."""
+    return unparsed_apart(encode_answers([[(a,) for a in answers]])).ravel().tolist()
 
 
 def check_codes(codes: np.ndarray) -> np.ndarray:

@@ -6,8 +6,10 @@ n agents each answer the query (each through its own varied question), then inte
 
 - weights ``w_j = (R - r_j + 1) / sum_k (R - r_k + 1)`` (Laplace-smoothed: a stable agent counts more,
   none counts 0; with R = 0 every weight is 1/n);
-- ``p(y) = sum_j w_j [a[j][R] = y]`` over the distinct final answers y (``None``, "no answer", is an
-  answer value here, as in every uncertainty metric of docs/metrics.md, "The answer matrix");
+- ``p(y) = sum_j w_j [a[j][R] = y]`` over the distinct final answers y. By the silence rule of every
+  uncertainty metric (docs/metrics.md, "The answer matrix") ``None``, "no answer", differs from every
+  answer, another ``None`` included: each ``None`` is a class of its own in p, and ``None`` in two rounds
+  counts in ``r_j`` as a change;
 - DiverseAgentEntropy ``H = -sum_y p(y) ln p(y)`` in nats; ``normalized`` divides by ln n (0 when n = 1)
   so it lies in [0, 1] beside U_intra, U_inter and U_sys.
 - Prediction: the non-``None`` answer of highest p (ties: the one an earlier agent gave); ``None`` if
@@ -39,7 +41,8 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .coding import AnswerMatrix, check_answers
+from .batch import one_debate
+from .coding import AnswerMatrix, answer_classes, check_answers
 from .vote import majority_vote
 
 Answer = Hashable | None
@@ -71,9 +74,9 @@ THRESHOLDS = {"strict": STRICT_THRESHOLD, "loose": LOOSE_THRESHOLD}
 
 
 def answer_changes(answers: AnswerMatrix) -> tuple[int, ...]:
-    """``r_j``: per agent, the rounds t = 1..T in which its answer differs from round t - 1."""
-    a = check_answers(answers)
-    return tuple(sum(row[t] != row[t - 1] for t in range(1, len(row))) for row in a)
+    """``r_j``: per agent, the rounds t = 1..T in which its answer differs from round t - 1 (a ``None``
+    always does): the flips of :mod:`udpo.rewards.batch`."""
+    return tuple(int(r) for r in one_debate(answers).agent_flips[0])
 
 
 def weight_numerators(changes: Sequence[int], rounds: int) -> tuple[int, ...]:
@@ -98,17 +101,17 @@ def agent_weights(changes: Sequence[int], rounds: int) -> tuple[float, ...]:
 def answer_distribution(
     final: Sequence[Answer], changes: Sequence[int] | None = None, rounds: int = 0
 ) -> tuple[tuple[Answer, float], ...]:
-    """``(y, p(y))`` per distinct final answer in order of first appearance, p weighted by
-    :func:`agent_weights` (equal weights when ``changes`` is None)."""
+    """``(y, p(y))`` per distinct final answer in order of first appearance (each ``None`` an entry of its
+    own), p weighted by :func:`agent_weights` (equal weights when ``changes`` is None)."""
     final = list(final)
     num = weight_numerators([0] * len(final) if changes is None else list(changes), rounds)
     if len(num) != len(final):
         raise ValueError(f"{len(final)} final answers but {len(num)} change counts")
-    mass: dict[Answer, int] = {}
-    for y, w in zip(final, num, strict=True):
-        mass[y] = mass.get(y, 0) + w
+    mass: dict[int, tuple[Answer, int]] = {}
+    for c, y, w in zip(answer_classes(final), final, num, strict=True):
+        mass[c] = (y, mass.get(c, (y, 0))[1] + w)
     total = sum(num)
-    return tuple((y, m / total) for y, m in mass.items())
+    return tuple((y, m / total) for y, m in mass.values())
 
 
 def top_answer(distribution: Sequence[tuple[Answer, float]]) -> Answer:

@@ -1,6 +1,10 @@
 """Test oracle: the uncertainty metrics, reward terms and majority vote of one debate, written to read like
 SPEC's formulas (sections 1-4), one Python loop per sum.
 
+The silence rule (SPEC section 1): an unparsed answer (None) differs from every answer, another None
+included; :func:`differ` is every comparison of two answers here, and :func:`final_round_spread` counts
+each None as an answer class of its own. The vote still skips None (an abstention).
+
 The library computes them once, vectorized (:mod:`udpo.rewards.batch`; ``uncertainty``,
 ``agent_uncertainty``, ``rewards`` and ``majority_vote`` are that path on a batch of one). These
 independent formulas are what the batch path is checked against (tests/test_batch_metrics.py), on hand
@@ -16,6 +20,12 @@ from collections.abc import Hashable, Sequence
 import numpy as np
 
 from udpo.rewards import AgentUncertainty, Rewards, Uncertainty, check_answers, is_correct
+
+
+def differ(x: Hashable | None, y: Hashable | None) -> bool:
+    """Whether two answers (of two agents, or of one agent in two rounds) differ: always when either is None.
+    (A cell is never compared with itself: with T = 0 the revision M is 0.)"""
+    return x is None or y is None or x != y
 
 
 def majority_vote(answers: Sequence[Hashable | None]) -> Hashable | None:
@@ -40,9 +50,9 @@ def loo_changes(final: tuple) -> tuple[float, ...]:
 
 def final_round_spread(final: tuple) -> tuple[float, float]:
     """Normalized entropy H (0 when unanimous, exactly 1 for a uniform split, else capped at 1) and
-    disagreement D of the final-round answers (None counts as an answer)."""
+    disagreement D of the final-round answers (each None a class of its own, of count 1)."""
     n = len(final)
-    counts = Counter(final).values()
+    counts = list(Counter(a for a in final if a is not None).values()) + [1 for a in final if a is None]
     k = len(counts)
     if k == 1:
         entropy = 0.0
@@ -59,14 +69,15 @@ def uncertainty(answers, lam: float = 0.5) -> Uncertainty:
     a = check_answers(answers)
     n, t_max = len(a), len(a[0]) - 1
 
-    flips = sum(a[i][t] != a[i][t + 1] for i in range(n) for t in range(1, t_max))
+    flips = sum(differ(a[i][t], a[i][t + 1]) for i in range(n) for t in range(1, t_max))
     flip_rate = flips / (n * (t_max - 1)) if t_max >= 2 else 0.0
-    revision_rate = sum(a[i][0] != a[i][t_max] for i in range(n)) / n
+    revision_rate = sum(t_max > 0 and differ(a[i][0], a[i][t_max]) for i in range(n)) / n
     u_intra = lam * flip_rate + (1 - lam) * revision_rate
 
     pairs = [(i, j) for i in range(n) for j in range(i + 1, n)]
     conflict = tuple(
-        sum(a[i][t] != a[j][t] for i, j in pairs) / len(pairs) if pairs else 0.0 for t in range(t_max + 1)
+        sum(differ(a[i][t], a[j][t]) for i, j in pairs) / len(pairs) if pairs else 0.0
+        for t in range(t_max + 1)
     )
     u_inter = sum(conflict) / (t_max + 1)
 
@@ -91,13 +102,13 @@ def agent_uncertainty(answers, lam: float = 0.5) -> AgentUncertainty:
     """Each agent's flips (all transitions), U_intra, U_inter and leave-one-out change."""
     a = check_answers(answers)
     n, t_max = len(a), len(a[0]) - 1
-    flips = tuple(sum(row[t] != row[t + 1] for t in range(t_max)) for row in a)
+    flips = tuple(sum(differ(row[t], row[t + 1]) for t in range(t_max)) for row in a)
     u_intra = []
     for row in a:
-        f_i = sum(row[t] != row[t + 1] for t in range(1, t_max)) / (t_max - 1) if t_max >= 2 else 0.0
-        u_intra.append(lam * f_i + (1 - lam) * float(row[0] != row[t_max]))
+        f_i = sum(differ(row[t], row[t + 1]) for t in range(1, t_max)) / (t_max - 1) if t_max >= 2 else 0.0
+        u_intra.append(lam * f_i + (1 - lam) * float(t_max > 0 and differ(row[0], row[t_max])))
     u_inter = tuple(
-        sum(sum(a[i][t] != a[j][t] for j in range(n) if j != i) / (n - 1) for t in range(t_max + 1))
+        sum(sum(differ(a[i][t], a[j][t]) for j in range(n) if j != i) / (n - 1) for t in range(t_max + 1))
         / (t_max + 1)
         if n > 1
         else 0.0
@@ -115,7 +126,7 @@ def rewards(answers, gold, scope: str = "trajectory", match=None) -> Rewards:
     r_task = float(is_correct(majority_vote(final), gold, match))
     if scope == "trajectory":
         u = uncertainty(a)
-        flips = sum(row[t] != row[t + 1] for row in a for t in range(t_max))
+        flips = sum(differ(row[t], row[t + 1]) for row in a for t in range(t_max))
         r_intra = 1.0 - flips / (n * t_max) if t_max > 0 else 1.0
         return Rewards(r_intra=r_intra, r_inter=1.0 - u.u_inter, r_sys=1.0 - u.u_sys, r_task=r_task)
     per_agent = agent_uncertainty(a)

@@ -14,20 +14,20 @@ from hypothesis import strategies as st
 from udpo.rewards import calibrate
 from udpo.rewards.calibration import cohens_d_base_weights
 
-# N = 4, T = 2. Agent 2 is the unstable one: it flips in STABLE_BUT_2 and is the only pivot in PIVOT.
+# N = 4, T = 2. Agent 2 is the unstable one: it flips in both and is the only pivot in PIVOT. The silent
+# agents 0 and 1 of PIVOT change their answer every round too (the silence rule), but only there.
 STABLE_BUT_2 = [["a", "a", "a"], ["a", "a", "a"], ["b", "c", "a"], ["a", "a", "a"]]  # final unanimous a
-PIVOT = [[None] * 3, [None] * 3, ["a", "a", "a"], ["b", "b", "b"]]  # vote a; without agent 2 it is b
+PIVOT = [[None] * 3, [None] * 3, ["c", "d", "a"], ["b", "b", "b"]]  # vote a; without agent 2 it is b
 
 
 def test_profile_and_coefficients_by_hand():
     cal = calibrate([STABLE_BUT_2, PIVOT], golds=["a", "a"], kappa=2.0, base_weights=(0.5, 0.3, 0.2))
-    # agent 2: STABLE_BUT_2 F = 1 (c->a), M = 1 (b->a) -> 1; PIVOT 0 -> mean 0.5; others 0
-    assert cal.u_intra == pytest.approx([0, 0, 0.5, 0])
+    # agent 2: F = 1 (c->a, d->a), M = 1 (b->a, c->a) in both -> 1; agents 0/1: 0, and 1 in PIVOT
+    # (None -> None is a change) -> 0.5; agent 3: 0
+    assert cal.u_intra == pytest.approx([0.5, 0.5, 1, 0])
     # u_inter, STABLE_BUT_2: agent 2 differs from all 3 peers in rounds 0 and 1 -> 2/3, others 1/3 of that;
-    # PIVOT: agents 0/1 differ from 2 of 3 peers, agents 2/3 from all 3, every round
-    assert cal.u_inter == pytest.approx(
-        [(2 / 9 + 2 / 3) / 2, (2 / 9 + 2 / 3) / 2, (2 / 3 + 1) / 2, (2 / 9 + 1) / 2]
-    )
+    # PIVOT: every agent differs from all 3 peers (two Nones differ too), every round
+    assert cal.u_inter == pytest.approx([(2 / 9 + 1) / 2, (2 / 9 + 1) / 2, (2 / 3 + 1) / 2, (2 / 9 + 1) / 2])
     assert cal.loo == pytest.approx([0, 0, 0.5, 0])
     assert cal.u_sys == pytest.approx((cal.u_intra + cal.u_inter + cal.loo) / 3)
     assert cal.alpha == pytest.approx(0.5 * (1 + 2 * cal.u_intra))

@@ -41,7 +41,7 @@ def test_weights_follow_the_formula():
 
 def test_changes_are_counted_from_the_answer_matrix():
     matrix = [["A", "B", "B", "A"], ["A", "A", "A", "A"], [None, "A", None, None]]
-    assert answer_changes(matrix) == (2, 0, 2)
+    assert answer_changes(matrix) == (2, 0, 3)  # None -> None is a change too (the silence rule)
 
 
 def test_a_three_two_split_of_five_stable_agents_sits_at_the_strict_threshold():
@@ -98,12 +98,15 @@ def test_rounds_run_can_be_fewer_than_the_matrix_columns():
         diverse_agent_entropy(matrix, rounds=0)
 
 
-def test_none_is_an_answer_value_but_never_the_prediction():
+def test_each_none_is_a_class_of_its_own_and_never_the_prediction():
     score = diverse_agent_entropy([[None], [None], [None], ["A"], ["B"]])
-    assert dict(score.distribution) == pytest.approx({None: 0.6, "A": 0.2, "B": 0.2})
-    assert score.prediction == "A"
+    assert [y for y, _ in score.distribution] == [None, None, None, "A", "B"]
+    assert [p for _, p in score.distribution] == pytest.approx([0.2] * 5)
+    assert score.normalized == pytest.approx(1.0) and score.prediction == "A"
     nothing = diverse_agent_entropy([[None], [None]])
-    assert nothing.entropy == 0 and nothing.prediction is None and nothing.abstains(LOOSE_THRESHOLD)
+    assert nothing.entropy == pytest.approx(math.log(2)) and nothing.prediction is None
+    assert nothing.abstains(LOOSE_THRESHOLD)
+    assert answer_distribution(["x", None, "x", None]) == (("x", 0.5), (None, 0.25), (None, 0.25))
 
 
 def test_distribution_and_entropy_validation():
@@ -122,7 +125,8 @@ def test_self_consistency_and_sc_three_of_five():
     assert sc.entropy == pytest.approx(-(0.6 * math.log(0.6) + 2 * 0.2 * math.log(0.2)))
     split = self_consistency(["A", "A", "B", "B", "C"])
     assert split.prediction == "A" and split.votes == 2 and split.abstain_majority
-    assert self_consistency([None] * 5).abstain_majority
+    silent = self_consistency([None] * 5)
+    assert silent.abstain_majority and silent.normalized == pytest.approx(1.0)
 
 
 def test_auroc_against_a_hand_computation():

@@ -261,13 +261,15 @@ def test_real_runs_with_smollm2_and_diagnose(tmp_path, hf_backend, monkeypatch):
 @pytest.mark.parametrize("name", TASK_NAMES)
 def test_every_task_runs_through_both_methods(name, shared_data):
     """A model that never answers: every task's questions go through all steps; nothing to answer means
-    entropy 0 over the single "no answer" cluster, no prediction, and abstention under every policy."""
+    the largest entropy (each "no answer" a cluster of its own, by the silence rule), no prediction, and
+    abstention under every policy."""
     task = get_task(name, difficulty=[1], n_questions=2) if name == "arithmetic" else get_task(name)
     questions = task.load("test", None if name.endswith("arithmetic") else shared_data, limit=2)
     backend = ScriptedBackend(["I would rather not say."])
     config = DAEConfig(n_agents=3, n_aspects=2, per_aspect=1)
     for t in DiverseAgentEntropy(task, backend, config).run(questions, progress=False):
         assert t.answers == [[None]] * 3 and t.prediction is None and not t.correct
-        assert t.meta["entropy"] == 0 and all(t.meta["abstain"].values()) and len(t.meta["questions"]) == 3
+        assert t.meta["normalized_entropy"] == pytest.approx(1.0) and all(t.meta["abstain"].values())
+        assert len(t.meta["questions"]) == 3
     for t in SelfConsistency(task, backend, SCConfig(samples=3, min_votes=2)).run(questions, progress=False):
         assert t.answers == [[None]] * 3 and all(t.meta["abstain"].values())

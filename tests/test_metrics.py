@@ -71,28 +71,30 @@ def test_one_debate_round():
     assert u.u_sys == pytest.approx(2.5 / 3)
 
 
-def test_all_none_is_an_agreement_on_none():
+def test_all_none_is_no_agreement():
+    # the silence rule: every None differs from every answer, another None included
     u = uncertainty([[None, None, None], [None, None, None]])
     assert u.to_dict() == {
-        "flip_rate": 0.0,
-        "revision_rate": 0.0,
-        "u_intra": 0.0,
-        "conflict": (0.0, 0.0, 0.0),
-        "u_inter": 0.0,
-        "entropy": 0.0,
-        "disagreement": 0.0,
-        "loo_instability": 0.0,
-        "u_sys": 0.0,
+        "flip_rate": 1.0,
+        "revision_rate": 1.0,
+        "u_intra": 1.0,
+        "conflict": (1.0, 1.0, 1.0),
+        "u_inter": 1.0,
+        "entropy": 1.0,  # K = N = 2 singletons: a uniform split
+        "disagreement": 1.0,
+        "loo_instability": 0.0,  # the vote is None with or without any agent
+        "u_sys": 2 / 3,
     }
 
 
-def test_none_is_an_answer_value_in_metrics_but_abstains_in_the_vote():
+def test_none_is_no_answer_in_metrics_and_abstains_in_the_vote():
     u = uncertainty([["a", None], [None, None], ["a", "a"]])
-    # changes: agent 0 a->None; agent 2 none; agent 1 none
-    assert u.revision_rate == pytest.approx(1 / 3)
-    assert u.conflict == pytest.approx((2 / 3, 2 / 3))
-    # final (None, None, a): K = 2 with a 2:1 split; vote a; without agent 2 nobody answers -> None
-    assert u.entropy == pytest.approx(H_2_1)
+    # changes: agent 0 a->None; agent 1 None->None (silence is no stability); agent 2 none
+    assert u.revision_rate == pytest.approx(2 / 3)
+    # round 0 (a, None, a): 2 of 3 pairs differ; round 1 (None, None, a): all 3 do
+    assert u.conflict == pytest.approx((2 / 3, 1.0))
+    # final (None, None, a): K = 3 singletons, uniform; vote a; without agent 2 nobody answers -> None
+    assert u.entropy == 1.0
     assert u.loo_instability == pytest.approx(1 / 3)
 
 
@@ -117,8 +119,9 @@ UNIFORM_SPLITS = [(3, 3), (5, 5), (6, 3), (7, 7), (12, 12), (13, 13), (14, 7)]
 
 
 def uniform_final_round(n: int, k: int) -> list[list]:
-    """N agents' final answers split evenly over K values, None being one of them."""
-    values = [None, *"abcdefghijklm"][:k]
+    """N agents' final answers split evenly over K values; when K = N, agents 0 and 1 say None (a class
+    of one each, by the silence rule)."""
+    values = [None, None, *"abcdefghijklm"][:n] if k == n else [*"abcdefghijklm"][:k]
     return [[values[i % k]] for i in range(n)]
 
 

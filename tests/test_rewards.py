@@ -3,8 +3,6 @@ replay"): hand cases and properties."""
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -85,7 +83,8 @@ def test_one_round_debate_agent_hand_case():
 def test_all_none_prediction_is_wrong():
     r = rewards([[None, None], [None, None]], gold=None)
     assert r.r_task == 0.0
-    assert (r.r_intra, r.r_inter, r.r_sys) == (1.0, 1.0, 1.0)
+    # and silence earns no stability or agreement: every None differs from every other
+    assert (r.r_intra, r.r_inter, r.r_sys) == (0.0, 0.0, pytest.approx(1 / 3))
 
 
 def test_match_decides_correctness():
@@ -102,10 +101,9 @@ def test_agent_scope_hand_case():
     assert r.r_inter == pytest.approx([0.5, 0.5, 1 / 3])
     assert r.r_sys == pytest.approx([1.0, 1.0, 1.0])
     assert r.r_task == pytest.approx([1.0, 1.0, 1.0])
-    # final (None, None, a, b): K = 3 split 2:1:1, D = 1, and only agent 2 is pivotal
+    # final (None, None, a, b): K = 4 singletons (H = 1), D = 1, and only agent 2 is pivotal
     pivot = rewards([[None], [None], ["a"], ["b"]], gold="a", scope="agent")
-    h = -(0.5 * math.log(0.5) + 2 * 0.25 * math.log(0.25)) / math.log(3)
-    assert pivot.r_sys == pytest.approx([1 - (h + 1) / 3, 1 - (h + 1) / 3, 1 - (h + 2) / 3, 1 - (h + 1) / 3])
+    assert pivot.r_sys == pytest.approx([1 / 3, 1 / 3, 0.0, 1 / 3])
     assert pivot.r_intra == pytest.approx([1.0] * 4)
 
 
