@@ -5,7 +5,8 @@ An answer matrix is N per-agent sequences of T+1 hashable answers (``None`` = un
 :func:`wrong_consensus`. Many debates at once (vectorized):
 :func:`debate_metrics` on answer matrices, :func:`batch_uncertainty` on integer codes from
 :func:`encode_answers`, and :func:`agent_rewards` for each agent's UDPO reward. Warm-up calibration of
-per-agent coefficients: :func:`calibrate`. Hallucination propagation (the DIGRA paper's woozle metrics
+per-agent coefficients: :func:`calibrate`; what coefficients pay for reference debates (unanimous wrong,
+correct split, all silent): :func:`reward_ordering`. Hallucination propagation (the DIGRA paper's woozle metrics
 MA, MR, IMR, CR per round): :func:`woozle_metrics`. Statistics for diagnostics live in
 :mod:`udpo.rewards.statistics` (with AUROC and abstention scores). DiverseAgentEntropy (weighted answer
 entropy, abstention thresholds, self-consistency baselines, reward hooks):
@@ -35,6 +36,13 @@ from .metrics import (
     uncertainty,
     wrong_consensus,
 )
+from .ordering import (
+    REFERENCE_DEBATES,
+    RewardOrdering,
+    ordering_from_dict,
+    reference_debates,
+    reward_ordering,
+)
 from .reward import Rewards, composite_uncertainty, is_correct, rewards
 from .vote import majority_vote
 from .woozle import WoozleMetrics, correctness, read_flow, woozle_metrics
@@ -42,6 +50,7 @@ from .woozle import WoozleMetrics, correctness, read_flow, woozle_metrics
 __all__ = [
     "LOOSE_THRESHOLD",
     "NONE_CODE",
+    "REFERENCE_DEBATES",
     "STRICT_THRESHOLD",
     "AgentUncertainty",
     "AnswerCoder",
@@ -50,6 +59,7 @@ __all__ = [
     "DAEScore",
     "DebateMetrics",
     "DetectionScores",
+    "RewardOrdering",
     "Rewards",
     "Uncertainty",
     "WoozleMetrics",
@@ -70,8 +80,11 @@ __all__ = [
     "encode_answers",
     "is_correct",
     "majority_vote",
+    "ordering_from_dict",
     "read_flow",
     "make_dae_reward",
+    "reference_debates",
+    "reward_ordering",
     "rewards",
     "self_consistency",
     "uncertainty",

@@ -16,6 +16,8 @@ from udpo.config import COEFFICIENTS, ConfigError, TrainConfig
 from udpo.env.summary import summarize
 from udpo.env.tasks.base import Question
 from udpo.env.trajectory import Trajectory, TrajectoryWriter
+from udpo.rewards import calibrate as calibrate_coefficients
+from udpo.rewards import ordering_from_dict, reward_ordering
 
 WARMUP_FILE = "trajectories/warmup.jsonl"
 
@@ -64,10 +66,9 @@ def calibrate(
     """The calibration record (what RUN_DIR/calibration.json holds) and the warm-up debates run for it
     ([] when none ran). The record: ``coefficients`` per agent (empty for the baselines), ``explicit``
     (those given in the config), ``ablations``, for a calibrated run the warm-up statistics, and with
-    ``calibration_file`` that file's record and its path. The baselines debate the warm-up questions
-    only when ``critic_warmup_epochs`` asks for a warm start."""
-    from udpo.rewards import calibrate as calibrate_coefficients
-
+    ``calibration_file`` that file's record and its path, and ``ordering``: the rewards the final
+    coefficients pay for the reference debates (:mod:`udpo.rewards.ordering`). The baselines debate the
+    warm-up questions only when ``critic_warmup_epochs`` asks for a warm start."""
     cfg = config
     if cfg.algorithm != "udpo":
         trajectories = (
@@ -113,11 +114,14 @@ def calibrate(
     record["coefficients"] = coefficients
     record["explicit"] = sorted(overrides)
     record["ablations"] = list(cfg.ablations)
+    if set(COEFFICIENTS) <= coefficients.keys():
+        record["ordering"] = reward_ordering(coefficients, cfg.rounds, cfg.reward_scope).to_dict()
     return record, trajectories
 
 
 def describe(record: dict[str, Any]) -> str:
-    """The coefficients per agent as printed at the start of a run."""
+    """The coefficients per agent as printed at the start of a run (and by ``udpo calibrate``), with the
+    rewards they pay for the reference debates when the record has them."""
     coefs = record["coefficients"]
     if not coefs:
         return f"{record.get('algorithm', 'this algorithm')}: team reward, no per-agent coefficients"
@@ -129,6 +133,9 @@ def describe(record: dict[str, Any]) -> str:
         + "".join(f", w/o {a}" for a in record.get("ablations", []))
         + "):"
     )
+    ordering = record.get("ordering")
+    if ordering:
+        lines.append(ordering_from_dict(ordering).table())
     return "\n".join([head, *lines])
 
 

@@ -49,6 +49,8 @@ COMPARE_METRICS = {
     "unparsed_rate": "unparsed",
 }
 BASELINE = "standard_mad"
+#: the calibration record's block of the ordering report (udpo.rewards.ordering)
+ORDERING = "ordering"
 _AGENT_KEY = re.compile(r"^agent_(\d+)/(.+)$")
 
 
@@ -315,10 +317,13 @@ def training_plots(metrics: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def calibration_tables(calibration: dict[str, Any]) -> str:
-    """Per-agent tables for the coefficient and profile blocks, key/value tables for the rest."""
+    """Per-agent tables for the coefficient and profile blocks, the ordering report's table
+    (:func:`ordering_table`), key/value tables for the rest."""
     parts = []
     for block, value in calibration.items():
-        if isinstance(value, dict) and value and all(_numbers(v) for v in value.values()):
+        if block == ORDERING and (table := ordering_table(value)):
+            parts.append(table)
+        elif isinstance(value, dict) and value and all(_numbers(v) for v in value.values()):
             n = max(len(v) for v in value.values())
             head = "".join(f"<th>agent {i}</th>" for i in range(n))
             rows = "".join(
@@ -338,6 +343,43 @@ def calibration_tables(calibration: dict[str, Any]) -> str:
         elif isinstance(value, list) and value:
             parts.append(f"<p><b>{escape(str(block))}</b>: {escape(', '.join(map(str, value)))}</p>")
     return f'<div class="calibration">{"".join(parts)}</div>'
+
+
+def ordering_table(ordering: Any) -> str:
+    """The calibration's ordering report (``ordering``, :mod:`udpo.rewards.ordering`): each agent's reward for
+    the reference debates and whether the correct split out-earns the unanimous wrong debate, with a warning
+    when it does not for some agent. Empty when the block is not such a report."""
+    rewards = ordering.get("reward") if isinstance(ordering, dict) else None
+    flags = ordering.get("split_beats_unanimous_wrong") if isinstance(ordering, dict) else None
+    if not (
+        isinstance(rewards, dict)
+        and rewards
+        and all(map(_numbers, rewards.values()))
+        and isinstance(flags, list)
+    ):
+        return ""
+    head = "".join(f"<th>agent {i}</th>" for i in range(len(flags)))
+    rows = [
+        f"<tr><th>{escape(str(name).replace('_', ' '))}</th>{''.join(f'<td>{number(x)}</td>' for x in v)}</tr>"
+        for name, v in rewards.items()
+    ]
+    verdicts = "".join(f"<td>{'yes' if f else '<b>no</b>'}</td>" for f in flags)
+    rows.append(f"<tr><th>correct split out-earns unanimous wrong</th>{verdicts}</tr>")
+    caption = (
+        f"reward of reference debates (T = {escape(str(ordering.get('rounds')))}, "
+        f"scope {escape(str(ordering.get('scope')))})"
+    )
+    table = (
+        f'<table class="stats calib ordering"><caption>{caption}</caption><thead><tr><th></th>{head}</tr>'
+        f"</thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+    losers = [str(i) for i, f in enumerate(flags) if not f]
+    if losers:
+        table += (
+            f'<p class="warn">A debate unanimous on a wrong answer earns agent(s) {", ".join(losers)} at least '
+            f"as much as a correct but split one: these coefficients can pay for agreeing on a wrong answer.</p>"
+        )
+    return table
 
 
 def _numbers(v: Any) -> bool:
