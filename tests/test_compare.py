@@ -12,7 +12,7 @@ import pytest
 import yaml
 from train_helpers import TINY, read_jsonl
 
-from udpo.analysis.compare import DONE, METHODS, CompareConfig, check_budgets, run_compare
+from udpo.analysis.compare import DONE, METHODS, TASK_ONLY, CompareConfig, check_budgets, run_compare
 from udpo.config import ConfigError, TrainConfig
 from udpo.env.trajectory import Trajectory, TrajectoryWriter
 from udpo.training import checkpoint_store as ckpt
@@ -39,11 +39,10 @@ def test_every_method_gets_the_same_budget(tmp_path):
             differ = {
                 f for f in TrainConfig.__dataclass_fields__ if getattr(tc, f) != getattr(configs["udpo"], f)
             }
-            # (and, shared_start, whether it evaluates iteration 0: the first method's is Standard MAD)
-            assert differ <= {"algorithm", "ablations", "output_dir", "run_name", "eval_at_start"}, (
-                method,
-                differ,
-            )
+            # (and, shared_start, whether it evaluates iteration 0: the first method's is Standard MAD;
+            # task_only's reward coefficients)
+            defining = {"algorithm", "ablations", "output_dir", "run_name", "eval_at_start"}
+            assert differ <= defining | (set(TASK_ONLY) if method == "task_only" else set()), (method, differ)
             assert tc.eval_at_start == (method == "mappo")
     assert config.train_config("udpo_wo_sys", 3).ablations == ["sys"]
     assert config.train_config("rmaac", 3).algorithm == "rmaac"
@@ -60,6 +59,7 @@ def test_every_method_gets_the_same_budget(tmp_path):
         ({"methods": ["udpo", "ppo"]}, "unknown method"),
         ({"seeds": [0, 0]}, "must not repeat"),
         ({"method_settings": {"mappo": {"max_tokens": 64}}}, "fix the method or its budget"),
+        ({"method_settings": {"task_only": {"lambda_": [0.5]}}}, "fix the method or its budget"),
         ({"settings": {"seed": 1}}, "set by compare itself"),
         ({"colour": "red"}, "unknown key"),
     ],
@@ -189,6 +189,45 @@ def test_tables_come_from_the_final_evaluations_and_finished_runs_are_kept(tmp_p
     finished_run(config.run_dir("mappo", 0), "mappo", [True, True, False, False], [True, False, True, False])
     with pytest.raises(ValueError, match="iteration-0 evaluations of udpo and mappo differ"):
         run_compare(config, train=must_not_train, progress=False)
+
+
+def test_task_only_trains_udpo_on_the_correctness_reward_alone(tmp_path):
+    """task_only (SPEC section 3): alpha = beta = gamma = 0 and lambda = 1 for every agent, whatever the
+    recipe and settings give; eta is calibrated as UDPO's. Compare accepts it and tabulates it."""
+    from udpo.algorithms.udpo import Coefficients, compute_rewards
+    from udpo.training import calibration
+
+    path = write_compare(
+        tmp_path, methods=["standard_mad", "udpo", "task_only"], seeds=[0], settings={"alpha": [0.7]}
+    )
+    config = CompareConfig.load(path)
+    tc = config.train_config("task_only", 0)
+    assert (tc.algorithm, tc.ablations, tc.alpha) == ("udpo", [], [0.0])
+    assert config.train_config("udpo", 0).alpha == [0.7]
+    warmup = [
+        Trajectory(f"w{k}", "?", "4", [["4", "4"], [a, a]], "4", True) for k, a in enumerate(["4", "5", None])
+    ]
+    record, _ = calibration.calibrate(tc, ["q"] * 3, lambda questions, meta: warmup, tmp_path, main=True)
+    coefficients = Coefficients.from_dict(record)
+    assert (coefficients.alpha, coefficients.beta, coefficients.gamma) == ((0.0, 0.0),) * 3
+    assert coefficients.lambda_ == (1.0, 1.0) and all(e > 0 for e in coefficients.eta)
+    assert record["ordering"]["split_beats_unanimous_wrong"] == [True, True]
+    rewards, _ = compute_rewards(
+        warmup[1:] + [Trajectory("x", "?", "4", [["5"], ["5"]], "5", False)], coefficients
+    )
+    assert rewards.tolist() == [[1.0, 1.0], [1.0, 1.0], [0.0, 0.0]]  # r_task, nothing else
+
+    trained = []
+
+    def train(tc):
+        trained.append(tc.run_name)
+        method = tc.run_name.split("-seed")[0]
+        finished_run(Path(tc.output_dir), method, [True, False, False, False], [True, True, False, False])
+
+    results = run_compare(config, train=train, progress=False)
+    assert trained == ["udpo-seed0", "task_only-seed0"]
+    assert results["methods"]["task_only"]["accuracy"]["change"] == pytest.approx(0.25)
+    assert "| task_only | 0.500 [" in (tmp_path / "out" / "table.md").read_text()
 
 
 @pytest.mark.slow

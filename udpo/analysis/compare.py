@@ -2,15 +2,17 @@
 tabulate them as the UDPO paper's Table 1 and plot the gains over Standard MAD by difficulty (its
 Figure 5, through ``udpo diagnose``).
 
-Methods (:data:`METHODS`): ``standard_mad`` (the untrained team), ``mappo``, ``rmaac``, ``udpo`` and the
-ablations ``udpo_wo_intra``, ``udpo_wo_inter``, ``udpo_wo_sys``. Every trained method runs the same
-training recipe with the same seed, so it debates the same training questions in the same order for the
-same number of iterations, takes the same optimizer steps and is evaluated on the same held-out
-questions with the same ``eval_seed``; only the settings that define the method differ. Standard MAD is
-the iteration-0 evaluation: every method starts from the same adapters (LoRA's B = 0: the base model),
-evaluated on the same draws, so with ``shared_start`` (default) only the first trained method of each
-seed evaluates iteration 0; with ``shared_start: false`` every method does and compare checks that the
-debates agree. UDPO's warm-up calibration debates are the one extra cost, reported in the budget table.
+Methods (:data:`METHODS`): ``standard_mad`` (the untrained team), ``mappo``, ``rmaac``, ``udpo``, the
+ablations ``udpo_wo_intra``, ``udpo_wo_inter``, ``udpo_wo_sys``, and ``task_only``: UDPO's trainer on the
+plain correctness reward (:data:`TASK_ONLY`: alpha = beta = gamma = 0, lambda = 1 for every agent; eta as
+UDPO's). Every trained method runs the same training recipe with the same seed, so it debates the same
+training questions in the same order for the same number of iterations, takes the same optimizer steps and
+is evaluated on the same held-out questions with the same ``eval_seed``; only the settings that define the
+method differ (a method's own settings win over ``settings:``). Standard MAD is the iteration-0 evaluation:
+every method starts from the same adapters (LoRA's B = 0: the base model), evaluated on the same draws, so
+with ``shared_start`` (default) only the first trained method of each seed evaluates iteration 0; with
+``shared_start: false`` every method does and compare checks that the debates agree. UDPO's warm-up
+calibration debates are the one extra cost, reported in the budget table.
 
 Layout of ``output_dir``::
 
@@ -40,6 +42,9 @@ from udpo.analysis.results import PER_QUESTION_METRICS, eval_iterations, per_que
 from udpo.config import ConfigError, TrainConfig, apply_env, load_yaml, read_yaml, unknown_key_error
 from udpo.env.jsonl import write_json
 
+#: the correctness-reward baseline of UDPO's trainer (SPEC section 3): its reward coefficients, one value
+#: for every agent
+TASK_ONLY = {"alpha": [0.0], "beta": [0.0], "gamma": [0.0], "lambda_": [1.0]}
 #: method -> the training settings that define it (None: not trained)
 METHODS: dict[str, dict[str, Any] | None] = {
     "standard_mad": None,
@@ -49,6 +54,7 @@ METHODS: dict[str, dict[str, Any] | None] = {
     "udpo_wo_intra": {"algorithm": "udpo", "ablations": ["intra"]},
     "udpo_wo_inter": {"algorithm": "udpo", "ablations": ["inter"]},
     "udpo_wo_sys": {"algorithm": "udpo", "ablations": ["sys"]},
+    "task_only": {"algorithm": "udpo", "ablations": [], **TASK_ONLY},
 }
 #: settings that fix a run's budget and questions: one value for every method
 BUDGET_FIELDS = (
@@ -123,7 +129,8 @@ class CompareConfig:
         if not self.seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in self.seeds):
             raise ConfigError(f"seeds must be a non-empty list of integers, got {self.seeds}")
         for method, extra in self.method_settings.items():
-            fixed = [k for k in extra if k in BUDGET_FIELDS or k in ("algorithm", "ablations", "output_dir")]
+            defining = {"algorithm", "ablations", "output_dir", *(METHODS[method] or {})}
+            fixed = [k for k in extra if k in BUDGET_FIELDS or k in defining]
             if fixed:
                 raise ConfigError(
                     f"method_settings.{method} sets {fixed}: those fix the method or its budget and must be "

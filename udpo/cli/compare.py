@@ -1,5 +1,5 @@
-"""``udpo compare``: train Standard MAD, MAPPO, RMAAC, UDPO and its ablations on the same questions, budget
-and seeds, and tabulate them (udpo.analysis.compare)."""
+"""``udpo compare``: train Standard MAD, MAPPO, RMAAC, UDPO, its ablations and its correctness-reward baseline
+on the same questions, budget and seeds, and tabulate them (udpo.analysis.compare)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "compare",
         help="train several methods on the same budget and compare them",
         description="Train and evaluate the methods of a compare config (standard_mad, mappo, rmaac, udpo, "
-        "udpo_wo_intra, udpo_wo_inter, udpo_wo_sys) on the same questions, budget and seeds; write "
+        "udpo_wo_intra, udpo_wo_inter, udpo_wo_sys, task_only) on the same questions, budget and seeds; write "
         "OUTPUT_DIR/table.md and table.csv (accuracy, U_intra, U_inter, U_sys: mean over seeds and 95% "
         "interval), budget.csv and diagnosis/ (gains over Standard MAD by U_sys level). Runs that finished "
         "are kept; an interrupted one resumes from its latest checkpoint.",
