@@ -17,13 +17,14 @@ from udpo.env.protocols import Protocol, Stage
 from udpo.env.runs import run_to_folder
 from udpo.env.tasks.base import Question, Task
 from udpo.env.trajectory import Trajectory
-from udpo.rewards import debate_metrics, wrong_consensus
+from udpo.rewards import collapse_rate, debate_metrics, wrong_consensus
 
 
 def summarize(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
-    """n_questions, accuracy, the mean U_intra / U_inter / U_sys, the unparsed rate and the
-    consensus-on-wrong guard (``wrong_majority``, ``wrong_unanimous``: shares of debates ending with a
-    majority, or every agent, on a wrong answer) of a set of debates."""
+    """n_questions, accuracy, the mean U_intra / U_inter / U_sys, the unparsed rate, the collapse rate
+    (the share of agents whose answers were more than half unparsed, :func:`udpo.rewards.collapse_rate`)
+    and the consensus-on-wrong guard (``wrong_majority``, ``wrong_unanimous``: shares of debates ending
+    with a majority, or every agent, on a wrong answer) of a set of debates."""
     if not trajectories:
         return {
             "n_questions": 0,
@@ -38,6 +39,7 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
         "u_inter": float(np.mean(metrics.u_inter)),
         "u_sys": float(np.mean(metrics.u_sys)),
         "unparsed_rate": float(np.mean([a is None for t in trajectories for row in t.answers for a in row])),
+        "collapse_rate": collapse_rate([t.answers for t in trajectories]),
         "wrong_majority": float(np.mean([g.majority for g in guard])),
         "wrong_unanimous": float(np.mean([g.unanimous for g in guard])),
     }

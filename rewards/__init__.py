@@ -6,7 +6,8 @@ An answer matrix is N per-agent sequences of T+1 hashable answers (``None`` = un
 :func:`debate_metrics` on answer matrices, :func:`batch_uncertainty` on integer codes from
 :func:`encode_answers`, and :func:`agent_rewards` for each agent's UDPO reward. Warm-up calibration of
 per-agent coefficients: :func:`calibrate`; what coefficients pay for reference debates (unanimous wrong,
-correct split, all silent): :func:`reward_ordering`. Hallucination propagation (the DIGRA paper's woozle metrics
+correct split, all silent): :func:`reward_ordering`. Agents that stop answering: :func:`collapse_rate`. A
+reward that ignores the answer (a learning check's negative control): :func:`coin_rewards`. Hallucination propagation (the DIGRA paper's woozle metrics
 MA, MR, IMR, CR per round): :func:`woozle_metrics`. Statistics for diagnostics live in
 :mod:`udpo.rewards.statistics` (with AUROC and abstention scores). DiverseAgentEntropy (weighted answer
 entropy, abstention thresholds, self-consistency baselines, reward hooks):
@@ -17,6 +18,8 @@ entropy, abstention thresholds, self-consistency baselines, reward hooks):
 from .batch import DebateMetrics, agent_rewards, batch_uncertainty, debate_metrics
 from .calibration import BaseWeights, Calibration, calibrate, calibration_from_dict
 from .coding import NONE_CODE, AnswerCoder, check_answers, encode_answers
+from .coin import coin, coin_rewards
+from .collapse import COLLAPSE_THRESHOLD, agent_unparsed_rates, collapse_rate
 from .detection import DetectionScores, detection_scores
 from .diverse_agent_entropy import (
     LOOSE_THRESHOLD,
@@ -48,6 +51,7 @@ from .vote import majority_vote
 from .woozle import WoozleMetrics, correctness, read_flow, woozle_metrics
 
 __all__ = [
+    "COLLAPSE_THRESHOLD",
     "LOOSE_THRESHOLD",
     "NONE_CODE",
     "REFERENCE_DEBATES",
@@ -65,11 +69,15 @@ __all__ = [
     "WoozleMetrics",
     "WrongConsensus",
     "agent_rewards",
+    "agent_unparsed_rates",
     "agent_uncertainty",
     "batch_uncertainty",
     "calibrate",
     "calibration_from_dict",
     "check_answers",
+    "coin",
+    "coin_rewards",
+    "collapse_rate",
     "composite_uncertainty",
     "correctness",
     "dae_calibration_reward",

@@ -36,7 +36,7 @@ from torch import Tensor
 from udpo.algorithms.reward_functions import RewardFunction
 from udpo.config import ABLATIONS
 from udpo.env.trajectory import Trajectory
-from udpo.rewards import Calibration, agent_rewards, debate_metrics
+from udpo.rewards import Calibration, agent_rewards, coin_rewards, debate_metrics
 
 from .base import (
     Algorithm,
@@ -128,17 +128,30 @@ class Coefficients:
         return {k: list(getattr(self, k)) for k in ("alpha", "beta", "gamma", "lambda_", "eta")}
 
 
+def task_rewards(trajectories: Sequence[Trajectory], kind: str = "correct", seed: int = 0) -> np.ndarray:
+    """``r_task`` of each debate, [M]: ``correct``: whether its vote is right (the trajectory's ``correct``,
+    judged by its task); ``coin``: :func:`udpo.rewards.coin_rewards` of the run's ``seed``, which ignores
+    every answer (a learning check's negative control)."""
+    if kind == "coin":
+        return coin_rewards([t.question_id for t in trajectories], seed)
+    if kind != "correct":
+        raise ValueError(f"task_reward must be 'correct' or 'coin', got {kind!r}")
+    return np.array([float(t.correct) for t in trajectories])
+
+
 def compute_rewards(
     trajectories: Sequence[Trajectory],
     coefficients: Coefficients,
     scope: str = "trajectory",
     functions: Sequence[RewardFunction] = (),
+    task_reward: str = "correct",
+    seed: int = 0,
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Eq. 4 for every agent of every debate: ``r_i = alpha_i r_intra + beta_i r_inter + gamma_i r_sys
     + lambda_i r_task``, plus ``w_k f_k(tau, i)`` for each user reward function (udpo.algorithms.reward_functions).
 
     Returns rewards [M, N] and the terms ``r_intra, r_inter, r_sys`` ([M], or [M, N] with
-    ``scope="agent"``), ``r_task`` ([M]: the trajectory's ``correct``, judged by its task) and each
+    ``scope="agent"``), ``r_task`` ([M]: :func:`task_rewards` of ``task_reward`` and ``seed``) and each
     function's unweighted values ([M, N], under its ``module:function`` name).
     """
     if not trajectories:
@@ -150,7 +163,7 @@ def compute_rewards(
                 f"trajectory {k} (question {t.question_id}) has {t.n_agents} agents; coefficients have {n}"
             )
     metrics = debate_metrics([t.answers for t in trajectories])
-    metrics = replace(metrics, r_task=np.array([float(t.correct) for t in trajectories]))
+    metrics = replace(metrics, r_task=task_rewards(trajectories, task_reward, seed))
     c = coefficients
     r = agent_rewards(metrics, c.alpha, c.beta, c.gamma, c.lambda_, scope=scope)
     prefix = "agent_" if scope == "agent" else ""
@@ -190,7 +203,7 @@ class UDPOConfig(LossSettings):
 
 class UDPO(Algorithm):
     """The UDPO objective with agent-tailored coefficients (set ``coefficients`` after calibration).
-    scope, functions: of the rewards (:func:`compute_rewards`)."""
+    scope, functions, task_reward, seed: of the rewards (:func:`compute_rewards`)."""
 
     name = "udpo"
 
@@ -200,10 +213,13 @@ class UDPO(Algorithm):
         config: UDPOConfig | None = None,
         scope: str = "trajectory",
         functions: Sequence[RewardFunction] = (),
+        task_reward: str = "correct",
+        seed: int = 0,
     ):
         self.coefficients = coefficients
         self.config = config or UDPOConfig()
         self.scope, self.functions = scope, list(functions)
+        self.task_reward, self.seed = task_reward, seed
 
     @classmethod
     def from_config(
@@ -215,10 +231,14 @@ class UDPO(Algorithm):
             UDPOConfig(**loss_settings(config), ratio_level=config.ratio_level),
             scope=config.reward_scope,
             functions=reward_functions,
+            task_reward=config.task_reward,
+            seed=config.seed,
         )
 
     def rewards(self, trajectories: Sequence[Trajectory]) -> tuple[Tensor, dict[str, Tensor]]:
-        return compute_rewards(trajectories, self.coefficients, self.scope, self.functions)
+        return compute_rewards(
+            trajectories, self.coefficients, self.scope, self.functions, self.task_reward, self.seed
+        )
 
     def advantages(self, batch: RolloutBatch) -> Tensor:
         r = batch.rewards  # r_i(tau_m), eq. 4: [M, N]

@@ -303,6 +303,11 @@ class RewardArgs:
         "weighted by reward_weights and added to every r_i (see docs/training.md).",
     )
     reward_weights: list[float] = _f([], "One weight per reward_functions entry (default: 1 each).")
+    task_reward: Literal["correct", "coin"] = _f(
+        "correct",
+        "r_task: correct (the vote is right), or coin: a fixed coin per (seed, question, draw) that ignores "
+        "every answer, the negative control of a learning check (udpo.rewards.coin; udpo only).",
+    )
 
     def check(self) -> None:
         """The rules on these fields alone (ConfigError naming the field)."""

@@ -64,6 +64,7 @@ class TrainConfig(RunArgs, OptimizerArgs, AlgorithmArgs, RewardArgs, DebateArgs,
                 "ablations": self.ablations,
                 "reward_functions": self.reward_functions,
                 "ratio_level: token": self.ratio_level == "token",
+                "task_reward: coin": self.task_reward == "coin",
             }
             given = [name for name, on in udpo_only.items() if on]
             if given:
@@ -75,7 +76,7 @@ class TrainConfig(RunArgs, OptimizerArgs, AlgorithmArgs, RewardArgs, DebateArgs,
                 raise ConfigError(
                     f"algorithm: {self.algorithm} takes one eta (its KL weight), got {self.eta}"
                 )
-        if self.adversary_budget < 0 or self.adversary_budget >= max(n, 1):
+        if self.adversary_budget < 0 or (self.algorithm == "rmaac" and self.adversary_budget >= max(n, 1)):
             raise ConfigError(
                 f"adversary_budget must be in 0..n_agents-1 = 0..{n - 1}, got {self.adversary_budget}"
             )
