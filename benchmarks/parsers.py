@@ -24,11 +24,13 @@ from udpo.env.tasks.parsing import (
     normalize_number,
     parse_choice,
     parse_number_answer,
+    parse_text_answer,
 )
 
 PARSERS = {
     "parse_number_answer": parse_number_answer,
     "parse_choice": lambda t: parse_choice(t, "ABCDE"),
+    "parse_text_answer": parse_text_answer,
     "normalize_number": normalize_number,
     "canonical_number": canonical_number,
     "extract_numbers": extract_numbers,
@@ -41,7 +43,7 @@ PARSERS = {
     "builtin_corruption": lambda t: builtin_corruption(t, random.Random(0)),
 }
 PATTERNS = ["1,", "1", "1/", "-", "\\boxed{", "\\boxed{1}", "{", "(A)", "C)\n", "answer is ", " ", "\n", "!"]
-PATTERNS += ["a. ", "[1] ", "```x\n"]
+PATTERNS += ["a. ", "[1] ", "```x\n", "**", "a "]
 
 
 def best_of_three(call, text: str) -> float:

@@ -15,7 +15,7 @@ import udpo
 from udpo.algorithms.reward_functions import function_name, load_reward_functions
 from udpo.config import ConfigError, TrainConfig
 from udpo.env.tasks import Question, Task, get_task, register_task, task_names
-from udpo.env.tasks.custom import DatasetTask, normalize_text
+from udpo.env.tasks.custom import DatasetTask, infer_answer_format, normalize_text
 from udpo.env.tasks.data import DataError
 from udpo.training.callbacks import TrainerCallback, split_callbacks
 
@@ -87,7 +87,8 @@ def test_dataset_task_choice_and_text():
     )
     q = text.load("train")[0]
     assert q.gold == "paris" and text.parse("It is \\boxed{ PARIS }", q) == "paris"
-    assert text.parse("no box", q) is None and normalize_text("  New   York. ") == "new york"
+    assert text.parse("It might be Lyon or Paris, I am not sure at all", q) is None
+    assert normalize_text("  New   York. ") == "new york"
 
 
 def test_dataset_task_own_parser_and_instruction():
@@ -107,7 +108,11 @@ def test_dataset_task_own_parser_and_instruction():
     ("kwargs", "needle"),
     [
         ({"train": [{"question": "q"}]}, "record 0: no 'answer' field (fields: question)"),
-        ({"train": [{"question": "q", "answer": "seven"}]}, "is not a number"),
+        (
+            {"answer_format": "number", "train": [{"question": "q", "answer": "seven"}]},
+            "is not a number, as answer_format 'number' needs; pass answer_format=",
+        ),
+        ({"answer_format": "text", "train": [{"question": "q", "answer": "?!"}]}, "no letter or digit"),
         (
             {"train": [{"id": 1, "question": "q", "answer": 1}, {"id": 1, "question": "r", "answer": 2}]},
             "id '1'",
@@ -144,6 +149,8 @@ def test_datasets_dataset_records_and_a_task_as_train_dataset(tmp_path):
 
 
 def test_dataset_task_from_jsonl_and_template(tmp_path):
+    from udpo.api import _task_settings
+
     path = tmp_path / "train.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in TRAIN))
     template = DatasetTask("filed", answer_format="number")
@@ -152,9 +159,72 @@ def test_dataset_task_from_jsonl_and_template(tmp_path):
     task = template.with_splits(train=str(path), test=None)
     assert task.splits == ("train",) and len(task.load("train")) == len(TRAIN) and template.splits == ()
     with pytest.raises(ValueError, match="already holds records"):
-        task.with_splits(train=TRAIN)
+        _task_settings(udpo.UDPOConfig(output_dir=str(tmp_path)), task, TRAIN, None)
     with pytest.raises(ValueError, match="answer_format"):
         DatasetTask(answer_format="essay")
+
+
+#: a new user's first data set: one-word text answers
+COLOURS = [
+    {"question": f"Which colour do you get by mixing {x} and {y} paint?", "answer": gold}
+    for x, y, gold in [
+        ("blue", "yellow", "green"),
+        ("red", "yellow", "Orange"),
+        ("red", "blue", "purple"),
+        ("red", "white", "pink"),
+        ("black", "white", "grey"),
+        ("blue", "white", "light blue"),
+        ("red", "green", "brown"),
+        ("purple", "white", "lavender"),
+        ("red", "black", "maroon"),
+        ("yellow", "white", "cream"),
+    ]
+]
+
+
+def test_the_answer_format_is_inferred_from_the_gold_answers():
+    assert infer_answer_format(TRAIN) == "number" and infer_answer_format(COLOURS) == "text"
+    assert infer_answer_format([{"answer": 3}, {"answer": "3 apples"}]) == "text"
+    assert infer_answer_format([{"answer": True}]) == "text"  # a boolean is no number
+    assert infer_answer_format([{"answer": 1, "options": ["x", "y"]}, {"answer": 0}]) == "choice"
+    assert infer_answer_format(["not a record", {"question": "q"}]) == "number"  # left to the checks
+    mixed = DatasetTask(train=TRAIN, test=[{"question": "Name a colour.", "answer": "teal"}])
+    assert mixed.answer_format == "text" and mixed.load("train")[0].gold == "3"  # all splits decide
+    numbers = DatasetTask(train=TRAIN)
+    assert numbers.answer_format == "number" and numbers.with_splits(train=COLOURS).answer_format == "text"
+    with pytest.raises(DataError, match="answer 'green' is not a number.*answer_format="):
+        DatasetTask(answer_format="number").with_splits(train=COLOURS)
+    with pytest.raises(DataError, match="'options' must be a list.*answer_format 'choice'"):
+        DatasetTask(
+            train=[{"question": "q", "answer": 0, "options": ["a", "b"]}, {"question": "r", "answer": 1}]
+        )
+    template = DatasetTask()
+    assert template.answer_format is None
+    with pytest.raises(ValueError, match="no answer format yet"):
+        template.parse("\\boxed{1}", Question(id="q", text="q", gold="1"))
+
+
+def test_colour_questions_through_the_api_are_text_and_the_models_replies_are_read(tmp_path):
+    """Issue 40: ten colour-mixing rows given to the trainer as a new user would: the format is inferred
+    (text, not "answer 'green' is not a number") and SmolLM2's ways of answering parse to the gold."""
+    import dataclasses
+
+    from udpo.api import _task_settings
+
+    args = udpo.UDPOConfig(output_dir=str(tmp_path), n_agents=2, rounds=1, max_tokens=32)
+    config = dataclasses.replace(args, **_task_settings(args, None, COLOURS[:8], COLOURS[8:]))
+    task = get_task(config.task)  # as the trainer finds it (udpo.training.data.load_training_data)
+    assert task.answer_format == "text"
+    loaded = [*task.load(config.train_split), *task.load(config.eval_split)]
+    questions = {q.gold: q for q in loaded}
+    assert set(questions) == {normalize_text(r["answer"]) for r in COLOURS}
+    green, orange, light_blue = questions["green"], questions["orange"], questions["light blue"]
+    for reply in ("The answer is green.", "Mixing blue and yellow gives **green**.", "\\boxed{Green}"):
+        assert task.is_correct(task.parse(reply, green), green), reply
+    assert task.is_correct(task.parse("You get orange paint.\n\nOrange.", orange), orange)
+    assert task.is_correct(task.parse("The answer is a light blue, a pastel.", light_blue), light_blue)
+    assert not task.is_correct(task.parse("The answer is green.", orange), orange)
+    assert task.parse("When you mix them you get a nice colour for walls.", green) is None
 
 
 class Echo(Task):

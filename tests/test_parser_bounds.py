@@ -23,6 +23,7 @@ from udpo.env.tasks.parsing import (
     normalize_number,
     parse_choice,
     parse_number_answer,
+    parse_text_answer,
     reply_tail,
 )
 
@@ -44,6 +45,10 @@ def check_choice(result):
     assert result is None or result in "ABCDE"
 
 
+def check_text(result):
+    assert result is None or (isinstance(result, str) and result == result.strip() and result)
+
+
 def check_strings(result):
     assert isinstance(result, list) and all(isinstance(x, str) for x in result)
 
@@ -56,6 +61,7 @@ def check_split(result, text):
 PARSERS = {
     "parse_number_answer": (parse_number_answer, lambda r, t: check_number(r)),
     "parse_choice": (lambda t: parse_choice(t, "ABCDE"), lambda r, t: check_choice(r)),
+    "parse_text_answer": (parse_text_answer, lambda r, t: check_text(r)),
     "normalize_number": (normalize_number, lambda r, t: check_number(r)),
     "canonical_number": (canonical_number, lambda r, t: check_number(r)),
     "extract_numbers": (extract_numbers, lambda r, t: check_numbers(r)),
@@ -93,6 +99,8 @@ UNITS = [
     "C)\n",
     "answer is ",
     "Answer: ",
+    "**",
+    "a ",
     " ",
     "\n",
     "!",
@@ -160,6 +168,7 @@ def test_the_tail_keeps_the_final_answer_and_splits_no_number():
     filler = "word " * 10_000  # 50,000 characters before the answer
     assert parse_number_answer(filler + "so the answer is \\boxed{42}.") == "42"
     assert parse_choice(filler + "Answer: (C)", LETTERS[:5]) == "C"
+    assert parse_text_answer(filler + "The answer is green.") == "green"
     # the cut lands inside a number: the cut moves past it, so no partial number is read
     assert reply_tail("7" * 30_000 + " then 5 words") == "then 5 words"
     assert last_number("z" * 20_000 + "123456789" + "q" * 8_187) is None  # not "56789"

@@ -1,4 +1,4 @@
-"""Answer parsing: canonical numbers, boxed answers, option letters (env/tasks/parsing.py)."""
+"""Answer parsing: canonical numbers, boxed answers, option letters, short texts (env/tasks/parsing.py)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from udpo.env.tasks.parsing import (
     canonical_number,
     extract_numbers,
     normalize_number,
+    normalize_text,
     parse_choice,
     parse_number_answer,
+    parse_text_answer,
 )
 
 
@@ -274,3 +276,84 @@ def test_a_chain_of_slashes_is_read_number_by_number():
     assert extract_numbers("1/2/3") == extract_numbers("1 / 2 / 3") == ["1", "2", "3"]
     assert parse_number_answer("1/1/1/7") == parse_number_answer("1/1/7") == "7"
     assert parse_number_answer("so 1/7") == "0.142857"
+
+
+# Text answers: the forms a number is read in (box, "the answer is", a final line), for words.
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("The answer is green.", "green"),
+        ("Mixing blue and yellow gives **green**.", "green"),
+        ("\\boxed{Green}", "green"),
+        ("\\boxed{\\text{Light Green}}", "light green"),
+        ("\\boxed{x = \\boxed{rouge}}", "rouge"),  # a box in a box counts through the inner one
+        ("\\boxed{} and \\boxed{ . } so the answer is red.", "red"),  # boxes without a word are skipped
+        ("\\boxed{red}. The answer is blue.", "red"),  # a box outranks a marker
+        ("The answer is red. On reflection, the answer is **blue**.", "blue"),  # the last marker wins
+        ("Final answer: **Orange**\nI hope this helps!", "orange"),  # a marker outranks the last line
+        ("**Answer:** the Pacific Ocean", "pacific ocean"),
+        ("The answer would be purple, since red and blue make it.", "purple"),
+        ('The answer is "Green".', "green"),
+        ("answer = teal", "teal"),
+        ("The answer is 3.5 litres.", "3.5 litres"),
+        ("The answer isn't obvious to me here.", None),  # no marker ("isn't"), and prose, not a line
+        ("The answer is that it depends on the pigments you use.", None),  # more than six words
+        ("Step 1: mix them.\n\nPurple", "purple"),
+        ("Green.", "green"),
+        ("Red and blue make a colour I cannot name right now.", None),
+        ("**Step 1:** mix the paints\nthen look closely at what you get", None),
+        ("Final answer:", None),
+        ("---", None),
+        ("", None),
+        ("  \n\t ", None),
+        ("\uff27\uff32\uff25\uff25\uff2e", "green"),  # full-width letters
+        ("Die Farbe ist **Gr\u00fcn**.", "gr\u00fcn"),
+        ("Answer: STRASSE", "strasse"),
+        ("\u00bbStra\u00dfe\u00ab", "strasse"),  # German quotes; sharp s case-folds to ss
+    ],
+)
+def test_parse_text_answer(text, expected):
+    assert parse_text_answer(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("  New   York. ", "new york"),
+        ("The Beatles", "beatles"),
+        ("an apple", "apple"),
+        ("a", "a"),  # an article alone is kept
+        ("the the", "the"),
+        ("'Green'!", "green"),
+        ("**blue-green**", "blue-green"),
+        ("3.5", "3.5"),
+        ("\ufb01sh", "fish"),  # a ligature
+        ("\u201cgreen\u201d", "green"),
+        ("...", ""),
+    ],
+)
+def test_normalize_text(text, expected):
+    assert normalize_text(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\\boxed{" * 3000 + "green" + "}" * 3000,
+        "{" * 50_000 + "}" * 50_000 + "\nThe answer is green.",
+        "answer is " * 50_000 + "\n**green**",
+        "word " * 20_000 + "so the answer is \\boxed{\\text{Green}}.",
+        "**" * 50_000 + "\nThe answer is green.",
+    ],
+)
+def test_text_answers_after_degenerate_output(text):
+    """Long and nested inputs: the answer at the end is read, quickly (test_parser_bounds holds the time)."""
+    assert parse_text_answer(text) == "green"
+
+
+def test_normalize_text_is_linear():
+    """Articles are dropped in one pass: a megabyte of "a a a ..." is not quadratic."""
+    assert normalize_text("a " * 500_000 + "green") == "green"
+    assert normalize_text("the " * 250_000) == "the"

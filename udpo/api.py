@@ -70,10 +70,10 @@ class UDPOTrainer(Trainer):
         object, vllm loads the weights from ``name_or_path``). Default: ``args.model``.
     args: a :class:`UDPOConfig` (or any ``TrainConfig``); default ``UDPOConfig()``.
     train_dataset, eval_dataset: your questions, as a list of dicts, a ``datasets.Dataset`` or a JSONL
-        path, each record with ``question`` and ``answer`` (numeric answers by default; pass
-        ``task=DatasetTask(answer_format="choice" | "text", parse=..., ...)`` for others), or a Task
-        object as ``train_dataset`` (its splits ``args.train_split`` / ``args.eval_split``). Without them
-        the questions come from ``task`` or ``args.task``.
+        path, each record with ``question`` and ``answer`` (the answer format inferred from them: options
+        make it choice, numbers number, anything else text; ``task=DatasetTask(answer_format=...,
+        parse=..., ...)`` chooses), or a Task object as ``train_dataset`` (its splits ``args.train_split``
+        / ``args.eval_split``). Without them the questions come from ``task`` or ``args.task``.
     task: a Task object (a :class:`~udpo.env.tasks.custom.DatasetTask`, with or without records, or your
         subclass of :class:`~udpo.env.tasks.Task`) or a task name; registered under ``task.name`` so
         recipes and config.json name it.
@@ -157,6 +157,11 @@ def _task_settings(
             raise TypeError(
                 "train_dataset needs task=None or a DatasetTask (answer format, parser); "
                 f"{type(task).__name__} loads its own questions"
+            )
+        if task.splits:
+            raise ValueError(
+                f"task {task.name} already holds records ({', '.join(task.splits)}); give the data once, "
+                f"to the task or to the trainer"
             )
         task = task.with_splits(train=train, test=evaluation)
     if task is None:

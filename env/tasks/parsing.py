@@ -1,4 +1,4 @@
-"""From model text to normalized answers: numbers, ``\\boxed{...}`` contents, option letters.
+"""From model text to normalized answers: numbers, ``\\boxed{...}`` contents, option letters, short texts.
 
 Every parser returns a normalized string or ``None`` (docs/tasks.md, "Answers"; docs/metrics.md, "The answer
 matrix"):
@@ -8,6 +8,9 @@ matrix"):
   agree to 6 decimals therefore give the same string, so string equality is numeric comparison
   with a 1e-6 tolerance, and answers hash and serialize consistently.
 - option letters are single upper-case letters "A".."Z".
+- text answers (``parse_text_answer``) are short phrases through ``normalize_text``: NFKC, case-folded,
+  spaces collapsed, the punctuation, quotes, brackets and markdown around them and a leading English
+  article dropped ("The Answer: **Green**." and "green" give the same string).
 
 Model output can be any length (a server behind the openai backend can send megabytes), so the time
 of a parse is bounded: a reply is read from a *boundary* at or before its last ``MAX_REPLY_CHARS``
@@ -22,6 +25,7 @@ from __future__ import annotations
 import bisect
 import re
 import string
+import unicodedata
 from collections.abc import Sequence
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
@@ -424,11 +428,13 @@ def parse_number_answer(text: str) -> str | None:
     return _last_number(window, start)
 
 
-# "answer is C", "Answer: (C)", "**Final answer:** C", "the answer would be C."
-_MARKED_LETTER_RE = re.compile(  # one quantifier per gap, so long runs of spaces cannot backtrack badly
+# "answer is", "Answer:", "**Final answer:**", "the answer would be": what precedes a marked answer
+_ANSWER_IS = (  # one quantifier per gap, so long runs of spaces cannot backtrack badly
     rf"(?i:\banswer)[*\s]{{0,{_GAP}}}(?:(?i:is|would\s{{1,{_GAP}}}be|should\s{{1,{_GAP}}}be|must\s{{1,{_GAP}}}be)|:|=)"
-    rf"[*\s:]{{0,{_GAP}}}\(?([A-Z])\)?(?![\w'])"
+    rf"[*\s:]{{0,{_GAP}}}"
 )
+# "answer is C", "Answer: (C)", "**Final answer:** C", "the answer would be C."
+_MARKED_LETTER_RE = re.compile(_ANSWER_IS + r"\(?([A-Z])\)?(?![\w'])")
 # "(C)" not glued to a word, or "C)" opening a line (how small models often answer: "C) mall")
 _PAREN_LETTER_RE = re.compile(rf"(?<!\w)\(([A-Z])\)|^[ \t*]{{0,{_GAP}}}([A-Z])\)", re.MULTILINE)
 _LONE_LETTER_RE = re.compile(r"\(?([A-Z])\)?[.)]?")  # the whole reply, padding aside, is one letter
@@ -486,3 +492,82 @@ def _strip_box(content: str) -> str:
 def _clean_latex(text: str) -> str:
     text = _LATEX_WRAPPER_RE.sub(r"\1", text)
     return _LATEX_SPACE_RE.sub("", text.replace("{,}", ","))
+
+
+#: the most words of a marked or emphasized text answer ("the answer is ...", ``**...**``); more is prose
+MAX_ANSWER_WORDS = 6
+#: the most words of a final line read as the answer when nothing marks one ("Green.")
+MAX_LINE_WORDS = 3
+#: the most characters read after an answer marker or inside ``**...**``
+_MAX_PHRASE_CHARS = 120
+# the phrase after "answer is" (a look-ahead, so a marker inside it is found too); not "answer isn't"
+_MARKED_TEXT_RE = re.compile(_ANSWER_IS + rf"(?<![\w'])(?=([^\n]{{1,{_MAX_PHRASE_CHARS}}}))")
+# where a marked phrase ends: sentence punctuation before a space or the end, or closing bold
+_PHRASE_END_RE = re.compile(r"[.!?;,:](?=\s|$)|\*\*")
+_BOLD_RE = re.compile(rf"\*\*([^*\n]{{1,{_MAX_PHRASE_CHARS}}})\*\*")
+_WORD_RE = re.compile(r"\w")
+_ARTICLES = ("a", "an", "the")
+#: what surrounds a text answer without being part of it: spaces, punctuation, quotes, brackets, markdown
+_TEXT_EDGES = " .,;:!?*_`\"'()[]{}<>\u00ab\u00bb\u201c\u201d\u2018\u2019\u201e"
+
+
+def normalize_text(text: str) -> str:
+    """``text`` as a text answer is compared: NFKC-normalized (full-width letters, ligatures), case-folded,
+    runs of spaces made one, the punctuation, quotes, brackets and markdown (``*``, ``_``, backticks)
+    around it dropped, and leading articles (a, an, the) dropped while words follow them. "The **Green**."
+    and "green" both give "green"; inner punctuation stays ("blue-green", "3.5")."""
+    folded = unicodedata.normalize("NFKC", text).casefold()
+    words = " ".join(folded.split()).strip(_TEXT_EDGES).split(" ")
+    first = 0
+    while first < len(words) - 1 and words[first] in _ARTICLES:  # "the 'Green'", "a the green": "green"
+        first += 1
+    return " ".join(words[first:]).strip(_TEXT_EDGES)
+
+
+def parse_text_answer(text: str) -> str | None:
+    """The short text answer stated in ``text``, through :func:`normalize_text`, or None.
+
+    Tiers, the first that yields an answer wins; within a tier the last occurrence wins:
+
+    1. the last ``\\boxed{...}`` with a word in it (``\\boxed{\\text{Green}}`` reads "green");
+    2. a marked answer: "the answer is green", "Final answer: **green**", "answer = green", up to the
+       end of its sentence or clause (".", ",", ";", "!", "?" or ":" before a space, closing ``**``, the
+       line's end) and at most ``MAX_ANSWER_WORDS`` words;
+    3. a bold phrase ``**green**`` of at most ``MAX_ANSWER_WORDS`` words in the reply's last line
+       ("Mixing blue and yellow gives **green**.");
+    4. the last line itself when it has at most ``MAX_LINE_WORDS`` words and does not end with ":"
+       (a reply that ends "Green." or is just "green").
+
+    An answer needs a letter or digit. Only the reply's tail is read (``reply_tail``), and every
+    pattern reads at most a bounded phrase per marker, so a parse stays linear in the tail.
+    """
+    window, start = _window(text)
+    for content in reversed(_boxed_contents(window, start)):
+        answer = _text_answer(content, words=None)
+        if answer is not None:
+            return answer
+    for m in reversed(list(_MARKED_TEXT_RE.finditer(window, start))):
+        phrase = m.group(1)
+        end = _PHRASE_END_RE.search(phrase)
+        answer = _text_answer(phrase[: end.start()] if end else phrase, words=MAX_ANSWER_WORDS)
+        if answer is not None:
+            return answer
+    tail = window[start:].rstrip()
+    last_line = tail[tail.rfind("\n") + 1 :]
+    for m in reversed(list(_BOLD_RE.finditer(last_line))):
+        answer = _text_answer(m.group(1), words=MAX_ANSWER_WORDS)
+        if answer is not None:
+            return answer
+    if last_line.endswith(":"):
+        return None
+    return _text_answer(last_line, words=MAX_LINE_WORDS)
+
+
+def _text_answer(phrase: str, words: int | None) -> str | None:
+    """``phrase`` normalized (LaTeX wrappers read first) when it holds a word character and, unless
+    ``words`` is None, at most ``words`` words (as written, articles counted) and ``_MAX_PHRASE_CHARS``
+    characters; else None."""
+    if words is not None and (len(phrase) > _MAX_PHRASE_CHARS or len(phrase.split()) > words):
+        return None
+    answer = normalize_text(_clean_latex(phrase))
+    return answer if _WORD_RE.search(answer) else None
