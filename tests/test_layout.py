@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_top_level_holds_the_entry_points_and_packages():
     modules = sorted(p.stem for p in (ROOT / "udpo").glob("*.py"))
     packages = sorted(p.name for p in (ROOT / "udpo").iterdir() if (p / "__init__.py").is_file())
-    assert modules == ["__init__", "_compat", "api", "threads"]
+    assert modules == ["__init__", "_compat", "api", "pretrained", "threads"]
     assert packages == ["algorithms", "analysis", "cli", "config", "training"]
 
 

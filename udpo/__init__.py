@@ -5,6 +5,7 @@ The public API (imported on first use, so ``import udpo`` stays light)::
     from udpo import UDPOConfig, UDPOTrainer            # train a team (also MAPPOConfig, RMAACConfig)
     from udpo import DatasetTask, Task, register_task   # your own questions, prompt and parser
     from udpo import TrainerCallback                    # hooks into the training loop
+    from udpo import Team                               # load a trained team, debate, evaluate, save
 
 See docs/library.md.
 """
@@ -32,6 +33,7 @@ _EXPORTS = {
     "Question": "udpo.env.tasks",
     "register_task": "udpo.env.tasks",
     "Trajectory": "udpo.env.trajectory",
+    "Team": "udpo.pretrained",
 }
 __all__ = [
     "DatasetTask",
@@ -39,6 +41,7 @@ __all__ = [
     "Question",
     "RMAACConfig",
     "Task",
+    "Team",
     "TrainerCallback",
     "Trajectory",
     "UDPOConfig",
@@ -52,6 +55,7 @@ if TYPE_CHECKING:
     from udpo.env.tasks import Question, Task, register_task
     from udpo.env.tasks.custom import DatasetTask
     from udpo.env.trajectory import Trajectory
+    from udpo.pretrained import Team
     from udpo.training.callbacks import TrainerCallback
 
 

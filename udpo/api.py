@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from udpo.algorithms.reward_functions import RewardFn, load_reward_functions
 from udpo.config import TrainConfig, _f
@@ -35,6 +35,9 @@ from udpo.env.tasks import Task, register_task
 from udpo.env.tasks.custom import DatasetTask, Records
 from udpo.training.callbacks import EvalCallback, TrainerCallback
 from udpo.training.trainer import Trainer
+
+if TYPE_CHECKING:
+    from udpo.pretrained import Team
 
 __all__ = ["MAPPOConfig", "RMAACConfig", "UDPOConfig", "UDPOTrainer"]
 
@@ -136,6 +139,14 @@ class UDPOTrainer(Trainer):
             lora=lora,
             reward_functions=rewards,
         )
+
+    @property
+    def team(self) -> Team:
+        """The team being trained, its adapters as they are now, as a :class:`udpo.Team`:
+        ``trainer.team.debate(...)``, ``.evaluate(...)``, ``.save_pretrained(folder)``."""
+        from udpo.pretrained import Team
+
+        return Team.from_trainer(self)
 
 
 def _task_settings(

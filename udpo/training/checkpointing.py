@@ -9,7 +9,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from udpo.env.jsonl import write_json
 from udpo.training import checkpoint_store as ckpt
@@ -125,18 +125,22 @@ def save(trainer: Trainer, iteration: int) -> Path:
     return final
 
 
+def team_settings(t: Trainer) -> dict[str, Any]:
+    """What team.json records of a run besides its adapters and iteration: the task's name, each agent's
+    profile and the debate settings the team trains with (``task``, ``profiles``, ``debate`` of
+    :func:`~udpo.training.team.save_team`)."""
+    cfg = t.config
+    return {
+        "task": cfg.task,
+        "profiles": [s.profile for s in t.rollouts.agent_specs()],
+        "debate": {key: getattr(cfg, key) for key in DEBATE_SETTINGS},
+    }
+
+
 def _write_team(t: Trainer, staging: Path, iteration: int) -> None:
     """The team (manifest and adapters) and, with a lagged reference, its snapshots (main process)."""
-    cfg = t.config
-    save_team(
-        t.policy,
-        staging,
-        cfg.task,
-        [s.profile for s in t.rollouts.agent_specs()],
-        iteration,
-        debate={key: getattr(cfg, key) for key in DEBATE_SETTINGS},
-    )
-    if cfg.reference == "lagged":
+    save_team(t.policy, staging, iteration=iteration, **team_settings(t))
+    if t.config.reference == "lagged":
         t.policy.save_adapters(staging / "reference", reference=True)
 
 
