@@ -1,4 +1,5 @@
-"""Shared fixtures: the real model is resolved (and converted) once per test session."""
+"""Shared fixtures: the real model is resolved (and converted) once per test session; the suite's tiers
+and time budget are checked by the plugin in ``suite_guards.py``."""
 
 from __future__ import annotations
 
@@ -8,6 +9,9 @@ import pytest
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+#: the suite's tiers and per-file time budget (tests/suite_guards.py)
+pytest_plugins = ["suite_guards"]
 
 THREADS = None  # torch's intra-op threads for this session, chosen in pytest_configure
 
@@ -47,6 +51,24 @@ def model_path() -> str:
 
 
 @pytest.fixture(scope="session")
+def tokenizer_path(weightless_cache) -> str:
+    """The default model's folder without its weights: config and tokenizer (what a tiny model needs)."""
+    from udpo.env.models import DEFAULT_MODEL
+
+    return str(weightless_cache / "models" / DEFAULT_MODEL)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tokenizer_path, tmp_path_factory) -> str:
+    """A tiny random Llama (2 layers, hidden 32) with the real tokenizer, as a model folder: the trainer,
+    rollout and checkpoint machinery of the real model at a fraction of its cost. Its weights (std 0.3)
+    make greedy decoding say different things to different prompts; it never answers right."""
+    from tiny_models import build_tiny_llama
+
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny_model"), tokenizer_path, initializer_range=0.3)
+
+
+@pytest.fixture(scope="session")
 def hf_backend(model_path):
     """One HF backend on the real model for the whole session, in fp32: the exactness tests (padding,
     batching, log-probs against a forward pass) compare to 1e-4, below bf16's resolution."""
@@ -77,32 +99,3 @@ def lora_adapters(model_path, tmp_path_factory) -> dict[str, str]:
         peft_model.save_pretrained(paths[name])
         model = peft_model.unload()  # the plain base model again, for the next adapter
     return paths
-
-
-# vLLM engines on CPU reserve their KV cache up front: 1 GiB each keeps the offline engine and the
-# server (both alive for the session) small beside the training tests.
-VLLM_TEST_OPTIONS = {"max_loras": 4, "max_lora_rank": 16, "kv_cache_gib": 1.0, "max_model_len": 2048}
-
-
-@pytest.fixture(scope="session")
-def vllm_backend(model_path):
-    """One offline vLLM engine (LoRA enabled, 4 adapters per batch) for the whole session."""
-    pytest.importorskip("vllm")
-    from udpo.env.backends.vllm import VLLMBackend
-
-    backend = VLLMBackend(model=model_path, **VLLM_TEST_OPTIONS)
-    yield backend
-    backend.close()
-
-
-@pytest.fixture(scope="session")
-def vllm_server(model_path) -> str:
-    """The OpenAI base URL of a local vLLM server (LoRA enabled, runtime adapter loading allowed),
-    started once per session on a free port and terminated at the end."""
-    pytest.importorskip("vllm")
-    from udpo.env.backends.vllm_server import VLLMServer
-
-    server = VLLMServer(model=model_path, served_model_name="smollm2", **VLLM_TEST_OPTIONS)
-    server.start()
-    yield server.url
-    server.stop()

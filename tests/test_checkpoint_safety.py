@@ -138,7 +138,7 @@ def test_a_pickled_rng_state_is_refused_unopened(tmp_path):
     assert not marker.exists()
 
 
-def test_the_trainer_refuses_a_pickled_checkpoint_before_any_model_loads(model_path, tmp_path, monkeypatch):
+def test_the_trainer_refuses_a_pickled_checkpoint_before_any_model_loads(tokenizer_path, tmp_path, monkeypatch):
     """Through the trainer: ``resume`` of a checkpoint whose rng state is a crafted pickle."""
     from train_helpers import tiny_config
     from transformers import AutoModelForCausalLM
@@ -153,7 +153,7 @@ def test_the_trainer_refuses_a_pickled_checkpoint_before_any_model_loads(model_p
     (folder / "rng.json").unlink()
     (folder / "rng.pt").write_bytes(malicious_pickle(marker))
     with pytest.raises(ckpt.CheckpointError, match=r"rng\.pt is a pickle file") as e:
-        Trainer(tiny_config(model_path, folder.parents[1], resume=str(folder)))
+        Trainer(tiny_config(tokenizer_path, folder.parents[1], resume=str(folder)))
     assert "\n" not in str(e.value)
     assert not marker.exists()
 
@@ -298,7 +298,7 @@ def test_state_that_does_not_fit_the_run_is_named_before_loading(tmp_path, name)
 
 
 @pytest.mark.parametrize("name", ["both moments transposed", "lr text", "last_epoch text"])
-def test_the_trainer_refuses_a_misfit_state_before_any_model_loads(model_path, tmp_path, monkeypatch, name):
+def test_the_trainer_refuses_a_misfit_state_before_any_model_loads(tokenizer_path, tmp_path, monkeypatch, name):
     """The three cases of issue 26: before, ``--resume`` debated, then failed at the first optimizer
     step with a traceback naming no file."""
     from train_helpers import tiny_config
@@ -313,7 +313,7 @@ def test_the_trainer_refuses_a_misfit_state_before_any_model_loads(model_path, t
     stem, change, needle = MISFITS[name]
     edit_state(folder, stem, change)
     with pytest.raises(ckpt.CheckpointError, match=re.escape(needle)):
-        Trainer(tiny_config(model_path, folder.parents[1], resume=str(folder)))
+        Trainer(tiny_config(tokenizer_path, folder.parents[1], resume=str(folder)))
 
 
 def test_against_the_live_optimizer_each_parameter_is_compared_in_order(tmp_path):

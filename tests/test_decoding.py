@@ -16,8 +16,8 @@ from udpo.training.policy import LoraSettings, MultiAgentPolicy
 
 
 @pytest.fixture(scope="module")
-def policy(model_path, tmp_path_factory) -> MultiAgentPolicy:
-    tiny = build_tiny_llama(tmp_path_factory.mktemp("tiny"), model_path, initializer_range=0.3)
+def policy(tokenizer_path, tmp_path_factory) -> MultiAgentPolicy:
+    tiny = build_tiny_llama(tmp_path_factory.mktemp("tiny"), tokenizer_path, initializer_range=0.3)
     policy = MultiAgentPolicy(tiny, n_agents=3, lora=LoraSettings(r=4, alpha=8), dtype="fp32")
     perturb_adapters(policy, std=0.3)
     return policy

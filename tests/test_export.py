@@ -135,30 +135,6 @@ def test_shared_adapter_exports_one_adapter(tiny_path, tmp_path):
     assert [p.name for p in (tmp_path / "out" / "adapters").iterdir()] == ["shared"]
 
 
-@pytest.mark.slow
-@pytest.mark.vllm
-def test_vllm_serves_an_exported_adapter(model_path, vllm_backend, tmp_path):
-    """An adapter trained in MultiAgentPolicy and exported loads in vLLM as a LoRARequest and gives the
-    policy's log-probs (vLLM runs the bf16 checkpoint, the policy fp32: agreement within bf16 rounding)."""
-    from udpo.env.backends.base import ChatRequest, SamplingParams
-
-    policy = MultiAgentPolicy(model_path, n_agents=1, dtype="fp32")
-    perturb_adapters(policy, std=0.02)
-    save_team(policy, tmp_path / "ckpt")
-    team = export_team(tmp_path / "ckpt", tmp_path / "out")
-    names = team.register(vllm_backend)
-    assert names == ["agent_0"]
-    messages = [{"role": "user", "content": "What is 12 + 30?"}]
-    (c,) = vllm_backend.generate(
-        [ChatRequest(messages, SamplingParams(0.0, max_tokens=16), adapter="agent_0")]
-    )
-    assert len(c.completion_ids) > 3
-    ours = policy.token_logprobs(0, [c.prompt_ids], [c.completion_ids])[0].detach()
-    base = torch.tensor(vllm_backend.completion_logprobs(c.prompt_ids, c.completion_ids))
-    assert (ours - torch.tensor(c.logprobs)).abs().mean() < 0.1
-    assert (base - torch.tensor(c.logprobs)).abs().mean() > 0.01  # the adapter really is applied
-
-
 def listing(folder):
     return sorted(
         (str(p.relative_to(folder)), p.read_bytes() if p.is_file() else None) for p in folder.rglob("*")

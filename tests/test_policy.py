@@ -25,13 +25,13 @@ COMPLETIONS = [[2683, 314, 253], [19], [30, 31, 32, 33, 34, 35]]
 
 
 @pytest.fixture(scope="module")
-def tiny_path(model_path, tmp_path_factory) -> str:
-    return build_tiny_llama(tmp_path_factory.mktemp("tiny"), model_path)
+def tiny_path(tokenizer_path, tmp_path_factory) -> str:
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny"), tokenizer_path)
 
 
 @pytest.fixture(scope="module")
-def tiny_b_path(model_path, tmp_path_factory) -> str:
-    return build_tiny_llama(tmp_path_factory.mktemp("tiny_b"), model_path, seed=1)
+def tiny_b_path(tokenizer_path, tmp_path_factory) -> str:
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny_b"), tokenizer_path, seed=1)
 
 
 def tiny_policy(path, n_agents=3, **kw) -> MultiAgentPolicy:
@@ -348,17 +348,19 @@ def test_fill_behavior_logprobs(tiny_path):
     assert all(torch.equal(a, b) for a, b in zip(stored, behavior, strict=True))
 
 
-# real model: the ratio starts at 1, and the full UDPO loss trains one adapter ------------------------------
+# sampled debates: the ratio starts at 1, and the full UDPO loss trains one adapter ----------------------------
 @pytest.fixture(scope="module")
-def real_policy(model_path):
-    policy = MultiAgentPolicy(model_path, n_agents=2, dtype="fp32")
+def real_policy(tiny_model):
+    """The tiny model (std 0.3: varied replies) in fp32 with perturbed adapters: the same sampling, chat
+    templates and log-prob paths as the real model, at a fraction of the time."""
+    policy = MultiAgentPolicy(tiny_model, n_agents=2, dtype="fp32")
     perturb_adapters(policy, std=0.01)
     return policy
 
 
 @pytest.fixture(scope="module")
 def real_debates(real_policy):
-    """Two real debates (2 agents, 1 round) sampled by the policy's own backend, each agent with its adapter."""
+    """Two debates (2 agents, 1 round) sampled by the policy's own backend, each agent with its adapter."""
     task = get_task("arithmetic")
     config = DebateConfig(
         n_agents=2,
@@ -370,7 +372,6 @@ def real_debates(real_policy):
     return DebateEnv(task, backend, config).run(task.load("train", limit=2), progress=False)
 
 
-@pytest.mark.slow
 def test_logprobs_match_backend_behavior_logprobs(real_policy, real_debates):
     """Recomputed log-probs of the sampled tokens (at the sampling temperature) equal the backend's behavior
     log-probs: rho starts at 1."""
@@ -389,7 +390,6 @@ def test_logprobs_match_backend_behavior_logprobs(real_policy, real_debates):
                 assert abs(torch.exp(lp.detach().sum() - behavior.sum()).item() - 1) < 2e-3
 
 
-@pytest.mark.slow
 def test_real_logprobs_are_log_softmax_of_logits_over_temperature(real_policy, real_debates):
     """Current and reference log-probs of real debate turns (rounds packed into one row where the chat
     history is a token-exact prefix) equal log_softmax(logits / T) of a plain forward pass, by hand."""
@@ -425,7 +425,6 @@ def test_real_logprobs_are_log_softmax_of_logits_over_temperature(real_policy, r
     assert packed > 0, "no agent's rounds shared a row: the packed path went untested"
 
 
-@pytest.mark.slow
 def test_udpo_update_on_a_real_debate_moves_only_that_agent(real_policy, real_debates):
     coefficients = Coefficients.uniform(2, eta=1.0)  # a real KL to the base model: gradients for sure
     rewards, terms = compute_rewards(real_debates, coefficients)

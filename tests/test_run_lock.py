@@ -73,18 +73,18 @@ def test_a_killed_holder_leaves_no_stale_lock(held):
     assert subprocess.run([sys.executable, "-c", probe, str(run_dir)]).returncode == 0
 
 
-def test_the_trainer_refuses_a_locked_run_dir_before_loading_anything(held, model_path):
+def test_the_trainer_refuses_a_locked_run_dir_before_loading_anything(held, tokenizer_path):
     from udpo.training.trainer import Trainer
 
     run_dir, proc = held
     with pytest.raises(RunBusyError, match=f"pid {proc.pid}"):
-        Trainer(tiny_config(model_path, run_dir))
+        Trainer(tiny_config(tokenizer_path, run_dir))
     assert sorted(p.name for p in run_dir.iterdir()) == [run_lock.LOCK_FILE]  # nothing written
 
 
-def test_train_udpo_exits_with_the_holder_named(held, model_path, tmp_path):
+def test_train_udpo_exits_with_the_holder_named(held, tokenizer_path, tmp_path):
     run_dir, proc = held
-    run = start(write_recipe(tmp_path / "recipe.yaml", model_path), "--output_dir", str(run_dir))
+    run = start(write_recipe(tmp_path / "recipe.yaml", tokenizer_path), "--output_dir", str(run_dir))
     output, _ = run.communicate(timeout=300)
     assert run.returncode != 0
     assert f"being written by another process (pid {proc.pid} on " in output and "--resume latest" in output

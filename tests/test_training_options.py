@@ -17,8 +17,8 @@ from udpo.training.trainer import Trainer
 
 
 @pytest.fixture(scope="module")
-def tiny_path(model_path, tmp_path_factory) -> str:
-    return build_tiny_llama(tmp_path_factory.mktemp("tiny"), model_path)
+def tiny_path(tokenizer_path, tmp_path_factory) -> str:
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny"), tokenizer_path)
 
 
 def run(config) -> tuple[list[dict], dict[str, dict]]:
