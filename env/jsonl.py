@@ -1,5 +1,5 @@
 """The one reader of JSON Lines files (task data and trajectory files alike), and the one atomic writer
-of JSON and text files (:func:`write_json`, :func:`write_text_atomic`).
+of JSON, text and binary files (:func:`write_json`, :func:`write_text_atomic`, :func:`write_bytes_atomic`).
 
 One JSON object per line, UTF-8 (a byte-order mark is accepted), blank lines skipped. Every error
 names the file and the line: invalid UTF-8, invalid JSON, nesting too deep for the decoder, a value
@@ -110,9 +110,9 @@ def _last_line_start(fh, block: int = 1 << 16) -> int:
     return 0
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Replace ``path`` with ``text`` (UTF-8) atomically: a temporary file in the same folder (named for
-    this process, so two processes never share one) is written, flushed and fsynced, then renamed over
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically: a temporary file in the same folder (named for this
+    process, so two processes never share one) is written, flushed and fsynced, then renamed over
     ``path`` (``os.replace``), so the new content is on disk before the name points at it. The folder is
     created when missing; a failed write leaves ``path`` as it was and no temporary file behind. (The
     rename itself is made durable by fsyncing the folder, which callers that need it do:
@@ -121,13 +121,18 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with open(tmp, "wb") as fh:
+            fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Replace ``path`` with ``text`` (UTF-8) atomically (:func:`write_bytes_atomic`)."""
+    write_bytes_atomic(path, text.encode("utf-8"))
 
 
 def write_json(path: str | os.PathLike, data: Any) -> None:

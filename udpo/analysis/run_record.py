@@ -1,0 +1,164 @@
+"""The record of a finished training run that a study commits: everything its tables and figures are
+built from, compressed, without the run folder (checkpoints, adapters and training debates stay on the
+machine that trained).
+
+A record is a folder (``udpo study`` writes ``<results_dir>/runs/<method>_seed<s>/`` as each run finishes)::
+
+    evals.jsonl.gz      every held-out evaluation's debates, one per line (its iteration in ``meta``): question
+                        id and text, gold, each agent's response text and parsed answer per round, the vote,
+                        correct; a trajectory file without prompts, token ids or log-probs
+    metrics.jsonl.gz    the run's metrics.jsonl as it is
+    calibration.json    the run's reward coefficients and their ordering report (when the run wrote one)
+    run.json            method, seed, the evaluated iterations, the budget the run spent and its config;
+                        written last, so a folder without it is an unfinished record
+
+The gzip files carry no time stamp: writing the record of the same run twice gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from udpo.analysis.results import eval_folder, eval_iterations
+from udpo.env.jsonl import iter_jsonl_lines, write_bytes_atomic, write_json
+from udpo.env.trajectory import Trajectory, read_trajectories, validate_record
+
+EVALS = "evals.jsonl.gz"
+METRICS = "metrics.jsonl.gz"
+CALIBRATION = "calibration.json"
+RUN = "run.json"
+#: the keys of a debate's ``meta`` a record keeps (``rounds_run``: how far an early-stopped debate went)
+KEPT_META = ("rounds_run",)
+
+
+def record_name(method: str, seed: int) -> str:
+    return f"{method}_seed{seed}"
+
+
+def compact(trajectory: Trajectory, iteration: int) -> dict[str, Any]:
+    """One evaluated debate as a record keeps it: answers, vote and each turn's text, no token data."""
+    d = trajectory.to_dict()
+    d["turns"] = [
+        [
+            {
+                "agent": turn.agent,
+                "round": turn.round,
+                "messages": [],
+                "text": turn.text,
+                "answer": turn.answer,
+                "finish_reason": turn.finish_reason,
+            }
+            for turn in row
+        ]
+        for row in trajectory.turns
+    ]
+    d["meta"] = {"iteration": iteration, **{k: trajectory.meta[k] for k in KEPT_META if k in trajectory.meta}}
+    return d
+
+
+def measure_budget(run_dir: Path) -> dict[str, int]:
+    """What a run spent, measured from its files: iterations and optimizer steps (latest checkpoint),
+    training debates and generated tokens (metrics.jsonl), warm-up debates (trajectories/warmup.jsonl)."""
+    from udpo.training import checkpoint_store as ckpt
+    from udpo.training.tracking import read_metrics
+
+    train = read_metrics(run_dir, kind="train")
+    state = ckpt.read_state(ckpt.resolve(run_dir, "latest"))
+    warmup = run_dir / "trajectories" / "warmup.jsonl"
+    return {
+        "iterations": state["iteration"],
+        "debates": int(sum(r.get("debates", 0) for r in train)),
+        "optimizer_steps": state["optimizer_steps"],
+        "generated_tokens": int(sum(r.get("tokens", 0) for r in train)),
+        "warmup_debates": sum(1 for line in warmup.read_text().splitlines() if line.strip())
+        if warmup.exists()
+        else 0,
+    }
+
+
+def write_record(run_dir: str | Path, folder: str | Path, method: str, seed: int) -> RunRecord:
+    """Write the record of the finished run ``run_dir`` to ``folder`` (replacing an earlier one); returns it."""
+    from udpo.training.tracking import METRICS_FILE
+
+    run_dir, folder = Path(run_dir), Path(folder)
+    iterations = eval_iterations(run_dir)
+    if not iterations:
+        raise ValueError(f"{run_dir} has no held-out evaluation to record")
+    (folder / RUN).unlink(missing_ok=True)  # unfinished until run.json is written again
+    lines = [
+        json.dumps(compact(t, it), ensure_ascii=False) + "\n"
+        for it in iterations
+        for t in read_trajectories(eval_folder(run_dir, it) / "trajectories.jsonl")
+    ]
+    write_bytes_atomic(folder / EVALS, gzip.compress("".join(lines).encode("utf-8"), mtime=0))
+    metrics = run_dir / METRICS_FILE
+    write_bytes_atomic(
+        folder / METRICS, gzip.compress(metrics.read_bytes() if metrics.exists() else b"", mtime=0)
+    )
+    calibration = run_dir / CALIBRATION
+    if calibration.exists():
+        write_bytes_atomic(folder / CALIBRATION, calibration.read_bytes())
+    config = run_dir / "config.json"
+    summary = {
+        "method": method,
+        "seed": seed,
+        "evaluations": iterations,
+        "budget": measure_budget(run_dir),
+        "config": json.loads(config.read_text()) if config.exists() else None,
+    }
+    write_json(folder / RUN, summary)
+    return RunRecord.load(folder)
+
+
+@dataclass
+class RunRecord:
+    """A committed run record (see the module docstring), read back."""
+
+    folder: Path
+    method: str
+    seed: int
+    evaluations: list[int]
+    budget: dict[str, int]
+    config: dict[str, Any] | None = None
+    _debates: dict[int, list[Trajectory]] | None = field(default=None, repr=False)
+
+    @classmethod
+    def load(cls, folder: str | Path) -> RunRecord:
+        folder = Path(folder)
+        if not (folder / RUN).is_file():
+            raise FileNotFoundError(f"{folder} holds no finished run record ({RUN} is missing)")
+        d = json.loads((folder / RUN).read_text(encoding="utf-8"))
+        return cls(folder, d["method"], int(d["seed"]), list(d["evaluations"]), d["budget"], d.get("config"))
+
+    @property
+    def final_eval(self) -> int:
+        """The last evaluated iteration (the trained team's evaluation)."""
+        return self.evaluations[-1]
+
+    def evaluation(self, iteration: int) -> list[Trajectory]:
+        """The debates of the held-out evaluation at ``iteration``, in the order they were written."""
+        if self._debates is None:
+            self._debates = {it: [] for it in self.evaluations}
+            path = self.folder / EVALS
+            with gzip.open(path, "rb") as fh:
+                for lineno, d in iter_jsonl_lines(fh, str(path)):
+                    try:
+                        validate_record(d)
+                    except ValueError as e:
+                        raise ValueError(f"{path}:{lineno}: {e}") from None
+                    self._debates.setdefault(int(d["meta"]["iteration"]), []).append(Trajectory.from_dict(d))
+        if iteration not in self._debates:
+            raise KeyError(
+                f"{self.folder} has no evaluation at iteration {iteration} (it has {self.evaluations})"
+            )
+        return self._debates[iteration]
+
+    def metrics(self, kind: str | None = None) -> list[dict[str, Any]]:
+        """The records of the run's metrics.jsonl (optionally only one ``kind``)."""
+        with gzip.open(self.folder / METRICS, "rb") as fh:
+            records = [d for _, d in iter_jsonl_lines(fh, str(self.folder / METRICS), append_only=True)]
+        return [r for r in records if kind is None or r.get("kind") == kind]
