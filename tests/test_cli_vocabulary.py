@@ -125,7 +125,14 @@ NO_COUNTERPART = {
     ),
     **dict.fromkeys([("export", d) for d in ("checkpoint", "out", "merge", "overwrite")], "not a run folder"),
     **dict.fromkeys([("report", d) for d in ("run", "run_b", "out")], "an HTML page"),
-    **dict.fromkeys([("compare", d) for d in ("config", "status", "tables_only")], "a compare config"),
+    **dict.fromkeys(
+        [
+            (c, d)
+            for c in ("compare", "study")
+            for d in ("plan", "status", "tables_only", "workers", "threads")
+        ],
+        "a study plan (a compare config) and how many processes run it",
+    ),
     **dict.fromkeys([("train", "args"), ("calibrate", "args")], "every config field, by the config's parser"),
 }
 

@@ -6,16 +6,17 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 import yaml
+from study_helpers import finished_run, no_diagnosis_plots
 from train_helpers import TINY, read_jsonl
 
-from udpo.analysis.compare import DONE, METHODS, TASK_ONLY, CompareConfig, check_budgets, run_compare
+from udpo.analysis.compare import METHODS, TASK_ONLY, CompareConfig, check_budgets, run_compare
 from udpo.config import ConfigError, TrainConfig
-from udpo.env.trajectory import Trajectory, TrajectoryWriter
-from udpo.training import checkpoint_store as ckpt
+from udpo.env.trajectory import Trajectory
 
 
 def write_compare(tmp_path: Path, model: str = "smollm2-135m-instruct", **config) -> Path:
@@ -40,9 +41,12 @@ def test_every_method_gets_the_same_budget(tmp_path):
                 f for f in TrainConfig.__dataclass_fields__ if getattr(tc, f) != getattr(configs["udpo"], f)
             }
             # (and, shared_start, whether it evaluates iteration 0: the first method's is Standard MAD;
-            # task_only's reward coefficients)
+            # task_only's reward coefficients, and coin_control's reward, which ignores the answer)
             defining = {"algorithm", "ablations", "output_dir", "run_name", "eval_at_start"}
-            assert differ <= defining | (set(TASK_ONLY) if method == "task_only" else set()), (method, differ)
+            own = {"task_only": set(TASK_ONLY), "coin_control": {*TASK_ONLY, "task_reward"}}.get(
+                method, set()
+            )
+            assert differ <= defining | own, (method, differ)
             assert tc.eval_at_start == (method == "mappo")
     assert config.train_config("udpo_wo_sys", 3).ablations == ["sys"]
     assert config.train_config("rmaac", 3).algorithm == "rmaac"
@@ -133,30 +137,16 @@ def test_compare_configs_are_checked_as_recipes_are(tmp_path, compare, recipe, m
         CompareConfig.load(path)
 
 
-def finished_run(run: Path, method: str, correct0: list[bool], correct1: list[bool]) -> None:
-    """A run folder as the trainer leaves it: eval/iter_000000 and iter_000001, metrics, a checkpoint."""
-    for it, correct in ((0, correct0), (1, correct1)):
-        with TrajectoryWriter(run / "eval" / f"iter_{it:06d}" / "trajectories.jsonl") as w:
-            w.write(
-                [
-                    Trajectory(f"q{k}", f"question {k}", "4", [["4", "4"], ["4" if c else "5"] * 2], "4", c)
-                    for k, c in enumerate(correct)
-                ]
-            )
-    records = [{"kind": "train", "iteration": 1, "debates": 2, "tokens": 30}]
-    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    staging = ckpt.staging_dir(run, 1)
-    ckpt.write_json(
-        staging / ckpt.STATE,
-        {"iteration": 1, "optimizer_steps": 1, "total_iterations": 1, "world_size": 1, "files": {}},
-    )
-    ckpt.commit(run, staging, 1)
-    (run / DONE).write_text(json.dumps({"method": method, "seed": 0, "final_eval": 1}))
-
-
-def test_tables_come_from_the_final_evaluations_and_finished_runs_are_kept(tmp_path):
+def test_tables_come_from_the_final_evaluations_and_finished_runs_are_kept(tmp_path, monkeypatch):
+    no_diagnosis_plots(monkeypatch)
     config = CompareConfig.load(
-        write_compare(tmp_path, methods=["standard_mad", "udpo", "mappo"], seeds=[0], shared_start=False)
+        write_compare(
+            tmp_path,
+            methods=["standard_mad", "udpo", "mappo"],
+            seeds=[0],
+            shared_start=False,
+            bootstrap_resamples=200,  # the machinery, not the numbers
+        )
     )
     start = [True, False, False, False]
     finished_run(config.run_dir("udpo", 0), "udpo", start, [True, True, True, False])
@@ -173,7 +163,7 @@ def test_tables_come_from_the_final_evaluations_and_finished_runs_are_kept(tmp_p
     assert acc["udpo"]["low"] <= 0.75 <= acc["udpo"]["high"]
     out = tmp_path / "out"
     table = (out / "table.md").read_text()
-    assert "| udpo | 0.750 [" in table and "+0.500 [" in table
+    assert "| udpo | 0.750 [" in table and "+0.500 (intervals: next table)" in table
     assert table.splitlines()[0].endswith("| accuracy per seed |")
     assert table.splitlines()[3].endswith("| 0.750 |")  # udpo's one seed
     rows = list(csv.DictReader((out / "table.csv").open()))
@@ -185,20 +175,28 @@ def test_tables_come_from_the_final_evaluations_and_finished_runs_are_kept(tmp_p
     ]
     gains = json.loads((out / "diagnosis" / "summary.json").read_text())
     assert "standard_mad" in json.dumps(gains)
+    assert (out / "runs" / "mappo_seed0" / "run.json").exists()  # each finished run's record
     # a method whose iteration 0 differs did not start from the same team on the same questions
     finished_run(config.run_dir("mappo", 0), "mappo", [True, True, False, False], [True, False, True, False])
+    shutil.rmtree(config.record_dir("mappo", 0))  # a record stands for its run: write it again
     with pytest.raises(ValueError, match="iteration-0 evaluations of udpo and mappo differ"):
         run_compare(config, train=must_not_train, progress=False)
 
 
-def test_task_only_trains_udpo_on_the_correctness_reward_alone(tmp_path):
+def test_task_only_trains_udpo_on_the_correctness_reward_alone(tmp_path, monkeypatch):
     """task_only (SPEC section 3): alpha = beta = gamma = 0 and lambda = 1 for every agent, whatever the
     recipe and settings give; eta is calibrated as UDPO's. Compare accepts it and tabulates it."""
     from udpo.algorithms.udpo import Coefficients, compute_rewards
     from udpo.training import calibration
 
+    no_diagnosis_plots(monkeypatch)
+
     path = write_compare(
-        tmp_path, methods=["standard_mad", "udpo", "task_only"], seeds=[0], settings={"alpha": [0.7]}
+        tmp_path,
+        methods=["standard_mad", "udpo", "task_only"],
+        seeds=[0],
+        settings={"alpha": [0.7]},
+        bootstrap_resamples=200,
     )
     config = CompareConfig.load(path)
     tc = config.train_config("task_only", 0)

@@ -571,7 +571,9 @@ def compare_folder(root: Path, done: bool = True) -> tuple[Path, dict | None]:
 
     from udpo.analysis.compare import DONE, CompareConfig, write_results
 
-    config = CompareConfig("unused.yaml", ["standard_mad", "udpo", "mappo"], [0], str(root))
+    config = CompareConfig(
+        "unused.yaml", ["standard_mad", "udpo", "mappo"], [0], str(root), bootstrap_resamples=200
+    )
     start = [True, False, False, False]
     finished_run(config.run_dir("udpo", 0), "udpo", start, [True, True, True, False])
     finished_run(config.run_dir("mappo", 0), "mappo", start, [True, False, True, False])
@@ -602,7 +604,11 @@ def table_cells(results: dict) -> dict[str, list[str]]:
                     "unparsed_rate",
                 )
             ),
-            "–" if m == "standard_mad" else cell(e["accuracy"], "change", "+"),
+            "–"
+            if m == "standard_mad"
+            else f"{e['accuracy']['change']:+.3f} (intervals: seed table)"
+            if e["accuracy"]["seed_change"]
+            else cell(e["accuracy"], "change", "+"),
             str(e["n_questions"]),
         ]
         for m, e in results["methods"].items()
@@ -622,7 +628,7 @@ def test_compare_folder_shows_its_table_or_which_runs_are_done(tmp_path):
     assert html.index("stats compare") < html.index('class="index"')  # the table comes first
     for method, cells in table_cells(results).items():
         assert f"<tr><td>{method}</td>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>" in html
-    assert "0.750 [" in html and "+0.500 [" in html  # udpo: 3 of 4 right, 1 of 4 at iteration 0
+    assert "0.750 [" in html and "+0.500 (intervals: seed table)" in html  # udpo: 3 of 4 right, 1 of 4 before
     # one seed: the seed analysis has no t-interval
     assert "<tr><td>udpo</td><td>accuracy</td><td>+0.500</td><td>[–, –]</td><td>[+" in html
 
@@ -632,7 +638,9 @@ def test_compare_folder_of_seeds_sharing_problems_shows_the_seed_analysis(tmp_pa
 
     from udpo.analysis.compare import CompareConfig, run_compare
 
-    config = CompareConfig.load(write_compare(tmp_path, methods=["standard_mad", "udpo"], seeds=[0, 1]))
+    config = CompareConfig.load(
+        write_compare(tmp_path, methods=["standard_mad", "udpo"], seeds=[0, 1], bootstrap_resamples=200)
+    )
     finished_run(config.run_dir("udpo", 0), "udpo", [True, False, False, False], [True, True, True, False])
     finished_run(config.run_dir("udpo", 1), "udpo", [False, False, False, False], [True, False, False, False])
     c = run_compare(config, train=lambda tc: None, progress=False)["methods"]["udpo"]["accuracy"][

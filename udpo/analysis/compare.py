@@ -14,13 +14,21 @@ with ``shared_start`` (default) only the first trained method of each seed evalu
 ``shared_start: false`` every method does and compare checks that the debates agree. UDPO's warm-up
 calibration debates are the one extra cost, reported in the budget table.
 
-Layout of ``output_dir``::
+Layout of ``output_dir`` (the run folders, on the machine that trains)::
 
     <method>/seed_<s>/        a training run (resumable: a killed compare resumes it from its checkpoint)
     <method>/seed_<s>/done.json   written when the run finished
+
+and of ``results_dir`` (default: ``output_dir``; a study's is a folder meant to be committed)::
+
+    runs/<method>_seed<s>/    the run's record, written as it finishes (:mod:`udpo.analysis.run_record`):
+                              its evaluations, metrics and calibration, compressed. A run with a record is
+                              done, whether or not its run folder is still there; the tables read the
+                              records alone
     table.md, table.csv       accuracy, U_intra / U_inter / U_sys and the consensus-on-wrong guard per method:
-                              mean over seeds [95% CI]; when the seeds share their test problems, each
-                              metric's change per seed with the t-interval and the seeds x problems bootstrap
+                              mean over seeds [95% CI, each seed's questions resampled]; when the seeds share
+                              their test problems, each metric's change per seed with the t-interval and the
+                              seeds x problems bootstrap; per run, the training diagnostics
     seed_changes.png          that second table as a picture (only when the seeds share their problems)
     budget.csv                debates, optimizer steps, generated tokens, warm-up debates per run
     results.json              everything above, with the change of each metric over Standard MAD
@@ -29,18 +37,18 @@ Layout of ``output_dir``::
 
 from __future__ import annotations
 
-import csv
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from udpo.analysis.results import PER_QUESTION_METRICS, eval_iterations, per_question, problems
+from udpo.analysis.results import eval_iterations
+from udpo.analysis.run_record import RUN, record_name, write_record
 from udpo.config import ConfigError, TrainConfig, apply_env, load_yaml, read_yaml, unknown_key_error
 from udpo.env.jsonl import write_json
+from udpo.env.trajectory import Trajectory
+from udpo.rewards import collapse_rate
 
 #: the correctness-reward baseline of UDPO's trainer (SPEC section 3): its reward coefficients, one value
 #: for every agent
@@ -55,6 +63,7 @@ METHODS: dict[str, dict[str, Any] | None] = {
     "udpo_wo_inter": {"algorithm": "udpo", "ablations": ["inter"]},
     "udpo_wo_sys": {"algorithm": "udpo", "ablations": ["sys"]},
     "task_only": {"algorithm": "udpo", "ablations": [], **TASK_ONLY},
+    "coin_control": {"algorithm": "udpo", "ablations": [], **TASK_ONLY, "task_reward": "coin"},
 }
 #: settings that fix a run's budget and questions: one value for every method
 BUDGET_FIELDS = (
@@ -94,6 +103,18 @@ TABLE_METRICS = (
     "wrong_unanimous",
     "unparsed_rate",
 )
+#: metrics of a whole evaluation, not of one question: analysed over seeds (one value per seed and evaluation)
+RUN_METRICS: dict[str, Callable[[Sequence[Trajectory]], float]] = {
+    "collapse_rate": lambda debates: collapse_rate([t.answers for t in debates]),
+}
+#: training diagnostics of each run, ``metrics.jsonl`` key -> name: the mean over the run's iterations
+TRAINING_DIAGNOSTICS = {
+    "update/clip_frac": "clip_frac",
+    "update/dual_clip_frac": "dual_clip_frac",
+    "update/kl": "kl",
+    "mismatch/abs_mean": "mismatch_abs_mean",
+    "mismatch/kl": "mismatch_kl",
+}
 DONE = "done.json"
 #: the figure of the seeds' changes over Standard MAD (written when the seeds share their problems)
 SEED_CHANGES_PLOT = "seed_changes.png"
@@ -105,10 +126,12 @@ TABLES_PATIENCE = 600.0
 class CompareConfig:
     """recipe: the training recipe every method shares (YAML, as for train_udpo.py). methods: which of
     :data:`METHODS` to run (at least one trained). seeds: training seeds (each method runs once per seed).
-    output_dir: where runs and tables go. settings: training settings applied over the recipe for every
+    output_dir: where the run folders go. settings: training settings applied over the recipe for every
     method. method_settings: extra settings per method (never a budget field). shared_start: only the
     first trained method evaluates iteration 0 (Standard MAD); false: every method does, and they are
-    checked to agree."""
+    checked to agree. results_dir: where each finished run's record and the tables go, a folder meant to
+    be committed (default: output_dir). bootstrap_resamples: resamples of every bootstrap interval of the
+    tables (10,000 as pre-registered; fewer only to try the machinery)."""
 
     recipe: str
     methods: list[str] = field(default_factory=lambda: list(METHODS))
@@ -117,6 +140,8 @@ class CompareConfig:
     settings: dict[str, Any] = field(default_factory=dict)
     method_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
     shared_start: bool = True
+    results_dir: str | None = None
+    bootstrap_resamples: int = 10_000
 
     def __post_init__(self) -> None:
         unknown = [m for m in [*self.methods, *self.method_settings] if m not in METHODS]
@@ -128,6 +153,10 @@ class CompareConfig:
             raise ConfigError(f"methods and seeds must not repeat, got {self.methods} and {self.seeds}")
         if not self.seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in self.seeds):
             raise ConfigError(f"seeds must be a non-empty list of integers, got {self.seeds}")
+        if not isinstance(self.bootstrap_resamples, int) or self.bootstrap_resamples < 100:
+            raise ConfigError(
+                f"bootstrap_resamples must be an integer >= 100, got {self.bootstrap_resamples!r}"
+            )
         for method, extra in self.method_settings.items():
             defining = {"algorithm", "ablations", "output_dir", *(METHODS[method] or {})}
             fixed = [k for k in extra if k in BUDGET_FIELDS or k in defining]
@@ -188,6 +217,16 @@ class CompareConfig:
     def run_dir(self, method: str, seed: int) -> Path:
         return Path(self.output_dir) / method / f"seed_{seed}"
 
+    def results_path(self) -> Path:
+        return Path(self.results_dir or self.output_dir)
+
+    def record_dir(self, method: str, seed: int) -> Path:
+        return self.results_path() / "runs" / record_name(method, seed)
+
+    def recorded(self, method: str, seed: int) -> bool:
+        """Whether the run's record is written: the run is done, wherever it trained."""
+        return (self.record_dir(method, seed) / RUN).is_file()
+
     def trained(self) -> list[str]:
         return [m for m in self.methods if METHODS[m] is not None]
 
@@ -226,11 +265,13 @@ def run_compare(
     seeds: Sequence[int] | None = None,
 ) -> dict[str, Any] | None:
     """Train every (method, seed) not yet done (resuming an interrupted one from its latest checkpoint),
-    then write the tables, the budget and the diagnosis. ``train``: how one run trains (default
-    :func:`udpo.training.trainer.train`). ``seeds``: train only these (e.g. one process per seed, side by side).
-    Started runs go first. Several compare processes may share the work (one per core): a run another
-    process is training (its folder is locked, :mod:`udpo.training.run_lock`) is left to it.
-    Returns the results, or None while some runs are not done (other seeds, other processes)."""
+    write each run's record as it finishes, then write the tables, the budget and the diagnosis from the
+    records. ``train``: how one run trains (default :func:`udpo.training.trainer.train`). ``seeds``: train
+    only these (e.g. one process per seed, side by side). A run with a record is done, even where its run
+    folder is gone (trained on another machine). Started runs go first. Several compare processes may
+    share the work (one per core): a run another process is training (its folder is locked,
+    :mod:`udpo.training.run_lock`) is left to it. Returns the results, or None while some runs are not
+    done (other seeds, other processes)."""
     from tqdm.auto import tqdm
 
     from udpo.training import checkpoint_store as ckpt
@@ -250,7 +291,7 @@ def run_compare(
     for i, (method, seed) in enumerate(bar, 1):
         run = config.run_dir(method, seed)
         bar.set_postfix_str(f"{method} seed {seed}")
-        if (run / DONE).exists():
+        if record_finished(config, method, seed):
             continue
         tc = config.train_config(method, seed)
         resumable = bool(ckpt.list_checkpoints(run))
@@ -267,238 +308,42 @@ def run_compare(
             continue
         last = max(eval_iterations(run), default=0)
         write_json(run / DONE, {"method": method, "seed": seed, "final_eval": last})
+        record_finished(config, method, seed)
+        bar.write(f"[{i}/{len(jobs)}] recorded: {config.record_dir(method, seed)}")
     bar.close()
-    if not all((config.run_dir(m, s) / DONE).exists() for s in config.seeds for m in config.trained()):
+    if not all(config.recorded(m, s) for s in config.seeds for m in config.trained()):
         return None
     return write_results(config)
 
 
-def method_runs(config: CompareConfig) -> dict[str, list[tuple[int, Path, int]]]:
-    """method -> [(seed, run folder, evaluated iteration)]: trained methods at their final evaluation,
-    standard_mad at iteration 0 of the first trained method's run."""
-    out: dict[str, list[tuple[int, Path, int]]] = {}
-    first = config.trained()[0]
-    for method in config.methods:
-        rows = []
-        for seed in config.seeds:
-            if METHODS[method] is None:
-                rows.append((seed, config.run_dir(first, seed), 0))
-            else:
-                run = config.run_dir(method, seed)
-                done = json.loads((run / DONE).read_text())
-                rows.append((seed, run, done["final_eval"]))
-        out[method] = rows
-    return out
-
-
-def check_same_start(config: CompareConfig) -> None:
-    """Without ``shared_start``, every trained method's iteration-0 evaluation of a seed must be the same
-    debates (same questions, same untrained team, same draws): Standard MAD is read from them."""
-    if config.shared_start:
-        return
-    for seed in config.seeds:
-        seen = {method: per_question(config.run_dir(method, seed), 0) for method in config.trained()}
-        first, ref = next(iter(seen.items()))
-        for method, answers in seen.items():
-            if answers != ref:
-                raise ValueError(
-                    f"seed {seed}: the iteration-0 evaluations of {first} and {method} differ; the methods did "
-                    "not start from the same team on the same questions"
-                )
+def record_finished(config: CompareConfig, method: str, seed: int) -> bool:
+    """Whether the run is done: its record exists, or its run folder finished (done.json) and its record
+    is written now (a run that finished before records existed, or was stopped between the two)."""
+    if config.recorded(method, seed):
+        return True
+    run = config.run_dir(method, seed)
+    if not (run / DONE).exists():
+        return False
+    write_record(run, config.record_dir(method, seed), method, seed)
+    return True
 
 
 def write_results(config: CompareConfig) -> dict[str, Any]:
-    """Tables, budget, results.json and the diagnosis of finished runs, written by one process at a time
-    (two compare processes can finish their last runs together): the output folder's lock, waited for
-    up to :data:`TABLES_PATIENCE` seconds."""
+    """Tables, budget, results.json and the diagnosis, from the runs' records
+    (:func:`udpo.analysis.study_tables.write_tables`). Where the run folders are (``output_dir``), one
+    process writes at a time (two compare processes can finish their last runs together): the output
+    folder's lock, waited for up to :data:`TABLES_PATIENCE` seconds, and finished runs without a record get
+    theirs first; from a committed results folder alone nothing else writes."""
+    from udpo.analysis.study_tables import write_tables
     from udpo.training import run_lock
 
-    with run_lock.held(config.output_dir, resume="udpo compare --tables-only", patience=TABLES_PATIENCE):
-        return _write_results(config)
-
-
-def _write_results(config: CompareConfig) -> dict[str, Any]:
-    from udpo.rewards.statistics import paired_bootstrap, seed_change
-
-    out = Path(config.output_dir)
-    check_same_start(config)
-    runs = method_runs(config)
-    values = {
-        method: [per_question(run, it) for _, run, it in rows] for method, rows in runs.items()
-    }  # method -> per seed: question -> metric -> value
-    baseline = [per_question(config.run_dir(config.trained()[0], s), 0) for s in config.seeds]
-    results: dict[str, Any] = {"seeds": config.seeds, "methods": {}, "budget": budget_rows(config)}
-    for method, per_seed in values.items():
-        entry = {}
-        # every seed evaluated the same problems (eval_question_seed): the seeds x problems analysis too
-        shared = len({tuple(sorted(q)) for q in per_seed}) == 1
-        if shared:  # questions posing one problem are resampled together
-            texts = problems(runs[method][0][1], runs[method][0][2])
-            clusters = [texts[qid] for qid in sorted(per_seed[0])]
-        for metric in PER_QUESTION_METRICS:
-            rows = [[q[qid][metric] for qid in sorted(q)] for q in per_seed]
-            base = [[b[qid][metric] for qid in sorted(q)] for b, q in zip(baseline, per_seed, strict=True)]
-            level = paired_bootstrap([np.zeros(len(r)) for r in rows], rows, shared_questions=False)
-            change = paired_bootstrap(base, rows, shared_questions=False)
-            entry[metric] = {
-                "mean": level.after,
-                "low": level.low,
-                "high": level.high,
-                "per_seed": [float(np.mean(r)) for r in rows],
-                "change": change.delta,
-                "change_low": change.low,
-                "change_high": change.high,
-                "seed_change": seed_change(base, rows, clusters=clusters).to_dict() if shared else None,
-            }
-        entry["n_questions"] = sum(len(q) for q in per_seed)
-        results["methods"][method] = entry
-    write_json(out / "results.json", results)
-    (out / "table.md").write_text(markdown_table(results) + "\n")
-    write_csv(out / "table.csv", results)
-    changes = seed_changes(results)
-    if changes:
-        from udpo.analysis.seed_change_plot import seed_change_figure
-
-        seed_change_figure(changes).savefig(out / SEED_CHANGES_PLOT, dpi=110)
-    with (out / "budget.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(results["budget"][0]))
-        writer.writeheader()
-        writer.writerows(results["budget"])
-    diagnose_gains(config, runs)
-    return results
-
-
-def budget_rows(config: CompareConfig) -> list[dict[str, Any]]:
-    """What each run spent, measured from its files."""
-    from udpo.training import checkpoint_store as ckpt
-    from udpo.training.tracking import read_metrics
-
-    rows = []
-    for method in config.trained():
+    if not Path(config.output_dir).is_dir():
+        return write_tables(config)
+    with run_lock.held(config.output_dir, resume="udpo study --tables-only", patience=TABLES_PATIENCE):
         for seed in config.seeds:
-            run = config.run_dir(method, seed)
-            train = read_metrics(run, kind="train")
-            state = ckpt.read_state(ckpt.resolve(run, "latest"))
-            warmup = run / "trajectories" / "warmup.jsonl"
-            rows.append(
-                {
-                    "method": method,
-                    "seed": seed,
-                    "iterations": state["iteration"],
-                    "debates": int(sum(r.get("debates", 0) for r in train)),
-                    "optimizer_steps": state["optimizer_steps"],
-                    "generated_tokens": int(sum(r.get("tokens", 0) for r in train)),
-                    "warmup_debates": sum(1 for line in warmup.read_text().splitlines() if line.strip())
-                    if warmup.exists()
-                    else 0,
-                }
-            )
-    return rows
-
-
-def markdown_table(results: dict[str, Any]) -> str:
-    """Table 1: each metric's mean over seeds and 95% interval (questions resampled within each seed),
-    accuracy's change over Standard MAD with its paired interval, and accuracy per seed; then, when every
-    seed evaluated the same problems, each metric's change with the t-interval over seeds and the seeds x
-    problems bootstrap (:func:`udpo.rewards.statistics.seed_change`)."""
-    head = (
-        "| method | " + " | ".join(TABLE_METRICS) + " | accuracy change vs Standard MAD | accuracy per seed |"
-    )
-    lines = [head, "|---" * (len(TABLE_METRICS) + 3) + "|"]
-    for method, entry in results["methods"].items():
-        cells = [
-            f"{entry[m]['mean']:.3f} [{entry[m]['low']:.3f}, {entry[m]['high']:.3f}]" for m in TABLE_METRICS
-        ]
-        acc = entry["accuracy"]
-        change = (
-            "-"
-            if METHODS[method] is None
-            else f"{acc['change']:+.3f} [{acc['change_low']:+.3f}, {acc['change_high']:+.3f}]"
-        )
-        per_seed = ", ".join(f"{v:.3f}" for v in acc["per_seed"])
-        lines.append(f"| {method} | " + " | ".join(cells) + f" | {change} | {per_seed} |")
-    studied = [
-        (method, metric, c)
-        for method, per_metric in seed_changes(results).items()
-        for metric, c in per_metric.items()
-    ]
-    if studied:
-        lines += [
-            "",
-            "Change over Standard MAD, seeds sharing their problems (docs/preregistration.md): mean of the "
-            "seeds' changes, 95% t-interval over seeds, 95% bootstrap over seeds and problems.",
-            "",
-            "| method | metric | change | t-interval over seeds | bootstrap seeds x problems | change per seed |",
-            "|---|---|---|---|---|---|",
-        ]
-        for method, metric, c in studied:
-            per_seed = ", ".join(f"{v:+.3f}" for v in c["per_seed"])
-            t = "one seed: none" if c["t_low"] is None else f"[{c['t_low']:+.3f}, {c['t_high']:+.3f}]"
-            lines.append(
-                f"| {method} | {metric} | {c['delta']:+.3f} | {t} | "
-                f"[{c['boot_low']:+.3f}, {c['boot_high']:+.3f}] | {per_seed} |"
-            )
-    return "\n".join(lines)
-
-
-def seed_changes(results: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
-    """trained method -> table metric -> its seed analysis (``SeedChange.to_dict()``), for the metrics that
-    have one (every seed evaluated the same problems); empty otherwise."""
-    out: dict[str, dict[str, dict[str, Any]]] = {}
-    for method, entry in results["methods"].items():
-        if METHODS[method] is None:
-            continue
-        per_metric = {m: entry[m]["seed_change"] for m in TABLE_METRICS if entry[m].get("seed_change")}
-        if per_metric:
-            out[method] = per_metric
-    return out
-
-
-def write_csv(path: Path, results: dict[str, Any]) -> None:
-    with path.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(
-            ["method", "metric", "mean", "low", "high", "change", "change_low", "change_high", "per_seed"]
-        )
-        for method, entry in results["methods"].items():
-            for metric in PER_QUESTION_METRICS:
-                e = entry[metric]
-                writer.writerow(
-                    [
-                        method,
-                        metric,
-                        e["mean"],
-                        e["low"],
-                        e["high"],
-                        e["change"],
-                        e["change_low"],
-                        e["change_high"],
-                        " ".join(f"{v:.6g}" for v in e["per_seed"]),
-                    ]
-                )
-
-
-def diagnose_gains(config: CompareConfig, runs: dict[str, list[tuple[int, Path, int]]]) -> None:
-    """``udpo diagnose`` of every method's evaluations, seeds pooled (question ids prefixed with the seed, so
-    each is paired within its seed): the gains over Standard MAD by U_sys level (Figure 5)."""
-    from udpo.analysis.diagnose import diagnose
-    from udpo.env.trajectory import TrajectoryWriter, read_trajectories
-
-    out = Path(config.output_dir) / "diagnosis"
-    pooled = out / "pooled"
-    files = []
-    for method, rows in runs.items():
-        path = pooled / f"{method}.jsonl"
-        path.unlink(missing_ok=True)
-        with TrajectoryWriter(path) as writer:
-            for seed, run, it in rows:
-                trajectories = read_trajectories(run / "eval" / f"iter_{it:06d}" / "trajectories.jsonl")
-                for t in trajectories:
-                    t.question_id = f"s{seed}/{t.question_id}"
-                writer.write(trajectories)
-        files.append(str(path))
-    labels = list(runs)
-    diagnose(files, str(out), labels=labels, baseline="standard_mad" if "standard_mad" in labels else None)
+            for method in config.trained():
+                record_finished(config, method, seed)
+        return write_tables(config)
 
 
 def format_progress(config: CompareConfig) -> Sequence[str]:
@@ -511,8 +356,10 @@ def format_progress(config: CompareConfig) -> Sequence[str]:
     for seed in config.seeds:
         for method in config.trained():
             run = config.run_dir(method, seed)
-            if (run / DONE).exists():
+            if config.recorded(method, seed):
                 state = "done"
+            elif (run / DONE).exists():
+                state = "done, its record not written yet"
             elif ckpt.list_checkpoints(run):
                 state = f"started, latest checkpoint {ckpt.resolve(run, 'latest').name}"
                 k, total = last_iteration(run), config.train_config(method, seed).max_iterations

@@ -4,7 +4,7 @@ consensus-on-wrong guard (a majority, or every agent, ending on a wrong answer).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -28,19 +28,20 @@ def eval_folder(run: Path, iteration: int) -> Path:
     return Path(run) / "eval" / f"iter_{iteration:06d}"
 
 
+def question_metrics(debates: Sequence[Trajectory]) -> dict[str, dict[str, float]]:
+    """question id -> metric -> value, for the debates of one evaluation."""
+    return {t.question_id: {m: f(t) for m, f in PER_QUESTION_METRICS.items()} for t in debates}
+
+
 def per_question(run: Path, iteration: int) -> dict[str, dict[str, float]]:
-    """question id -> metric -> value, from ``run/eval/iter_<iteration>/trajectories.jsonl``."""
-    path = eval_folder(run, iteration) / "trajectories.jsonl"
-    return {
-        t.question_id: {m: f(t) for m, f in PER_QUESTION_METRICS.items()} for t in read_trajectories(path)
-    }
+    """:func:`question_metrics` of ``run/eval/iter_<iteration>/trajectories.jsonl``."""
+    return question_metrics(read_trajectories(eval_folder(run, iteration) / "trajectories.jsonl"))
 
 
-def problems(run: Path, iteration: int) -> dict[str, str]:
-    """question id -> the problem's text, from the same evaluation (questions that repeat a problem share
-    it: the unit an analysis resamples)."""
-    path = eval_folder(run, iteration) / "trajectories.jsonl"
-    return {t.question_id: t.question for t in read_trajectories(path)}
+def problems(debates: Sequence[Trajectory]) -> dict[str, str]:
+    """question id -> the problem's text (questions that repeat a problem share it: the unit an analysis
+    resamples)."""
+    return {t.question_id: t.question for t in debates}
 
 
 def eval_iterations(run: Path) -> list[int]:

@@ -23,6 +23,7 @@ COMMANDS = (
     "calibrate",
     "eval",
     "compare",
+    "study",
     "export",
     "report",
 )

@@ -155,7 +155,10 @@ def interval(mean: Any, low: Any, high: Any, sign: str = "") -> str:
 
 def compare_table(results: dict[str, Any]) -> str:
     """``udpo compare``'s table as its results.json holds it: per method each metric's mean over seeds
-    with its 95% interval, and accuracy's change over Standard MAD with its paired interval."""
+    with its 95% interval (each seed's questions resampled), and accuracy's change over Standard MAD with
+    its paired interval, or, where the seeds share their problems, without one: its intervals are the seed
+    analysis's (:func:`seed_change_table`; one resampling questions alone would treat the seeds x questions
+    cells as independent)."""
     rows = []
     for method, entry in results["methods"].items():
         entry = entry if isinstance(entry, dict) else {}
@@ -164,11 +167,12 @@ def compare_table(results: dict[str, Any]) -> str:
             f"<td>{interval(e.get('mean'), e.get('low'), e.get('high'))}</td>" for e in stats.values()
         )
         acc = stats["accuracy"]
-        change = (
-            "–"
-            if method == BASELINE
-            else interval(acc.get("change"), acc.get("change_low"), acc.get("change_high"), "+")
-        )
+        if method == BASELINE:
+            change = "–"
+        elif isinstance(acc.get("seed_change"), dict):
+            change = f"{three(acc.get('change'), '+')} (intervals: seed table)"
+        else:
+            change = interval(acc.get("change"), acc.get("change_low"), acc.get("change_high"), "+")
         rows.append(
             f"<tr><td>{escape(str(method))}</td>{cells}<td>{change}</td>"
             f"<td>{number(entry.get('n_questions'))}</td></tr>"
@@ -177,7 +181,7 @@ def compare_table(results: dict[str, Any]) -> str:
     head = "".join(f"<th>{name}</th>" for name in COMPARE_METRICS.values())
     return (
         f'<table class="stats compare"><caption>udpo compare (results.json): mean over seeds {escape(seeds)} '
-        f"[95% interval]</caption><thead><tr><th>method</th>{head}<th>accuracy change vs Standard MAD</th>"
+        f"[95% interval, each seed's questions resampled]</caption><thead><tr><th>method</th>{head}<th>accuracy change vs Standard MAD</th>"
         f"<th>questions</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
     )
 

@@ -1,0 +1,213 @@
+"""``udpo study``: each run of a plan is recorded, compressed, in a folder meant to be committed as it
+finishes; an interrupted run resumes from its checkpoint; every table is rebuilt from the records alone
+once the run folders are gone; several worker processes share the machine on purpose."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from study_helpers import finished_run, no_diagnosis_plots
+from train_helpers import read_jsonl
+
+from udpo.analysis.compare import CompareConfig, format_progress, run_compare, write_results
+from udpo.analysis.run_record import EVALS, METRICS, RUN, RunRecord, write_record
+from udpo.analysis.study_workers import Worker, plan_workers, run_workers
+from udpo.training.callbacks import TrainerCallback
+from udpo.training.trainer import Trainer, train
+
+#: a single agent, no debate round, 2 iterations of 2 questions x 2 draws: the proof run's shape, tiny
+RECIPE = {
+    "task": "arithmetic",
+    "task_options": {"difficulty": 1, "n_questions": 20},
+    "n_agents": 1,
+    "rounds": 0,
+    "max_tokens": 4,
+    "questions_per_iteration": 2,
+    "debates_per_question": 2,
+    "baseline": "group",
+    "debate_batch_size": 4,
+    "learning_rate": 1e-3,
+    "warmup_steps": 0,
+    "lr_scheduler_type": "constant",
+    "eval_questions": 2,
+    "eval_question_seed": 5,
+    "eval_steps": 0,
+    "max_iterations": 2,
+    "save_steps": 1,
+    "warmup_fraction": 0.0,
+    "alpha": [0.0],
+    "beta": [0.0],
+    "gamma": [0.0],
+    "lambda_": [1.0],
+    "eta": [0.01],
+    "progress": False,
+}
+
+
+def write_plan(tmp_path: Path, model: str, **plan) -> Path:
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump({**RECIPE, "model": model}))
+    path = tmp_path / "plan.yaml"
+    values = {
+        "recipe": "recipe.yaml",
+        "methods": ["standard_mad", "task_only", "coin_control"],
+        "seeds": [0, 1],
+        "output_dir": str(tmp_path / "runs"),
+        "results_dir": str(tmp_path / "results"),
+        "bootstrap_resamples": 200,  # the machinery, not the numbers
+        **plan,
+    }
+    path.write_text(yaml.safe_dump(values))
+    return path
+
+
+class Interrupted(Exception):
+    pass
+
+
+class StopAtCheckpoint(TrainerCallback):
+    """Stop the run right after its checkpoint of iteration 1, as a machine that goes away would."""
+
+    def on_save(self, trainer, iteration, path):
+        if iteration == 1:
+            raise Interrupted
+
+
+def test_a_study_records_each_run_as_it_finishes_resumes_and_rebuilds_its_tables_from_the_records(
+    tiny_model, tmp_path, monkeypatch
+):
+    from udpo.cli import main
+
+    no_diagnosis_plots(monkeypatch)
+    plan = write_plan(tmp_path, tiny_model)
+    config = CompareConfig.load(plan)
+    runs = tmp_path / "results" / "runs"
+    started = []
+
+    def first_session(tc):
+        started.append((tc.run_name, sorted(p.parent.name for p in runs.glob("*/run.json"))))
+        if tc.run_name == "coin_control-seed1":  # the machine goes away during the last run
+            with Trainer(tc, callbacks=[StopAtCheckpoint()]) as trainer:
+                trainer.train()
+        return train(tc)
+
+    with pytest.raises(Interrupted):
+        run_compare(config, train=first_session, progress=False)
+    # each run was recorded as it finished, before the next started
+    assert started == [
+        ("task_only-seed0", []),
+        ("coin_control-seed0", ["task_only_seed0"]),
+        ("task_only-seed1", ["coin_control_seed0", "task_only_seed0"]),
+        ("coin_control-seed1", ["coin_control_seed0", "task_only_seed0", "task_only_seed1"]),
+    ]
+    assert (
+        format_progress(config)[-1]
+        == "coin_control   seed 1: started, latest checkpoint iter_000001, iteration 1 of 2"
+    )
+    assert not (tmp_path / "results" / "table.md").exists()
+
+    resumed = []
+
+    def second_session(tc):
+        resumed.append((tc.run_name, tc.resume))
+        return train(tc)
+
+    results = run_compare(config, train=second_session, progress=False)
+    assert resumed == [("coin_control-seed1", "latest")]  # the finished runs are not trained again
+    metrics = read_jsonl(config.run_dir("coin_control", 1) / "metrics.jsonl")
+    assert [r["iteration"] for r in metrics if r.get("kind") == "train"] == [1, 2]  # resumed, not restarted
+    assert results["seeds"] == [0, 1] and results["missing"] == []
+    record = RunRecord.load(runs / "coin_control_seed1")
+    assert (record.method, record.seed, record.evaluations) == ("coin_control", 1, [2])  # Standard MAD:
+    assert RunRecord.load(runs / "task_only_seed1").evaluations == [0, 2]  # the first method's iteration 0
+    assert record.budget["optimizer_steps"] == 2 and record.config["task_reward"] == "coin"
+    for folder in runs.iterdir():
+        assert {p.name for p in folder.iterdir()} == {EVALS, METRICS, RUN, "calibration.json"}
+        assert sum(p.stat().st_size for p in folder.iterdir()) < 300_000
+
+    table = (tmp_path / "results" / "table.md").read_text()
+    numbers = json.loads((tmp_path / "results" / "results.json").read_text())
+    assert "| coin_control | collapse_rate |" in table and "| task_only | 1 | 2 |" in table
+    shutil.rmtree(tmp_path / "runs")  # the machine is gone; the committed folder is left
+    (tmp_path / "results" / "table.md").unlink()
+    assert main(["study", str(plan), "--tables-only", "--no-progress"]) == 0
+    assert (tmp_path / "results" / "table.md").read_text() == table
+    assert json.loads((tmp_path / "results" / "results.json").read_text()) == numbers
+    assert not (tmp_path / "runs").exists()  # the tables read no run folder
+
+
+def test_a_record_is_compact_reproducible_and_reads_back_its_evaluations(tmp_path):
+    run = tmp_path / "run"
+    finished_run(run, "udpo", [True, False, True], [True, True, True])
+    (run / "calibration.json").write_text('{"coefficients": {}}\n')
+    first = write_record(run, tmp_path / "a", "udpo", 3)
+    again = write_record(run, tmp_path / "b", "udpo", 3)
+    for name in (EVALS, METRICS, "calibration.json"):
+        assert (first.folder / name).read_bytes() == (again.folder / name).read_bytes(), name
+    lines = gzip.decompress((first.folder / EVALS).read_bytes()).decode().splitlines()
+    assert len(lines) == 6 and "logprobs" not in lines[0] and "prompt_ids" not in lines[0]
+    assert (first.method, first.seed, first.evaluations, first.final_eval) == ("udpo", 3, [0, 1], 1)
+    assert first.budget == {
+        "iterations": 1,
+        "debates": 2,
+        "optimizer_steps": 1,
+        "generated_tokens": 30,
+        "warmup_debates": 0,
+    }
+    assert [t.correct for t in first.evaluation(0)] == [True, False, True]
+    assert [t.answers for t in first.evaluation(1)] == [[["4", "4"], ["4", "4"]]] * 3
+    assert first.metrics("train")[0]["update/kl"] == 0.5
+    with pytest.raises(KeyError, match="no evaluation at iteration 7"):
+        first.evaluation(7)
+    (first.folder / RUN).unlink()
+    with pytest.raises(FileNotFoundError, match="no finished run record"):
+        RunRecord.load(first.folder)
+
+
+def test_the_tables_cover_the_seeds_with_every_run_recorded_and_name_the_missing(tmp_path, monkeypatch):
+    """A missing run leaves its seed out of every table, by name; the first table gives no interval for
+    the change where the seeds share their problems (that interval treated seeds x questions as independent
+    cells): the pre-registered ones are in the seed table."""
+    no_diagnosis_plots(monkeypatch)
+    config = CompareConfig.load(write_plan(tmp_path, "smollm2-135m-instruct"))
+    start = [True, False, False, False]
+    finished_run(config.run_dir("task_only", 0), "task_only", start, [True, True, True, False])
+    finished_run(config.run_dir("coin_control", 0), "coin_control", start, [True, False, False, True])
+    finished_run(config.run_dir("task_only", 1), "task_only", start, [True, True, False, False], seed=1)
+    results = write_results(config)
+    assert results["seeds"] == [0] and results["missing"] == ["coin_control seed 1"]
+    assert sorted(p.name for p in (tmp_path / "results" / "runs").iterdir()) == [
+        "coin_control_seed0",
+        "task_only_seed0",
+        "task_only_seed1",
+    ]
+    table = (tmp_path / "results" / "table.md").read_text()
+    assert "Missing (no record, left out of every table): coin_control seed 1." in table
+    assert "| task_only | 0.750 [" in table and "| +0.500 (intervals: next table) | 0.750 |" in table
+    assert "| task_only | accuracy | +0.500 |" in table
+    assert results["methods"]["task_only"]["accuracy"]["change_low"] is None
+
+
+def test_workers_get_their_threads_and_cores_on_purpose(tmp_path):
+    assert plan_workers(2, cores=[0, 1]) == [Worker(0, 1, (0,)), Worker(1, 1, (1,))]
+    assert plan_workers(3, cores=[0, 1]) == [Worker(k, 1) for k in range(3)]  # more workers than cores
+    assert plan_workers(2, threads=4, cores=range(16)) == [
+        Worker(0, 4, (0, 1, 2, 3)),
+        Worker(1, 4, (4, 5, 6, 7)),
+    ]
+    with pytest.raises(ValueError, match="--workers must be >= 1"):
+        plan_workers(0)
+    core = min(os.sched_getaffinity(0))
+    report = "import os; print(sorted(os.sched_getaffinity(0)), os.environ['UDPO_NUM_THREADS'])"
+    workers = [Worker(0, 1, (core,)), Worker(1, 2)]
+    assert run_workers([sys.executable, "-c", report], workers, tmp_path / "logs") == 0
+    logs = [(tmp_path / "logs" / f"worker_{k}.log").read_text().split("] ") for k in (0, 1)]
+    assert logs[0] == [f"[{core}", "1\n"]
+    assert logs[1] == [str(sorted(os.sched_getaffinity(0)))[:-1], "2\n"]
+    assert run_workers([sys.executable, "-c", "raise SystemExit(3)"], workers, tmp_path / "logs") == 3

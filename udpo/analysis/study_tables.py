@@ -1,0 +1,344 @@
+"""The tables and figures of a study (``udpo study``, ``udpo compare``), built from the runs' records alone
+(:mod:`udpo.analysis.run_record`, ``results_dir/runs/``): no run folder is read, so a study's committed
+folder rebuilds them anywhere.
+
+Written to ``results_dir``: ``results.json``, ``table.md``, ``table.csv``, ``runs.csv`` (each run's training
+diagnostics), ``budget.csv``, ``seed_changes.png`` (when the seeds share their test problems) and
+``diagnosis/`` (``udpo diagnose`` of the final evaluations; its pooled inputs are removed afterwards).
+The tables cover the seeds whose every trained run has a record; the others are listed as missing.
+"""
+
+from __future__ import annotations
+
+import csv
+import shutil
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from udpo.analysis.compare import (
+    METHODS,
+    RUN_METRICS,
+    SEED_CHANGES_PLOT,
+    TABLE_METRICS,
+    TRAINING_DIAGNOSTICS,
+    CompareConfig,
+)
+from udpo.analysis.results import PER_QUESTION_METRICS, problems, question_metrics
+from udpo.analysis.run_record import RunRecord
+from udpo.env.jsonl import write_json
+from udpo.env.trajectory import Trajectory
+
+#: the columns of runs.csv and of table.md's per-run table, after method and seed
+RUN_COLUMNS = (
+    "iterations",
+    "train_accuracy_start",
+    "train_accuracy_end",
+    *TRAINING_DIAGNOSTICS.values(),
+    "kl_last",
+    "accuracy",
+    "unparsed_rate",
+    "collapse_rate",
+)
+
+Records = dict[tuple[str, int], RunRecord]
+#: method -> [(seed, the debates of the evaluation that stands for the method in that seed)]
+Evaluated = dict[str, list[tuple[int, list[Trajectory]]]]
+
+
+def load_records(config: CompareConfig) -> tuple[Records, list[int], list[str]]:
+    """(method, seed) -> record of every recorded trained run; the seeds whose every trained run has a
+    record (the seeds the tables cover); the runs that have none ("method seed s")."""
+    records = {
+        (m, s): RunRecord.load(config.record_dir(m, s))
+        for s in config.seeds
+        for m in config.trained()
+        if config.recorded(m, s)
+    }
+    seeds = [s for s in config.seeds if all((m, s) in records for m in config.trained())]
+    missing = [f"{m} seed {s}" for s in config.seeds for m in config.trained() if (m, s) not in records]
+    return records, seeds, missing
+
+
+def evaluated(config: CompareConfig, records: Records, seeds: list[int]) -> Evaluated:
+    """Trained methods at their final evaluation; standard_mad at iteration 0 of the first trained method."""
+    first = config.trained()[0]
+    return {
+        method: [
+            (s, records[(first, s)].evaluation(0))
+            if METHODS[method] is None
+            else (s, records[(method, s)].evaluation(records[(method, s)].final_eval))
+            for s in seeds
+        ]
+        for method in config.methods
+    }
+
+
+def check_same_start(config: CompareConfig, records: Records, seeds: list[int]) -> None:
+    """Without ``shared_start``, every trained method's iteration-0 evaluation of a seed must be the same
+    debates (same questions, same untrained team, same draws): Standard MAD is read from them."""
+    if config.shared_start:
+        return
+    for seed in seeds:
+        seen = {m: question_metrics(records[(m, seed)].evaluation(0)) for m in config.trained()}
+        first, ref = next(iter(seen.items()))
+        for method, answers in seen.items():
+            if answers != ref:
+                raise ValueError(
+                    f"seed {seed}: the iteration-0 evaluations of {first} and {method} differ; the methods did "
+                    "not start from the same team on the same questions"
+                )
+
+
+def build_results(config: CompareConfig) -> tuple[dict[str, Any], Evaluated]:
+    """Every number of the tables (results.json), and the evaluations they came from."""
+    from udpo.rewards.statistics import paired_bootstrap, seed_change
+
+    records, seeds, missing = load_records(config)
+    if not seeds:
+        raise ValueError(
+            f"no seed has a record of every trained run in {config.results_path() / 'runs'}; missing: "
+            + ", ".join(missing)
+        )
+    check_same_start(config, records, seeds)
+    runs = evaluated(config, records, seeds)
+    n = config.bootstrap_resamples
+    start = [records[(config.trained()[0], s)].evaluation(0) for s in seeds]  # Standard MAD, per seed
+    baseline = [question_metrics(debates) for debates in start]
+    results: dict[str, Any] = {
+        "seeds": seeds,
+        "missing": missing,
+        "methods": {},
+        "budget": [
+            {"method": m, "seed": s, **records[(m, s)].budget} for m in config.trained() for s in seeds
+        ],
+        "runs": [run_row(records[(m, s)]) for m in config.trained() for s in seeds],
+    }
+    for method, rows in runs.items():
+        per_seed = [question_metrics(debates) for _, debates in rows]
+        entry: dict[str, Any] = {}
+        # every seed evaluated the same problems (eval_question_seed): the seeds x problems analysis; the
+        # change's interval of questions alone would then treat the seeds x questions cells as independent
+        shared = len({tuple(sorted(q)) for q in per_seed}) == 1
+        if shared:  # questions posing one problem are resampled together
+            texts = problems(rows[0][1])
+            clusters = [texts[qid] for qid in sorted(per_seed[0])]
+        for metric in PER_QUESTION_METRICS:
+            after = [[q[qid][metric] for qid in sorted(q)] for q in per_seed]
+            before = [[b[qid][metric] for qid in sorted(q)] for b, q in zip(baseline, per_seed, strict=True)]
+            level = paired_bootstrap(
+                [np.zeros(len(r)) for r in after], after, n_resamples=n, shared_questions=False
+            )
+            change = (
+                None if shared else paired_bootstrap(before, after, n_resamples=n, shared_questions=False)
+            )
+            entry[metric] = {
+                "mean": level.after,
+                "low": level.low,
+                "high": level.high,
+                "per_seed": [float(np.mean(r)) for r in after],
+                "change": level.after - float(np.mean([np.mean(r) for r in before])),
+                "change_low": None if change is None else change.low,
+                "change_high": None if change is None else change.high,
+                "seed_change": seed_change(before, after, n_resamples=n, clusters=clusters).to_dict()
+                if shared
+                else None,
+            }
+        for metric, of in RUN_METRICS.items():
+            after = [of(debates) for _, debates in rows]
+            before = [of(debates) for debates in start]
+            entry[metric] = {
+                "mean": float(np.mean(after)),
+                "per_seed": after,
+                "change": float(np.mean(after) - np.mean(before)),
+                "seed_change": seed_change(
+                    [[b] for b in before], [[a] for a in after], n_resamples=n
+                ).to_dict()
+                if shared
+                else None,
+            }
+        entry["n_questions"] = sum(len(q) for q in per_seed)
+        results["methods"][method] = entry
+    return results, runs
+
+
+def run_row(record: RunRecord) -> dict[str, Any]:
+    """One run's training diagnostics: the training accuracy of its first and last fifth of iterations,
+    the mean over its iterations of each of :data:`TRAINING_DIAGNOSTICS` (None when never logged) and the
+    last KL; its final evaluation's accuracy, unparsed rate and collapse rate."""
+    train = record.metrics("train")
+
+    def mean(key: str, rows: list[dict[str, Any]]) -> float | None:
+        values = [r[key] for r in rows if isinstance(r.get(key), int | float)]
+        return float(np.mean(values)) if values else None
+
+    fifth = max(1, len(train) // 5)
+    final = record.evaluation(record.final_eval)
+    summary = {m: float(np.mean([f(t) for t in final])) for m, f in PER_QUESTION_METRICS.items()}
+    return {
+        "method": record.method,
+        "seed": record.seed,
+        "iterations": record.budget["iterations"],
+        "train_accuracy_start": mean("train/accuracy", train[:fifth]),
+        "train_accuracy_end": mean("train/accuracy", train[-fifth:]),
+        **{name: mean(key, train) for key, name in TRAINING_DIAGNOSTICS.items()},
+        "kl_last": mean("update/kl", train[-1:]),
+        "accuracy": summary["accuracy"],
+        "unparsed_rate": summary["unparsed_rate"],
+        **{m: of(final) for m, of in RUN_METRICS.items()},
+    }
+
+
+def write_tables(config: CompareConfig) -> dict[str, Any]:
+    """Build the results from the records (:func:`build_results`) and write every table and figure to
+    ``results_dir``; returns the results."""
+    results, runs = build_results(config)
+    out = config.results_path()
+    write_json(out / "results.json", results)
+    (out / "table.md").write_text(markdown_table(results) + "\n")
+    write_csv(out / "table.csv", results)
+    changes = seed_changes(results)
+    if changes:
+        from udpo.analysis.seed_change_plot import seed_change_figure
+
+        seed_change_figure(changes).savefig(out / SEED_CHANGES_PLOT, dpi=110)
+    for name, rows in (("budget.csv", results["budget"]), ("runs.csv", results["runs"])):
+        with (out / name).open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    diagnose_gains(out / "diagnosis", runs)
+    return results
+
+
+def markdown_table(results: dict[str, Any]) -> str:
+    """Table 1: each metric's mean over seeds and 95% interval (questions resampled within each seed, the
+    trained adapters held fixed), accuracy's change over Standard MAD and accuracy per seed; then, when
+    every seed evaluated the same problems, each metric's change with the t-interval over seeds and the
+    seeds x problems bootstrap (:func:`udpo.rewards.statistics.seed_change`), the pre-registered intervals;
+    then each run's training diagnostics. (A results.json written before the per-run table and the
+    collapse rate existed gives the tables it has the numbers for.)"""
+    changes = seed_changes(results)
+    head = (
+        "| method | " + " | ".join(TABLE_METRICS) + " | accuracy change vs Standard MAD | accuracy per seed |"
+    )
+    lines = [head, "|---" * (len(TABLE_METRICS) + 3) + "|"]
+    for method, entry in results["methods"].items():
+        cells = [
+            f"{entry[m]['mean']:.3f} [{entry[m]['low']:.3f}, {entry[m]['high']:.3f}]" for m in TABLE_METRICS
+        ]
+        acc = entry["accuracy"]
+        if METHODS[method] is None:
+            change = "-"
+        elif changes:  # its intervals are the seed analysis's, below
+            change = f"{acc['change']:+.3f} (intervals: next table)"
+        else:
+            change = f"{acc['change']:+.3f} [{acc['change_low']:+.3f}, {acc['change_high']:+.3f}]"
+        per_seed = ", ".join(f"{v:.3f}" for v in acc["per_seed"])
+        lines.append(f"| {method} | " + " | ".join(cells) + f" | {change} | {per_seed} |")
+    lines += [
+        "",
+        "Mean over seeds [95% interval resampling each seed's questions with its trained adapters held fixed: "
+        "it leaves out how much another training run would differ]. "
+        + (
+            "The change's intervals over seeds and problems, the pre-registered analysis, are in the next "
+            "table; no interval of the change is given here, since one resampling questions alone would treat "
+            "the seeds x questions cells as independent."
+            if changes
+            else "Change: paired with Standard MAD on the same questions, the same resampling."
+        ),
+    ]
+    if results.get("missing"):
+        lines += ["", "Missing (no record, left out of every table): " + ", ".join(results["missing"]) + "."]
+    if changes:
+        lines += [
+            "",
+            "Change over Standard MAD, seeds sharing their problems (docs/preregistration.md): mean of the "
+            "seeds' changes, 95% t-interval over seeds, 95% bootstrap over seeds and problems (over seeds "
+            "alone for the collapse rate, one number per evaluation).",
+            "",
+            "| method | metric | change | t-interval over seeds | bootstrap seeds x problems | change per seed |",
+            "|---|---|---|---|---|---|",
+        ]
+        for method, per_metric in changes.items():
+            for metric, c in per_metric.items():
+                per_seed = ", ".join(f"{v:+.3f}" for v in c["per_seed"])
+                t = "one seed: none" if c["t_low"] is None else f"[{c['t_low']:+.3f}, {c['t_high']:+.3f}]"
+                lines.append(
+                    f"| {method} | {metric} | {c['delta']:+.3f} | {t} | "
+                    f"[{c['boot_low']:+.3f}, {c['boot_high']:+.3f}] | {per_seed} |"
+                )
+    if results.get("runs"):
+        lines += [
+            "",
+            "Per run: training accuracy over the first and last fifth of the iterations; the mean over "
+            "iterations of the clip fraction, the dual-clip fraction, the KL to the reference and the "
+            "sampler/trainer mismatch (- where never logged), and the last KL; the final evaluation's "
+            "accuracy, unparsed rate and collapse rate (agents more than half unparsed).",
+            "",
+            "| method | seed | " + " | ".join(RUN_COLUMNS) + " |",
+            "|---" * (len(RUN_COLUMNS) + 2) + "|",
+        ]
+        for row in results["runs"]:
+            cells = ["-" if row[c] is None else f"{row[c]:.4g}" for c in RUN_COLUMNS]
+            lines.append(f"| {row['method']} | {row['seed']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def seed_changes(results: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    """trained method -> metric -> its seed analysis (``SeedChange.to_dict()``), for the metrics that have
+    one (every seed evaluated the same problems); empty otherwise."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for method, entry in results["methods"].items():
+        if METHODS[method] is None:
+            continue
+        per_metric = {
+            m: entry[m]["seed_change"]
+            for m in (*TABLE_METRICS, *RUN_METRICS)
+            if entry.get(m, {}).get("seed_change")
+        }
+        if per_metric:
+            out[method] = per_metric
+    return out
+
+
+def write_csv(path: Path, results: dict[str, Any]) -> None:
+    """One row per method and metric: mean, interval, change and its interval (where one applies), per seed."""
+    columns = ("mean", "low", "high", "change", "change_low", "change_high")
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["method", "metric", *columns, "per_seed"])
+        for method, entry in results["methods"].items():
+            for metric in (*PER_QUESTION_METRICS, *RUN_METRICS):
+                if metric not in entry:
+                    continue
+                e = entry[metric]
+                per_seed = " ".join(f"{v:.6g}" for v in e["per_seed"])
+                writer.writerow([method, metric, *(e.get(c) for c in columns), per_seed])
+
+
+def diagnose_gains(out: Path, runs: Evaluated) -> None:
+    """``udpo diagnose`` of every method's evaluations into ``out``, seeds pooled (question ids prefixed
+    with the seed, so each is paired within its seed): the gains over Standard MAD by U_sys level (Figure
+    5). The pooled input files are written to ``out/pooled`` and removed afterwards."""
+    from udpo.analysis.diagnose import diagnose
+    from udpo.env.trajectory import TrajectoryWriter
+
+    pooled = out / "pooled"
+    shutil.rmtree(pooled, ignore_errors=True)
+    files = []
+    for method, rows in runs.items():
+        path = pooled / f"{method}.jsonl"
+        with TrajectoryWriter(path) as writer:
+            for seed, debates in rows:
+                writer.write([replace(t, question_id=f"s{seed}/{t.question_id}") for t in debates])
+        files.append(str(path))
+    labels = list(runs)
+    try:
+        diagnose(
+            files, str(out), labels=labels, baseline="standard_mad" if "standard_mad" in labels else None
+        )
+    finally:
+        shutil.rmtree(pooled, ignore_errors=True)
