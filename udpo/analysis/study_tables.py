@@ -253,11 +253,12 @@ def markdown_table(results: dict[str, Any]) -> str:
     if results.get("missing"):
         lines += ["", "Missing (no record, left out of every table): " + ", ".join(results["missing"]) + "."]
     if changes:
+        per_run = any(m in RUN_METRICS for per_metric in changes.values() for m in per_metric)
         lines += [
             "",
             "Change over Standard MAD, seeds sharing their problems (docs/preregistration.md): mean of the "
-            "seeds' changes, 95% t-interval over seeds, 95% bootstrap over seeds and problems (over seeds "
-            "alone for the collapse rate, one number per evaluation).",
+            "seeds' changes, 95% t-interval over seeds, 95% bootstrap over seeds and problems"
+            + (" (over seeds alone for the collapse rate, one number per evaluation)." if per_run else "."),
             "",
             "| method | metric | change | t-interval over seeds | bootstrap seeds x problems | change per seed |",
             "|---|---|---|---|---|---|",
