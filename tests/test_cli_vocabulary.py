@@ -129,7 +129,7 @@ NO_COUNTERPART = {
         [
             (c, d)
             for c in ("compare", "study")
-            for d in ("plan", "status", "tables_only", "workers", "threads")
+            for d in ("plan", "status", "tables_only", "workers", "threads", "sample_size")
         ],
         "a study plan (a compare config) and how many processes run it",
     ),

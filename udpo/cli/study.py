@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from udpo.cli.argtypes import at_least
+from udpo.cli.argtypes import positive_int, probability
 from udpo.threads import ENV
 
 
@@ -40,13 +40,13 @@ def add_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--workers",
-        type=at_least(1),
+        type=positive_int,
         default=1,
         help="processes sharing the runs (default 1); each logs to OUTPUT_DIR/logs/worker_<k>.log",
     )
     p.add_argument(
         "--threads",
-        type=at_least(1),
+        type=positive_int,
         default=None,
         help="torch threads per worker (default: the cores divided among the workers); workers whose "
         "threads fit on the cores are pinned to cores of their own",
@@ -58,6 +58,15 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "--tables-only",
         action="store_true",
         help="build every table and figure from the runs' records (RESULTS_DIR/runs/) alone; train nothing",
+    )
+    p.add_argument(
+        "--sample-size",
+        type=probability,
+        default=None,
+        metavar="EFFECT",
+        help="from the recorded runs, the pooled within-arm sd of the per-seed accuracy change and the seeds "
+        "per arm a two-sided 95%% t-test needs to find a difference EFFECT with 80%% power; blind: no arm's "
+        "mean is shown",
     )
     p.add_argument(
         "--no-progress", "--no_progress", dest="progress", action="store_false", help="hide progress bars"
@@ -80,8 +89,8 @@ def check(args: argparse.Namespace):
             raise ValueError(
                 "a study needs eval_questions > 0 and eval_at_start: true (Standard MAD is iteration 0)"
             )
-    if args.workers > 1 and (args.status or args.tables_only):
-        raise ValueError("--workers trains; --status and --tables-only do not")
+    if args.workers > 1 and (args.status or args.tables_only or args.sample_size):
+        raise ValueError("--workers trains; --status, --tables-only and --sample-size do not")
     if args.threads is not None and args.workers == 1:  # this process trains: set before torch starts
         os.environ[ENV] = str(args.threads)
     return config
@@ -96,6 +105,17 @@ def run(args: argparse.Namespace) -> int:
     config = check(args)
     if args.status:
         print("\n".join(format_progress(config)))
+        return 0
+    if args.sample_size:
+        from udpo.analysis.sample_size import blind_sample_size
+
+        rule = blind_sample_size(config, args.sample_size)
+        print(
+            f"per-seed {rule.metric} change over Standard MAD, arms {', '.join(rule.arms)}, seeds "
+            f"{', '.join(map(str, rule.seeds))}: pooled within-arm sd {rule.pooled_sd:.4f}; a difference of "
+            f"{rule.effect:g} at a two-sided {rule.level:.0%} t-test with {rule.power:.0%} power needs "
+            f"{rule.seeds_per_arm} seeds per arm"
+        )
         return 0
     if args.workers > 1:
         from udpo.analysis.study_workers import plan_workers, run_workers, study_command

@@ -1,0 +1,64 @@
+"""The pilot's sample-size rule: the pooled within-arm sd of the per-seed change, and the seeds per arm a
+two-sample t-test needs; blind to the difference between the arms."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from study_helpers import finished_run
+
+from udpo.analysis.compare import CompareConfig, record_finished
+from udpo.analysis.sample_size import blind_sample_size
+from udpo.rewards.sample_size import pooled_sd, seeds_per_arm
+
+
+def test_pooled_sd_is_the_spread_around_each_arms_own_mean():
+    assert pooled_sd([[1, 3], [10, 14]]) == pytest.approx(5**0.5)  # (2 + 8) / (4 - 2)
+    assert pooled_sd([[1, 3], [110, 114]]) == pooled_sd([[1, 3], [10, 14]])  # the arms' means do not enter
+    with pytest.raises(ValueError, match="at least 2 seeds"):
+        pooled_sd([[1, 2], [3]])
+
+
+def test_seeds_per_arm_match_the_textbook_t_test():
+    # Cohen's d of 1 and of 0.5 at a two-sided 5% test and 80% power: 17 and 64 per group
+    assert seeds_per_arm(1.0, 1.0) == 17 and seeds_per_arm(2.0, 1.0) == 64
+    assert seeds_per_arm(0.01, 1.0) == 2
+    with pytest.raises(ValueError, match="> 0"):
+        seeds_per_arm(0.0, 0.05)
+
+
+def test_the_rule_reads_the_records_and_shows_no_arm_mean(tmp_path, capsys):
+    from udpo.cli import main
+
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump({"task": "arithmetic", "eval_questions": 4}))
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(
+        yaml.safe_dump(
+            {
+                "recipe": "recipe.yaml",
+                "methods": ["standard_mad", "task_only", "udpo"],
+                "seeds": [0, 1],
+                "output_dir": str(tmp_path / "runs"),
+            }
+        )
+    )
+    config = CompareConfig.load(plan)
+    start = [False] * 4
+    # per-seed accuracy changes: task_only 0.25 and 0.75, udpo 0.5 and 1.0: pooled sd sqrt(0.125)
+    for method, seed, after in [
+        ("task_only", 0, [True, False, False, False]),
+        ("task_only", 1, [True, True, True, False]),
+        ("udpo", 0, [True, True, False, False]),
+        ("udpo", 1, [True, True, True, True]),
+    ]:
+        finished_run(config.run_dir(method, seed), method, start, after, seed=seed)
+        assert record_finished(config, method, seed)  # the rule reads the records
+    rule = blind_sample_size(config, effect=0.25)
+    assert rule.pooled_sd == pytest.approx(0.125**0.5) and rule.arms == ["task_only", "udpo"]
+    assert rule.seeds_per_arm == seeds_per_arm(0.125**0.5, 0.25)
+    assert main(["study", str(plan), "--sample-size", "0.25"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"pooled within-arm sd {0.125**0.5:.4f}" in out and f"needs {rule.seeds_per_arm} seeds per arm" in out
+    )
+    assert "0.500" not in out and "0.750" not in out  # no arm's mean change

@@ -1,0 +1,62 @@
+"""``udpo study PLAN --sample-size EFFECT``: the seeds per arm a follow-up study needs, from a pilot's
+records, blind to the difference between its arms (docs/plan_udpo_pilot.md).
+
+Each trained arm's per-seed change of a metric over Standard MAD (the seed's mean over the test questions
+of after - before) gives the pooled within-arm standard deviation (:func:`udpo.rewards.sample_size.pooled_sd`);
+the rule returns it and the seeds per arm of :func:`udpo.rewards.sample_size.seeds_per_arm`, and never an
+arm's mean or the difference between arms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from udpo.analysis.compare import CompareConfig
+from udpo.analysis.results import question_metrics
+from udpo.analysis.study_tables import evaluated, load_records
+from udpo.rewards.sample_size import pooled_sd, seeds_per_arm
+
+
+@dataclass(frozen=True)
+class SampleSize:
+    """metric; the trained arms and the seeds pooled; the pooled sd of the per-seed change; the effect to
+    detect, the test's level and power, and the seeds per arm they need."""
+
+    metric: str
+    arms: list[str]
+    seeds: list[int]
+    pooled_sd: float
+    effect: float
+    level: float
+    power: float
+    seeds_per_arm: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def blind_sample_size(
+    config: CompareConfig, effect: float, metric: str = "accuracy", level: float = 0.95, power: float = 0.8
+) -> SampleSize:
+    """The sample-size rule on the recorded runs of ``config`` (the seeds whose every run is recorded)."""
+    records, seeds, missing = load_records(config)
+    if len(seeds) < 2:
+        raise ValueError(
+            f"the rule needs 2 or more seeds with every run recorded; missing: {', '.join(missing)}"
+        )
+    runs = evaluated(config, records, seeds)
+    before = [question_metrics(records[(config.trained()[0], s)].evaluation(0)) for s in seeds]
+    arms = {
+        method: [
+            float(np.mean([q[metric] - b[qid][metric] for qid, q in question_metrics(debates).items()]))
+            for b, (_, debates) in zip(before, runs[method], strict=True)
+        ]
+        for method in config.trained()
+    }
+    sd = pooled_sd(list(arms.values()))
+    return SampleSize(
+        metric, list(arms), seeds, sd, effect, level, power, seeds_per_arm(sd, effect, level, power)
+    )
