@@ -79,10 +79,9 @@ def hf_backend(model_path):
     backend.close()
 
 
-@pytest.fixture(scope="session")
-def lora_adapters(model_path, tmp_path_factory) -> dict[str, str]:
-    """Two LoRA adapters (r=8, attention projections) on the real model with random non-zero B,
-    drawn with different seeds, saved as PEFT folders: {"a": path, "b": path}."""
+def save_random_adapters(model: str, folder_for) -> dict[str, str]:
+    """Two LoRA adapters (r=8, attention projections) on ``model`` with random non-zero B, drawn with
+    different seeds, saved as PEFT folders (``folder_for(name)`` gives each one's): {"a": path, "b": path}."""
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
@@ -90,12 +89,37 @@ def lora_adapters(model_path, tmp_path_factory) -> dict[str, str]:
     config = LoraConfig(
         r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj"], init_lora_weights=False
     )
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    base = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
     paths = {}
     for name, seed in (("a", 1), ("b", 2)):
         torch.manual_seed(seed)
-        peft_model = get_peft_model(model, config)
-        paths[name] = str(tmp_path_factory.mktemp(f"lora_{name}"))
+        peft_model = get_peft_model(base, config)
+        paths[name] = str(folder_for(name))
         peft_model.save_pretrained(paths[name])
-        model = peft_model.unload()  # the plain base model again, for the next adapter
+        base = peft_model.unload()  # the plain base model again, for the next adapter
     return paths
+
+
+@pytest.fixture(scope="session")
+def lora_adapters(model_path, tmp_path_factory) -> dict[str, str]:
+    """Two random LoRA adapters on the real model (:func:`save_random_adapters`)."""
+    return save_random_adapters(model_path, lambda name: tmp_path_factory.mktemp(f"lora_{name}"))
+
+
+@pytest.fixture(scope="session")
+def tiny_lora_adapters(tiny_model, tmp_path_factory) -> dict[str, str]:
+    """Two random LoRA adapters on the tiny model (:func:`save_random_adapters`)."""
+    return save_random_adapters(tiny_model, lambda name: tmp_path_factory.mktemp(f"tiny_lora_{name}"))
+
+
+@pytest.fixture(scope="module")
+def hf_with_adapters(model_path, lora_adapters):
+    """An fp32 HF backend on the real model with adapters a and b, for one test file (its own model: the
+    shared hf_backend stays plain); the vLLM tests compare against it."""
+    from udpo.env.backends.hf import HFBackend
+
+    backend = HFBackend(model=model_path, dtype="fp32")
+    for name, path in lora_adapters.items():
+        backend.load_adapter(name, path)
+    yield backend
+    backend.close()

@@ -62,11 +62,11 @@ def _env() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def recipe(model_path, tmp_path_factory) -> Path:
+def recipe(tokenizer_path, tmp_path_factory) -> Path:
     from tiny_models import build_tiny_llama
 
     folder = tmp_path_factory.mktemp("ds")
-    model = build_tiny_llama(folder / "model", model_path, initializer_range=0.3)
+    model = build_tiny_llama(folder / "model", tokenizer_path, initializer_range=0.3)
     return write_recipe(folder / "recipe.yaml", model, **SETTINGS)
 
 

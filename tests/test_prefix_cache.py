@@ -67,15 +67,14 @@ def debate(backend, sampling, questions, prefix_cache: bool):
 
 
 @pytest.fixture(scope="module")
-def adapter_backend(model_path, lora_adapters):
-    backend = HFBackend(model=model_path, dtype="fp32")  # fp32: results compared to 1e-4
-    for name, path in lora_adapters.items():
+def adapter_backend(tiny_model, tiny_lora_adapters):
+    backend = HFBackend(model=tiny_model, dtype="fp32")  # fp32: results compared to 1e-4
+    for name, path in tiny_lora_adapters.items():
         backend.load_adapter(name, path)
     yield backend
     backend.close()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("temperature", [0.0, 0.7])
 def test_debate_with_reused_prefixes_equals_whole_prompts(adapter_backend, monkeypatch, temperature):
     """A 3-round debate (agents on the base model and two adapters, two of them on one adapter, so
@@ -113,20 +112,18 @@ def test_debate_with_reused_prefixes_equals_whole_prompts(adapter_backend, monke
     assert adapter_backend.prefixes is None  # the scope ended with the debate batch
 
 
-@pytest.mark.slow
-def test_loading_an_adapter_empties_the_store(adapter_backend, lora_adapters):
+def test_loading_an_adapter_empties_the_store(adapter_backend, tiny_lora_adapters):
     adapter_backend.prefix_cache = True
     with adapter_backend.reuse_prefixes():
         adapter_backend.generate(
             [ChatRequest([{"role": "user", "content": "Hi"}], SamplingParams(max_tokens=4))]
         )
         assert adapter_backend.prefixes.rows
-        adapter_backend.load_adapter("a", lora_adapters["a"])
+        adapter_backend.load_adapter("a", tiny_lora_adapters["a"])
         assert adapter_backend.prefixes.rows == []
 
 
-@pytest.mark.slow
-def test_grouped_sdpa_gives_the_same_logits_as_sdpa(model_path):
+def test_grouped_sdpa_gives_the_same_logits_as_sdpa(tiny_model):
     """Left-padded prompt pass and a decode step over a static cache, in fp32 and bf16: ``sdpa_gqa``
     equals transformers' ``sdpa`` (which copies the key/value heads first); gradients flow."""
     from transformers import AutoModelForCausalLM, StaticCache
@@ -139,7 +136,7 @@ def test_grouped_sdpa_gives_the_same_logits_as_sdpa(model_path):
     mask[:2, :7] = 0
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     full = torch.cat([mask, torch.ones(4, 2, dtype=torch.long)], 1)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32).eval()
     for dtype in (torch.float32, torch.bfloat16):
         model.to(dtype)
         logits = []

@@ -1,7 +1,6 @@
-"""The vllm backend (offline engine) and the openai backend against a real local vLLM server.
-
-Both run the real SmolLM2-135M-Instruct on vLLM's CPU build, with two random LoRA adapters
-(``lora_adapters``) served in the same batch as the base model.
+"""The vllm backend (offline engine): the real SmolLM2-135M-Instruct on vLLM's CPU build, with two random
+LoRA adapters (``lora_adapters``) served in the same batch as the base model; the trainer's updates reach
+the engine, and an exported adapter serves. The OpenAI-compatible server: tests/test_vllm_server.py.
 """
 
 from __future__ import annotations
@@ -9,11 +8,11 @@ from __future__ import annotations
 import json
 import shutil
 
-import numpy as np
 import pytest
 import torch
 from tiny_models import perturb_adapters
 from train_helpers import EXPLICIT, read_jsonl, tiny_config
+from vllm_helpers import POEM, QUESTION, VLLM_TEST_OPTIONS, engine_dtype, mean_abs_diff
 
 from udpo.env.backends import BackendError, ChatRequest, SamplingParams
 from udpo.training.export import export_team
@@ -23,30 +22,6 @@ from udpo.training.trainer import Trainer
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
-QUESTION = [{"role": "user", "content": "What is 7 + 5? Put the final answer in \\boxed{}."}]
-POEM = [{"role": "user", "content": "Write two lines about the sea."}]
-
-
-def mean_abs_diff(x: list[float], y: list[float]) -> float:
-    assert len(x) == len(y) > 0
-    return float(np.mean(np.abs(np.asarray(x) - np.asarray(y))))
-
-
-# vLLM engines on CPU reserve their KV cache up front: 1 GiB each keeps the offline engine and the server
-# small. Every test of a vLLM engine lives in this file, so each engine starts once and stops when the
-# file is done (an idle vLLM CPU worker keeps polling, and would slow every later test on its core).
-VLLM_TEST_OPTIONS = {"max_loras": 4, "max_lora_rank": 16, "kv_cache_gib": 1.0, "max_model_len": 2048}
-
-
-def engine_dtype() -> str:
-    """The precision the trainer picks on this CPU (``dtype: auto``): bf16 where the cores have bf16 units,
-    else fp32 (vLLM's own "auto" takes the checkpoint's bf16, emulated and about 4x slower there)."""
-    import torch
-
-    from udpo.env.backends.hf import pick_dtype
-
-    return "bfloat16" if pick_dtype("auto", "cpu") == torch.bfloat16 else "float32"
-
 
 @pytest.fixture(scope="module")
 def vllm_backend(model_path):
@@ -55,36 +30,6 @@ def vllm_backend(model_path):
     from udpo.env.backends.vllm import VLLMBackend
 
     backend = VLLMBackend(model=model_path, dtype=engine_dtype(), **VLLM_TEST_OPTIONS)
-    yield backend
-    backend.close()
-
-
-@pytest.fixture(scope="module")
-def vllm_server(model_path) -> str:
-    """The OpenAI base URL of a local vLLM server (LoRA enabled, runtime adapter loading allowed),
-    started once for this file on a free port and terminated at its end."""
-    pytest.importorskip("vllm")
-    from udpo.env.backends.vllm_server import VLLMServer
-
-    server = VLLMServer(
-        model=model_path,
-        served_model_name="smollm2",
-        extra_args=("--dtype", engine_dtype()),
-        **VLLM_TEST_OPTIONS,
-    )
-    server.start()
-    yield server.url
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def hf_with_adapters(model_path, lora_adapters):
-    """An fp32 HF backend with adapters a and b (its own model: the shared hf_backend stays plain)."""
-    from udpo.env.backends.hf import HFBackend
-
-    backend = HFBackend(model=model_path, dtype="fp32")
-    for name, path in lora_adapters.items():
-        backend.load_adapter(name, path)
     yield backend
     backend.close()
 
@@ -251,86 +196,6 @@ def test_vllm_errors_are_clear(served, lora_adapters, tmp_path):
     with pytest.raises(BackendError, match="serves"):
         served.generate([ChatRequest(QUESTION, model="some/other-model")])
     assert "bad" not in served.adapters and "wide" not in served.adapters
-
-
-# openai backend against the real vLLM server ---------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def remote(vllm_server, lora_adapters):
-    from udpo.env.backends.openai import OpenAIBackend
-
-    backend = OpenAIBackend(base_url=vllm_server, timeout=60, max_concurrency=8)
-    for name, path in lora_adapters.items():
-        backend.load_adapter(name, path)
-    yield backend
-    backend.close()
-
-
-def test_openai_backend_on_vllm_server(remote, served, hf_with_adapters):
-    assert remote.is_vllm and remote.model == "smollm2"
-    assert set(remote.adapters) >= {"a", "b"}
-    adapters = [None, "a", "b"]
-    for temperature in (1.0, 0.7):
-        sampling = SamplingParams(temperature=temperature, max_tokens=20, seed=5)
-        out = remote.generate([ChatRequest(QUESTION, sampling, adapter=name) for name in adapters])
-        for c, name in zip(out, adapters, strict=True):
-            assert c.prompt_ids == hf_with_adapters.encode(QUESTION)  # the server renders the same template
-            assert 0 < len(c.completion_ids) == len(c.logprobs) <= 20
-            assert c.finish_reason in ("stop", "length")
-            if temperature == 1.0:  # the adapter's own model: they match the offline engine's scores
-                scored = served.completion_logprobs(c.prompt_ids, c.completion_ids, adapter=name)
-                assert mean_abs_diff(c.logprobs, scored) < 0.05, name
-            else:  # the server reports the sampling distribution's log-probs (processed_logprobs)
-                scored = hf_with_adapters.completion_logprobs(
-                    c.prompt_ids, c.completion_ids, name, temperature
-                )
-                assert mean_abs_diff(c.logprobs, scored) < 0.1, name
-
-
-def test_openai_backend_replaces_an_adapter_at_run_time(remote, served, lora_adapters, tmp_path):
-    def served_as() -> str:
-        """Which local adapter the server's "swap" matches, judged by the log-probs it returns."""
-        (c,) = remote.generate(
-            [ChatRequest(POEM, SamplingParams(temperature=1.0, max_tokens=16), adapter="swap")]
-        )
-        gaps = {
-            n: mean_abs_diff(c.logprobs, served.completion_logprobs(c.prompt_ids, c.completion_ids, n))
-            for n in "ab"
-        }
-        assert min(gaps.values()) < 0.05 < max(gaps.values())
-        return min(gaps, key=gaps.get)
-
-    remote.load_adapter("swap", lora_adapters["a"])
-    assert served_as() == "a"
-    copy_b = tmp_path / "b_v2"  # a new version goes to a new folder
-    shutil.copytree(lora_adapters["b"], copy_b)
-    remote.load_adapter("swap", str(copy_b))
-    assert served_as() == "b"
-
-
-def test_openai_backend_unknown_adapter_fails_without_retrying(remote):
-    with pytest.raises(BackendError, match=r"chat/completions failed: HTTP 404"):
-        remote.generate([ChatRequest(QUESTION, adapter="missing")])
-
-
-def test_autotransform_attacker_served_over_http(vllm_server, tmp_path):
-    from udpo.env.attacks import AttackConfig, attacker_backend, transform_profile
-
-    config = AttackConfig(
-        name="autotransform", attacker="smollm2", attacker_backend="openai", attacker_base_url=vllm_server,
-        max_tokens=96,
-    )  # fmt: skip
-    assert config.describe()["attacker_base_url"] == vllm_server
-    with attacker_backend(config, team_backend=None) as attacker:
-        assert attacker.model == "smollm2"
-        made = transform_profile(
-            "You are a careful math tutor.", "gsm8k", attacker, config.attacker, sampling=config.sampling(),
-            cache_root=tmp_path,
-        )  # fmt: skip
-    assert made.source == "attacker" and made.profile.strip()
-    record = json.loads(open(made.path).read())
-    assert record["attacker_model"] == "smollm2" and record["malicious_profile"] == made.profile
 
 
 # the update reaches the engine ----------------------------------------------------------------------------

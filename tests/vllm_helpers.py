@@ -1,0 +1,30 @@
+"""What the tests of real vLLM engines share (tests/test_vllm_backend.py: the offline engine;
+tests/test_vllm_server.py: the OpenAI-compatible server): the prompts, the engines' settings, a distance."""
+
+from __future__ import annotations
+
+import numpy as np
+
+QUESTION = [{"role": "user", "content": "What is 7 + 5? Put the final answer in \\boxed{}."}]
+POEM = [{"role": "user", "content": "Write two lines about the sea."}]
+
+
+def mean_abs_diff(x: list[float], y: list[float]) -> float:
+    assert len(x) == len(y) > 0
+    return float(np.mean(np.abs(np.asarray(x) - np.asarray(y))))
+
+
+# vLLM engines on CPU reserve their KV cache up front: 1 GiB each keeps the offline engine and the server
+# small. Each engine serves the tests of one file (module-scoped fixtures), so it starts once and stops when
+# its file is done: an idle vLLM CPU worker keeps polling, and would slow every later test on its core.
+VLLM_TEST_OPTIONS = {"max_loras": 4, "max_lora_rank": 16, "kv_cache_gib": 1.0, "max_model_len": 2048}
+
+
+def engine_dtype() -> str:
+    """The precision the trainer picks on this CPU (``dtype: auto``): bf16 where the cores have bf16 units,
+    else fp32 (vLLM's own "auto" takes the checkpoint's bf16, emulated and about 4x slower there)."""
+    import torch
+
+    from udpo.env.backends.hf import pick_dtype
+
+    return "bfloat16" if pick_dtype("auto", "cpu") == torch.bfloat16 else "float32"
