@@ -211,3 +211,22 @@ def test_workers_get_their_threads_and_cores_on_purpose(tmp_path):
     assert logs[0] == [f"[{core}", "1\n"]
     assert logs[1] == [str(sorted(os.sched_getaffinity(0)))[:-1], "2\n"]
     assert run_workers([sys.executable, "-c", "raise SystemExit(3)"], workers, tmp_path / "logs") == 3
+
+
+def test_a_blind_plan_records_its_runs_and_writes_no_table_until_asked(tmp_path, monkeypatch):
+    """tables_when_done: false (a pilot blind to its arms until its sample-size rule is recorded): the last
+    run is recorded and nothing is tabulated; --tables-only writes the tables."""
+    no_diagnosis_plots(monkeypatch)
+    config = CompareConfig.load(
+        write_plan(tmp_path, "smollm2-135m-instruct", tables_when_done=False, seeds=[0])
+    )
+    for method in ("task_only", "coin_control"):
+        finished_run(config.run_dir(method, 0), method, [True, False], [True, True])
+
+    def must_not_train(tc):
+        raise AssertionError(f"{tc.run_name} was done")
+
+    assert run_compare(config, train=must_not_train, progress=False) is None
+    assert config.recorded("task_only", 0) and config.recorded("coin_control", 0)
+    assert not (tmp_path / "results" / "table.md").exists()
+    assert write_results(config)["seeds"] == [0] and (tmp_path / "results" / "table.md").exists()

@@ -131,7 +131,9 @@ class CompareConfig:
     first trained method evaluates iteration 0 (Standard MAD); false: every method does, and they are
     checked to agree. results_dir: where each finished run's record and the tables go, a folder meant to
     be committed (default: output_dir). bootstrap_resamples: resamples of every bootstrap interval of the
-    tables (10,000 as pre-registered; fewer only to try the machinery)."""
+    tables (10,000 as pre-registered; fewer only to try the machinery). tables_when_done: write the tables
+    when the last run is recorded (false: records only, for a pilot that stays blind to its arms until its
+    sample-size rule is recorded; ``--tables-only`` writes them)."""
 
     recipe: str
     methods: list[str] = field(default_factory=lambda: list(METHODS))
@@ -142,6 +144,7 @@ class CompareConfig:
     shared_start: bool = True
     results_dir: str | None = None
     bootstrap_resamples: int = 10_000
+    tables_when_done: bool = True
 
     def __post_init__(self) -> None:
         unknown = [m for m in [*self.methods, *self.method_settings] if m not in METHODS]
@@ -271,7 +274,7 @@ def run_compare(
     folder is gone (trained on another machine). Started runs go first. Several compare processes may
     share the work (one per core): a run another process is training (its folder is locked,
     :mod:`udpo.training.run_lock`) is left to it. Returns the results, or None while some runs are not
-    done (other seeds, other processes)."""
+    done (other seeds, other processes) and when ``tables_when_done`` is false."""
     from tqdm.auto import tqdm
 
     from udpo.training import checkpoint_store as ckpt
@@ -311,7 +314,9 @@ def run_compare(
         record_finished(config, method, seed)
         bar.write(f"[{i}/{len(jobs)}] recorded: {config.record_dir(method, seed)}")
     bar.close()
-    if not all(config.recorded(m, s) for s in config.seeds for m in config.trained()):
+    if not config.tables_when_done or not all(
+        config.recorded(m, s) for s in config.seeds for m in config.trained()
+    ):
         return None
     return write_results(config)
 

@@ -125,7 +125,8 @@ def run(args: argparse.Namespace) -> int:
         workers = plan_workers(args.workers, args.threads)
         code = run_workers(study_command(args.plan, extra), workers, Path(config.output_dir) / "logs")
         print("\n".join(format_progress(config)))
-        if code == 0 and all(config.recorded(m, s) for s in config.seeds for m in config.trained()):
+        done = all(config.recorded(m, s) for s in config.seeds for m in config.trained())
+        if code == 0 and done and config.tables_when_done:
             print((config.results_path() / "table.md").read_text())
         return code
     if args.tables_only:
@@ -133,8 +134,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         results = run_compare(config, progress=args.progress, seeds=args.seed)
     if results is None:
+        done = all(config.recorded(m, s) for s in config.seeds for m in config.trained())
         print(
-            "\n".join(
+            "every run is recorded; tables_when_done is false: no table written (--tables-only writes them)"
+            if done
+            else "\n".join(
                 [
                     "some runs are not done yet (other seeds, or trained by another process); the tables "
                     "follow when the last of them is recorded:",
