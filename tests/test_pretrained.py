@@ -95,6 +95,7 @@ def test_debate_gives_answers_votes_and_correctness(trained):
     team = Team.from_pretrained(export, dtype="fp32", task=Arithmetic())
     free = team.debate(["What is 2 + 3?", "What is 4 + 4?"], seed=1, max_tokens=4, progress=False)
     assert free.correct == [None, None] and free.accuracy is None
+    assert len(team.debate("What is 2 + 3?", max_tokens=2, progress=False)) == 1  # one question
     assert free.trajectories[0].meta["task"] == "arithmetic" and free.trajectories[0].n_rounds == 1
     summary = free.summary()
     assert summary["wrong_majority"] is None and 0 <= summary["u_sys"] <= 1 and summary["n_questions"] == 2

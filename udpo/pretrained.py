@@ -159,7 +159,7 @@ class Team:
 
     def debate(
         self,
-        questions: Sequence[QuestionLike],
+        questions: QuestionLike | Sequence[QuestionLike],
         *,
         task: Task | str | None = None,
         rounds: int | None = None,
@@ -171,7 +171,7 @@ class Team:
         seed: int | None = None,
         progress: bool = True,
     ) -> DebateResult:
-        """Debate ``questions``, all of one kind:
+        """Debate ``questions`` (or one question), all of one kind:
 
         - strings: questions without gold answers, prompted and parsed by ``task`` (default the team's,
           else a text :class:`~udpo.env.tasks.custom.DatasetTask`);
@@ -251,10 +251,10 @@ class Team:
         return self.task
 
     def _questions(
-        self, questions: Sequence[QuestionLike], task: Task | str | None
+        self, questions: QuestionLike | Sequence[QuestionLike], task: Task | str | None
     ) -> tuple[Task, list[Question]]:
         """The task to debate under and ``questions`` as Question objects (see :meth:`debate`)."""
-        items = list(questions)
+        items = [questions] if isinstance(questions, str | Mapping | Question) else list(questions)
         if not items:
             raise ValueError("no questions given")
         if all(isinstance(q, Question) for q in items):
