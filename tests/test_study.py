@@ -18,7 +18,7 @@ from train_helpers import read_jsonl
 
 from udpo.analysis.compare import CompareConfig, format_progress, run_compare, write_results
 from udpo.analysis.run_record import EVALS, METRICS, RUN, RunRecord, write_record
-from udpo.analysis.study_workers import Worker, plan_workers, run_workers
+from udpo.cli.study_workers import Worker, plan_workers, run_workers
 from udpo.training.callbacks import TrainerCallback
 from udpo.training.trainer import Trainer, train
 

@@ -1,6 +1,6 @@
 """``udpo study PLAN.yaml``: run a pre-registered plan's runs (one or several processes), record each run
 as it finishes in the plan's committed results folder, and build every table and figure from those
-records (udpo.analysis.compare, udpo.analysis.study_tables, udpo.analysis.study_workers)."""
+records (udpo.analysis.compare, udpo.analysis.study_tables; its worker processes: udpo.cli.study_workers)."""
 
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         )
         return 0
     if args.workers > 1:
-        from udpo.analysis.study_workers import plan_workers, run_workers, study_command
+        from udpo.cli.study_workers import plan_workers, run_workers, study_command
 
         extra = [*(["--output-dir", args.output_dir] if args.output_dir else [])]
         extra += [f"--seed={s}" for s in args.seed or []]
