@@ -18,8 +18,8 @@ IDS = torch.tensor([[1, 9690, 198, 2683, 314, 253, 19, 30, 31]])
 
 
 @pytest.fixture(scope="module")
-def tiny_path(model_path, tmp_path_factory) -> str:
-    return build_tiny_llama(tmp_path_factory.mktemp("tiny"), model_path)
+def tiny_path(tokenizer_path, tmp_path_factory) -> str:
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny"), tokenizer_path)
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from study_helpers import finished_run
 from train_helpers import start, tiny_config, write_recipe
 
 from udpo.analysis.compare import DONE, CompareConfig, format_progress, run_compare
@@ -108,9 +109,10 @@ def test_compare_leaves_a_run_another_process_trains_to_it(tmp_path):
     )
     trained = []
 
-    def fake_train(tc):  # what the trainer does first: lock the folder
+    def fake_train(tc):  # what the trainer does first: lock the folder; then it leaves a finished run
         handle = run_lock.acquire(tc.output_dir, patience=0.1)
         trained.append((Path(tc.output_dir).parent.name, tc.resume))
+        finished_run(Path(tc.output_dir), Path(tc.output_dir).parent.name, [True, False], [True, True])
         handle.close()
 
     try:
@@ -140,7 +142,7 @@ def test_compare_tables_are_written_by_one_process_at_a_time(tmp_path, monkeypat
     busy = hold_in_another_process(out)  # another compare process writing the tables
     monkeypatch.setattr(compare, "TABLES_PATIENCE", 0.3)
     try:
-        with pytest.raises(RunBusyError, match="continue with udpo compare --tables-only"):
+        with pytest.raises(RunBusyError, match="continue with udpo study --tables-only"):
             compare.write_results(config)
     finally:
         busy.kill()
