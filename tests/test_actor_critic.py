@@ -268,16 +268,15 @@ def test_rmaac_states_are_what_each_agent_observed():
     assert algo.states(t, 1) == [critic_state("2+2?", None), critic_state("2+2?", ["4", "5"])]
 
 
-# --- the critic on the real model ---------------------------------------------------------------------------
-@pytest.mark.slow
-def test_critic_learns_a_simple_value_function(model_path, tmp_path):
+# --- the critic on a model (the tiny random one of tests/tiny_models.py) ------------------------------------
+def test_critic_learns_a_simple_value_function(tiny_model, tmp_path):
     """On a fixed problem (states whose value is 1 when the agents agree on 4, else 0), the critic's loss
     falls; its saved adapter and head load back to the same values."""
     from udpo.algorithms.critic import Critic
     from udpo.training.policy import LoraSettings, MultiAgentPolicy
 
     torch.manual_seed(0)
-    policy = MultiAgentPolicy(model=model_path, n_agents=2, lora=LoraSettings(r=8, alpha=16))
+    policy = MultiAgentPolicy(model=tiny_model, n_agents=2, lora=LoraSettings(r=8, alpha=16))
     critic = Critic(policy)
     states = [critic_state("What is 2+2?", list(a)) for a in (("4", "4"), ("4", "5"), ("3", "5"), ("5", "4"))]
     targets = torch.tensor([1.0, 0.0, 0.0, 0.0])
@@ -294,6 +293,6 @@ def test_critic_learns_a_simple_value_function(model_path, tmp_path):
     assert all(p.grad is None for p in policy.trainable_parameters())  # the agents' adapters are untouched
     before = critic.values(states)
     critic.save(tmp_path / "critic")
-    other = Critic(MultiAgentPolicy(model=model_path, n_agents=2, lora=LoraSettings(r=8, alpha=16)))
+    other = Critic(MultiAgentPolicy(model=tiny_model, n_agents=2, lora=LoraSettings(r=8, alpha=16)))
     other.load(tmp_path / "critic")
     assert torch.allclose(other.values(states), before, atol=1e-5)

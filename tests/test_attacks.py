@@ -1,7 +1,8 @@
 """AutoTransform, AutoInject and the attack factory (docs/attacks.md).
 
-Logic is tested with the scripted backend as a stand-in attacker whose replies the test controls;
-the real model is used where it can run (the slow tests at the end).
+Logic is tested with the scripted backend as a stand-in attacker whose replies the test controls; the
+hf backend as the attacker runs on a tiny random model at the end (the real model attacks in
+tests/test_eval_cli.py's ``udpo eval`` run).
 """
 
 from __future__ import annotations
@@ -372,10 +373,19 @@ def test_attacked_debate_shows_corrupted_messages_to_peers_only():
     assert traj.meta["compromised"] == [2] and traj.meta["attack"]["name"] == "autoinject"
 
 
-# --- real model ------------------------------------------------------------------------------
-@pytest.mark.slow
-def test_autotransform_with_the_real_model_and_cache_hit(hf_backend, tmp_path):
-    counting = CountingBackend(hf_backend)
+# --- the hf backend as the attacker (a tiny random model) ------------------------------------
+@pytest.fixture(scope="module")
+def tiny_hf(tiny_model):
+    """The hf backend on the tiny model: what it writes is noise, but it goes through the real paths."""
+    from udpo.env.backends.hf import HFBackend
+
+    backend = HFBackend(model=tiny_model, dtype="fp32")
+    yield backend
+    backend.close()
+
+
+def test_autotransform_with_the_hf_backend_and_cache_hit(tiny_hf, tmp_path):
+    counting = CountingBackend(tiny_hf)
     sampling = SamplingParams(temperature=0.7, max_tokens=64)
     first = transform_profile(
         "You are a careful solver.", "arithmetic", counting, "smollm2", sampling=sampling, cache_root=tmp_path
@@ -388,11 +398,10 @@ def test_autotransform_with_the_real_model_and_cache_hit(hf_backend, tmp_path):
     assert again.source == "cache" and again.profile == first.profile and counting.calls == calls
 
 
-@pytest.mark.slow
-def test_autoinject_with_the_real_model(hf_backend):
+def test_autoinject_with_the_hf_backend(tiny_hf):
     inject = AutoInject(
         [1],
-        attacker=hf_backend,
+        attacker=tiny_hf,
         p_message=1.0,
         p_sentence=1.0,
         sampling=SamplingParams(temperature=0.0, max_tokens=64),

@@ -138,7 +138,9 @@ def test_a_pickled_rng_state_is_refused_unopened(tmp_path):
     assert not marker.exists()
 
 
-def test_the_trainer_refuses_a_pickled_checkpoint_before_any_model_loads(tokenizer_path, tmp_path, monkeypatch):
+def test_the_trainer_refuses_a_pickled_checkpoint_before_any_model_loads(
+    tokenizer_path, tmp_path, monkeypatch
+):
     """Through the trainer: ``resume`` of a checkpoint whose rng state is a crafted pickle."""
     from train_helpers import tiny_config
     from transformers import AutoModelForCausalLM
@@ -298,7 +300,9 @@ def test_state_that_does_not_fit_the_run_is_named_before_loading(tmp_path, name)
 
 
 @pytest.mark.parametrize("name", ["both moments transposed", "lr text", "last_epoch text"])
-def test_the_trainer_refuses_a_misfit_state_before_any_model_loads(tokenizer_path, tmp_path, monkeypatch, name):
+def test_the_trainer_refuses_a_misfit_state_before_any_model_loads(
+    tokenizer_path, tmp_path, monkeypatch, name
+):
     """The three cases of issue 26: before, ``--resume`` debated, then failed at the first optimizer
     step with a traceback naming no file."""
     from train_helpers import tiny_config

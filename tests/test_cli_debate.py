@@ -1,9 +1,9 @@
-"""``udpo debate`` end to end on the real model: files, summary, interrupt and resume, failures."""
+"""``udpo debate`` end to end: the real model in a real process (files, summary, interrupt and resume, an
+engine failure), and bad input named before anything loads (``udpo.cli.main`` in this process)."""
 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
 import subprocess
@@ -13,15 +13,19 @@ from pathlib import Path
 
 import pytest
 
+from udpo.cli import main
 from udpo.env.trajectory import read_trajectories
-
-pytestmark = pytest.mark.slow
 
 TINY = ["--task", "arithmetic", "--agents", "2", "--rounds", "1", "--max-tokens", "24", "--batch-size", "1"]
 
 
-def udpo(*args: str, **kw) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "udpo.cli", *args], capture_output=True, text=True, **kw)
+def udpo_here(capsys, *args: str) -> tuple[int, str]:
+    """``udpo args`` in this process: (exit status, stderr); argparse's refusals exit with status 2."""
+    try:
+        rc = main(list(args))
+    except SystemExit as e:
+        rc = e.code
+    return rc, capsys.readouterr().err
 
 
 def free_port() -> int:
@@ -30,7 +34,9 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def test_debate_interrupt_resume_and_engine_failure(tmp_path, model_path):
+@pytest.mark.slow
+def test_debate_interrupt_resume_and_engine_failure(tmp_path, model_path, capsys):
+    """The real model in a real process stopped by SIGINT; the later commands run in this process."""
     out = tmp_path / "run"
     traj_file = out / "trajectories.jsonl"
     proc = subprocess.Popen(
@@ -58,12 +64,13 @@ def test_debate_interrupt_resume_and_engine_failure(tmp_path, model_path):
     before = traj_file.read_bytes()
 
     # the run's folder is not silently appended to
-    again = udpo("debate", *TINY, "--limit", "3", "--out", str(out))
-    assert again.returncode == 2 and "--resume" in again.stderr
+    rc, err = udpo_here(capsys, "debate", *TINY, "--limit", "3", "--out", str(out))
+    assert rc == 2 and "--resume" in err
 
     # an engine failure mid-way leaves what was written intact
     dead = f"http://127.0.0.1:{free_port()}/v1"
-    failed = udpo(
+    rc, err = udpo_here(
+        capsys,
         "debate",
         *TINY,
         "--limit",
@@ -77,13 +84,13 @@ def test_debate_interrupt_resume_and_engine_failure(tmp_path, model_path):
         dead,
     )  # the same settings (the engine may change on resume), an engine that is not there
     if len(kept) < 3:
-        assert failed.returncode == 2, failed.stderr
-        assert dead.split("/v1")[0] in failed.stderr
+        assert rc == 2, err
+        assert dead.split("/v1")[0] in err
     assert traj_file.read_bytes() == before
 
-    done = udpo("debate", *TINY, "--limit", "3", "--out", str(out), "--resume", "--no-progress")
-    assert done.returncode == 0, done.stderr
-    assert "debate:" not in done.stderr  # no debate progress bar
+    assert main(["debate", *TINY, "--limit", "3", "--out", str(out), "--resume", "--no-progress"]) == 0
+    done = capsys.readouterr()
+    assert "debate:" not in done.err  # no debate progress bar
     trajs = read_trajectories(traj_file)
     assert traj_file.read_bytes().startswith(before)
     assert sorted(t.question_id for t in trajs) == sorted({t.question_id for t in trajs})
@@ -92,7 +99,7 @@ def test_debate_interrupt_resume_and_engine_failure(tmp_path, model_path):
     assert summary["n_questions"] == 3
     assert summary["accuracy"] == pytest.approx(sum(t.correct for t in trajs) / 3)
     assert summary["run"]["task"] == "arithmetic"
-    printed = json.loads(done.stdout[: done.stdout.rindex("}") + 1])
+    printed = json.loads(done.out[done.out.index("{") : done.out.rindex("}") + 1])
     assert printed["n_questions"] == 3
     for t in trajs:
         assert len(t.answers) == 2 and all(len(row) == 2 for row in t.answers)
@@ -111,20 +118,19 @@ def test_debate_interrupt_resume_and_engine_failure(tmp_path, model_path):
         (["--task", "arithmetic", "--agents", "0"], "argument --n-agents/--n_agents: must be >= 1, got 0"),
     ],
 )
-def test_bad_input_is_named(tmp_path, args, needle):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    r = udpo("debate", *args, "--out", str(tmp_path / "o"), env=env)
-    assert r.returncode == 2
-    assert needle in r.stderr, r.stderr
+def test_bad_input_is_named(tmp_path, args, needle, capsys):
+    rc, err = udpo_here(capsys, "debate", *args, "--out", str(tmp_path / "o"))
+    assert rc == 2
+    assert needle in err, err
     assert (
         not (Path(tmp_path) / "o" / "trajectories.jsonl").exists()
         or not (tmp_path / "o" / "trajectories.jsonl").read_text()
     )
 
 
-def test_malformed_data_file_names_line(tmp_path):
+def test_malformed_data_file_names_line(tmp_path, capsys):
     bad = tmp_path / "gsm.jsonl"
     bad.write_text('{"question": "1+1?", "answer": "#### 2"}\n{not json\n')
-    r = udpo("debate", "--task", "gsm8k", "--data", str(bad), "--out", str(tmp_path / "o"))
-    assert r.returncode == 2
-    assert f"{bad}:2" in r.stderr or "line 2" in r.stderr, r.stderr
+    rc, err = udpo_here(capsys, "debate", "--task", "gsm8k", "--data", str(bad), "--out", str(tmp_path / "o"))
+    assert rc == 2
+    assert f"{bad}:2" in err or "line 2" in err, err

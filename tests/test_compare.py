@@ -228,18 +228,19 @@ def test_task_only_trains_udpo_on_the_correctness_reward_alone(tmp_path, monkeyp
     assert "| task_only | 0.500 [" in (tmp_path / "out" / "table.md").read_text()
 
 
-@pytest.mark.slow
-def test_a_real_compare_of_three_methods(model_path, tmp_path):
-    """Standard MAD, UDPO and MAPPO on the real model, one seed, one iteration each; then ``udpo compare``
-    again keeps every finished run and rewrites the tables."""
+def test_a_real_compare_of_three_methods(tiny_model, tmp_path):
+    """Standard MAD, UDPO and MAPPO on the tiny model (the real trainer, rollouts and checkpoints), one
+    seed, one iteration each; then ``udpo compare`` again keeps every finished run and rewrites the
+    tables."""
     from udpo.cli import main
 
     path = write_compare(
         tmp_path,
-        model=model_path,
+        model=tiny_model,
         methods=["standard_mad", "udpo", "mappo"],
         seeds=[0],
         shared_start=False,  # both evaluate iteration 0; compare checks the debates agree
+        bootstrap_resamples=200,  # the machinery, not the numbers
         settings={"max_iterations": 1, "warmup_fraction": 0.1},
     )
     assert main(["compare", "--config", str(path), "--no-progress"]) == 0

@@ -1,12 +1,11 @@
-"""``udpo diagnose`` on synthetic trajectory files: numbers, tables, plots and bad input."""
+"""``udpo diagnose`` on synthetic trajectory files and on a ``udpo debate`` run of a tiny model: numbers,
+tables, plots and bad input."""
 
 from __future__ import annotations
 
 import csv
 import json
 import random
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -203,16 +202,15 @@ def test_figures_are_labelled_and_legends_name_every_series(tmp_path):
     }
 
 
-@pytest.mark.slow
-def test_diagnose_a_real_debate_run(tmp_path, model_path):
+def test_diagnose_a_real_debate_run(tmp_path, tokenizer_path, capsys):
+    """A run folder as ``udpo debate`` writes it, from a tiny random model that answers numbers."""
+    from tiny_models import DIGITS, build_tiny_llama
+
+    model = build_tiny_llama(tmp_path / "model", tokenizer_path, initializer_range=0.3, favour=DIGITS)
     run = tmp_path / "mad"
-    debate = subprocess.run(
-        [sys.executable, "-m", "udpo.cli", "debate", "--task", "arithmetic", "--limit", "3"]
-        + ["--agents", "2", "--rounds", "1", "--max-tokens", "24", "--batch-size", "3", "--out", str(run)],
-        capture_output=True,
-        text=True,
-    )
-    assert debate.returncode == 0, debate.stderr
+    debate = ["debate", "--model", model, "--task", "arithmetic", "--limit", "3", "--agents", "2"]
+    debate += ["--rounds", "1", "--max-tokens", "24", "--batch-size", "3", "--out", str(run)]
+    assert main(debate) == 0, capsys.readouterr().err
     expected = json.loads((run / "summary.json").read_text())
     out = tmp_path / "diagnosis"
     with warnings.catch_warnings(record=True) as caught:
@@ -251,27 +249,13 @@ def test_diagnose_a_real_debate_run(tmp_path, model_path):
     assert [int(r["correct"]) for r in rows] == [int(t["correct"]) for t in trajectories]
 
 
-def test_console_command_on_a_jsonl_file(tmp_path):
+def test_console_command_on_a_jsonl_file(tmp_path, capsys):
     file = write_run(tmp_path / "mad_run.jsonl", seed=5, skill=0.8, n_questions=20)
     out = tmp_path / "out"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "udpo.cli",
-            "diagnose",
-            str(file),
-            "--out",
-            str(out),
-            "--labels",
-            "standard mad",
-            "--no-plots",
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert "standard mad" in proc.stdout and "U_sys" in proc.stdout
+    rc = main(["diagnose", str(file), "--out", str(out), "--labels", "standard mad", "--no-plots"])
+    printed = capsys.readouterr()
+    assert rc == 0, printed.err
+    assert "standard mad" in printed.out and "U_sys" in printed.out
     summary = json.loads((out / "summary.json").read_text())
     assert list(summary["runs"]) == ["standard mad"]
     assert "stratified_gains" not in summary  # one run: nothing to compare

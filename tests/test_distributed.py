@@ -1,6 +1,7 @@
 """Two processes under torchrun (gloo on CPU): each debates a shard of the questions, gradients are
 summed across processes, and both end with identical adapters that differ from the initial ones and
-identical replay buffers."""
+identical replay buffers. The team is the tiny model that answers one digit (tests/tiny_models.py): its
+rewards differ between debates, so the update moves the adapters."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import train_helpers
 from train_helpers import EXPLICIT, read_jsonl, write_recipe
 
 REPO = Path(__file__).resolve().parents[1]
@@ -51,12 +53,17 @@ trainer.close()
 """
 
 
+@pytest.fixture(scope="module")
+def digit_model(tokenizer_path, tmp_path_factory) -> str:
+    return train_helpers.digit_model(tokenizer_path, tmp_path_factory)
+
+
 @pytest.mark.slow
-def test_two_processes_shard_debates_and_sync_gradients(model_path, tmp_path):
+def test_two_processes_shard_debates_and_sync_gradients(digit_model, tmp_path):
     run, iterations = tmp_path / "run", 2
     recipe = write_recipe(
         tmp_path / "recipe.yaml",
-        model_path,
+        digit_model,
         output_dir=str(run),
         max_iterations=iterations,
         replay=True,

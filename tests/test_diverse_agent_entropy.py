@@ -1,9 +1,9 @@
 """DiverseAgentEntropy and self-consistency procedures: question generation and selection, 1-1 cross-play
-and its stopping rules, clustering (scripted backend, logic only), and real runs with SmolLM2."""
+and its stopping rules, clustering (scripted backend, logic only), and runs through ``udpo uncertainty`` on
+a tiny random model that writes option letters (the hf backend's real path)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import random
@@ -12,7 +12,6 @@ import re
 import pytest
 
 from udpo.cli import main
-from udpo.cli import uncertainty as uncertainty_command
 from udpo.env.backends.scripted import ScriptedBackend
 from udpo.env.protocols.answer_clusters import AnswerJudge, cluster_by_match, normalize_answer
 from udpo.env.protocols.diverse_agent_entropy import (
@@ -215,15 +214,18 @@ def test_configs_refuse_impossible_settings():
         SCConfig(samples=5, min_votes=6)
 
 
-@pytest.mark.slow
-def test_real_runs_with_smollm2_and_diagnose(tmp_path, hf_backend, monkeypatch):
-    """DiverseAgentEntropy (3 agents, 1 round) and self-consistency on 2 CommonsenseQA questions with
-    SmolLM2 through ``udpo uncertainty`` (the session's model, not loaded again); ``udpo diagnose``
-    reads the DAE run and agrees on its score."""
-    monkeypatch.setattr(
-        uncertainty_command, "backend_from_args", lambda args: contextlib.nullcontext(hf_backend)
-    )
+def test_runs_on_a_tiny_model_and_diagnose(tmp_path, tokenizer_path):
+    """DiverseAgentEntropy (3 agents, 1 round) and self-consistency on 2 CommonsenseQA questions through
+    ``udpo uncertainty``, on a tiny random model that favours "(", ")" and the option letters (some of its
+    answers parse, and differ: a cross-play round runs); ``udpo diagnose`` reads the DAE run and agrees
+    on its score."""
+    from tiny_models import build_tiny_llama
+
+    letters = {"(": 9.0, ")": 9.0, **{c: 9.0 for c in "ABCDE"}, " ": 8.0}
+    model = build_tiny_llama(tmp_path / "model", tokenizer_path, initializer_range=0.3, favour=letters)
     common = [
+        "--model",
+        model,
         "--task",
         "commonsenseqa",
         "--split",
@@ -248,6 +250,7 @@ def test_real_runs_with_smollm2_and_diagnose(tmp_path, hf_backend, monkeypatch):
         assert t.meta["entropy"] == pytest.approx(score.entropy) and t.prediction == score.prediction
         assert t.meta["abstain"]["strict"] == score.abstains(STRICT_THRESHOLD)
         assert all(turn.completion_ids for row in t.turns for turn in row)
+    assert any(t.meta["rounds_run"] == 1 for t in dae)  # answers that differ: the cross-play round ran
     sc = read_trajectories(sc_dir / "trajectories.jsonl")
     assert [len(t.answers) for t in sc] == [5, 5]
     sc_policies = json.loads((sc_dir / "summary.json").read_text())["policies"]

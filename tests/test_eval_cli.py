@@ -232,7 +232,7 @@ def test_cli_unknown_attack(capsys):
     assert "invalid choice: 'autopwn'" in capsys.readouterr().err
 
 
-# --- CLI: the real model -----------------------------------------------------------------------
+# --- CLI: the real model (one attack evaluation), and a checkpoint of a tiny model --------------
 @pytest.mark.slow
 def test_cli_real_model_m1(model_path, tmp_path, capsys):
     out, cache = tmp_path / "out", tmp_path / "cache"
@@ -296,17 +296,21 @@ def test_attack_eval_callback_for_the_trainer(setup, tmp_path):
     assert callback(SimpleNamespace(**{**vars(trainer), "main": False}), 5) == {}
 
 
-@pytest.mark.slow
-def test_cli_real_checkpoint_keeps_adapters_of_compromised_agents(model_path, tmp_path, capsys):
-    """A trained team (team.json + one PEFT adapter per agent) is attacked as deployed."""
+def test_cli_real_checkpoint_keeps_adapters_of_compromised_agents(tokenizer_path, tmp_path, capsys):
+    """A trained team (team.json + one PEFT adapter per agent) is attacked as deployed. The base model is
+    a tiny random one that writes short numbers: the built-in attacker has something to change in each
+    reply (as in the real model's replies; a number of over 18 digits is none it changes)."""
     import torch
     from peft import LoraConfig, get_peft_model
+    from tiny_models import build_tiny_llama
     from transformers import AutoModelForCausalLM
 
     from udpo.training.team import AgentEntry, TeamManifest
 
+    numbers = {**{str(d): 9.0 for d in range(10)}, " ": 11.0}  # numbers of a few digits, apart
+    model = build_tiny_llama(tmp_path / "model", tokenizer_path, initializer_range=0.3, favour=numbers)
     ckpt = tmp_path / "ckpt"
-    base = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    base = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
     torch.manual_seed(0)
     peft_model = get_peft_model(
         base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
@@ -314,7 +318,7 @@ def test_cli_real_checkpoint_keeps_adapters_of_compromised_agents(model_path, tm
     for i in range(2):
         peft_model.save_pretrained(str(ckpt / "adapters" / f"agent_{i}"))
     TeamManifest(
-        base_model=model_path,
+        base_model=model,
         agents=[AgentEntry(name=f"agent_{i}", adapter=f"adapters/agent_{i}") for i in range(2)],
         task="arithmetic",
         debate={"rounds": 0, "max_tokens": 8, "temperature": 0.0, "top_p": 1.0},

@@ -1,8 +1,8 @@
 """Progress that moves while debates run (udpo.env.progress): rounds, turns, tokens, tokens/s, time left.
 
 The logic runs on the scripted backend and a local fake OpenAI server; the hf backend's per-step token
-count is checked on the real model (slow): it must equal the completions' lengths and leave the
-generated text unchanged.
+count is checked on a tiny random model (the real model's generation code): it must equal the
+completions' lengths and leave the generated text unchanged.
 """
 
 from __future__ import annotations
@@ -160,18 +160,23 @@ def test_openai_backend_reports_each_response_from_its_worker_threads():
     assert progress.tokens == 5 * 2  # no token ids from this server: its two log-probs per answer
 
 
-@pytest.mark.slow
-def test_hf_backend_counts_tokens_per_step_without_changing_the_output(hf_backend):
+def test_hf_backend_counts_tokens_per_step_without_changing_the_output(tiny_model):
+    from udpo.env.backends.hf import HFBackend
+
+    hf_backend = HFBackend(model=tiny_model, dtype="fp32")
     requests = [
         ChatRequest(
             [{"role": "user", "content": f"What is {k} + {k}?"}], SamplingParams(temperature=0, max_tokens=24)
         )
         for k in range(3)
     ]
-    plain = hf_backend.generate(requests)
-    progress = DebateProgress(enabled=True, file=io.StringIO(), min_interval=0)
-    with progress.counting():
-        counted = hf_backend.generate(requests)
-    progress.close()
+    try:
+        plain = hf_backend.generate(requests)
+        progress = DebateProgress(enabled=True, file=io.StringIO(), min_interval=0)
+        with progress.counting():
+            counted = hf_backend.generate(requests)
+        progress.close()
+    finally:
+        hf_backend.close()
     assert [c.completion_ids for c in counted] == [c.completion_ids for c in plain]
     assert progress.tokens == sum(len(c.completion_ids) for c in counted)

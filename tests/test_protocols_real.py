@@ -1,6 +1,7 @@
-"""Debate protocols on the real SmolLM2 model: forced-decoding entropies, a DIGRA debate with controlled
-injection from the command line and its woozle report, an interventions debate with the packaged
-sentence embedder and real misconception refutation, and a short training run under DIGRA."""
+"""Debate protocols through the real model code: a DIGRA debate of the real SmolLM2 model with controlled
+injection from the command line and its woozle report (slow); on a tiny random model of the same code
+path, forced-decoding entropies against a forward pass, an interventions debate with the packaged sentence
+embedder and misconception refutation by the model, and a short training run under DIGRA."""
 
 from __future__ import annotations
 
@@ -19,10 +20,18 @@ from udpo.env.protocols import Interventions, Refuter
 from udpo.env.protocols.embeddings import SentenceEmbedder
 from udpo.env.tasks import get_task
 
-pytestmark = pytest.mark.slow
+
+@pytest.fixture(scope="module")
+def tiny_hf(tiny_model):
+    """The hf backend on the tiny model, in fp32."""
+    from udpo.env.backends.hf import HFBackend
+
+    backend = HFBackend(model=tiny_model, dtype="fp32")
+    yield backend
+    backend.close()
 
 
-def test_token_entropies_are_the_models_full_vocabulary_entropies(hf_backend):
+def test_token_entropies_are_the_models_full_vocabulary_entropies(tiny_hf):
     requests = [
         ScoreRequest([{"role": "user", "content": "What is 2+3?"}], "The sum is 5, so \\boxed{5}."),
         ScoreRequest(
@@ -30,20 +39,21 @@ def test_token_entropies_are_the_models_full_vocabulary_entropies(hf_backend):
             "Blue.",
         ),
     ]
-    batched = hf_backend.token_entropies(requests)
-    tok = hf_backend.tokenizer
+    batched = tiny_hf.token_entropies(requests)
+    tok = tiny_hf.tokenizer
     for r, got in zip(requests, batched, strict=True):
-        prompt = hf_backend.encode(r.messages)
+        prompt = tiny_hf.encode(r.messages)
         response = tok.encode(r.response, add_special_tokens=False) + [tok.eos_token_id]
         with torch.no_grad():
-            logits = hf_backend.model(torch.tensor([prompt + response])).logits[0, len(prompt) - 1 : -1]
+            logits = tiny_hf.model(torch.tensor([prompt + response])).logits[0, len(prompt) - 1 : -1]
         logp = torch.log_softmax(logits.float(), -1)
         expected = -(logp.exp() * logp).sum(-1)
         assert len(got) == len(response) and torch.allclose(torch.tensor(got), expected, atol=1e-4)
-        assert hf_backend.token_entropies([r])[0] == pytest.approx(got, abs=1e-4)  # batching changes nothing
+        assert tiny_hf.token_entropies([r])[0] == pytest.approx(got, abs=1e-4)  # batching changes nothing
     assert all(0 < h <= torch.log(torch.tensor(float(len(tok)))).item() for e in batched for h in e)
 
 
+@pytest.mark.slow
 def test_digra_debate_with_injection_and_the_woozle_report(tmp_path, capsys):
     """``udpo debate --protocol digra`` on 2 Du et al. items, N = 3, T = 1, agent 0 injected wrong."""
     run = tmp_path / "digra"
@@ -75,14 +85,14 @@ def test_digra_debate_with_injection_and_the_woozle_report(tmp_path, capsys):
     assert "woozle metrics" in capsys.readouterr().out
 
 
-def test_interventions_debate_with_real_embeddings_and_refutation(hf_backend):
+def test_interventions_debate_with_real_embeddings_and_refutation(tiny_hf):
     task = get_task("du-arithmetic")
     questions = task.load(limit=2)
     embedder = SentenceEmbedder()
     assert embedder([questions[0].text]).shape == (1, 384)  # all-MiniLM-L6-v2 from the package
-    stage = Interventions(task, embedder=embedder, refuter=Refuter(hf_backend, _greedy(24)))
+    stage = Interventions(task, embedder=embedder, refuter=Refuter(tiny_hf, _greedy(24)))
     config = DebateConfig(n_agents=3, rounds=1, sampling=_greedy(16, temperature=0.7), batch_size=2)
-    trajectories = DebateEnv(task, hf_backend, config, protocol=[stage]).run(questions, progress=False)
+    trajectories = DebateEnv(task, tiny_hf, config, protocol=[stage]).run(questions, progress=False)
     for t in trajectories:
         reads = [turn.reads for row in t.turns for turn in row if turn.round == 1]
         assert all(r == reads[0] for r in reads) and len(reads[0]) == 2  # QP keeps ceil(3 / 2) of 3
@@ -94,11 +104,11 @@ def test_interventions_debate_with_real_embeddings_and_refutation(hf_backend):
     assert stage.refuter.requests == 2 * 2 * len(questions)  # two calls per kept response
 
 
-def test_training_under_a_digra_topology(model_path, tmp_path):
+def test_training_under_a_digra_topology(tiny_model, tmp_path):
     from udpo.training.trainer import Trainer
 
     config = tiny_config(
-        model_path,
+        tiny_model,
         tmp_path / "run",
         n_agents=3,
         max_iterations=1,

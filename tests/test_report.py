@@ -1,7 +1,8 @@
 """``udpo report``: pages of real run folders, checked in headless Chromium (selenium).
 
-Run folders are written by udpo itself: a short real debate (slow), a tiny real training run (slow),
-an attack evaluation through the scripted backend, and trajectory files written with
+Run folders are written by udpo itself: a short debate of a tiny random model that answers numbers, a
+short training run of the tiny random model (``tiny_model``: the real code path at a fraction of the
+cost), an attack evaluation through the scripted backend, and trajectory files written with
 ``TrajectoryWriter`` for the injection, comparison and 10,000-debate checks. Without Chromium the
 browser tests are skipped, or fail when ``CI`` is set.
 """
@@ -84,44 +85,37 @@ def known_run(tmp_path_factory) -> Path:
     return write_run(tmp_path_factory.mktemp("known") / "known", KNOWN)
 
 
-@pytest.fixture(scope="session")
-def real_debate(tmp_path_factory) -> Path:
-    """``udpo debate`` on the real model: 2 arithmetic questions, 2 agents, 2 rounds, 32 tokens."""
+@pytest.fixture(scope="module")
+def digit_model(tokenizer_path, tmp_path_factory) -> str:
+    """A tiny random model that favours digits (tests/tiny_models.py): answers that parse and differ."""
+    from tiny_models import DIGITS, build_tiny_llama
+
+    folder = tmp_path_factory.mktemp("digit_model")
+    return build_tiny_llama(folder, tokenizer_path, initializer_range=0.3, favour=DIGITS)
+
+
+@pytest.fixture(scope="module")
+def real_debate(tmp_path_factory, digit_model) -> Path:
+    """``udpo debate`` on a tiny model that answers numbers: 2 arithmetic questions, 2 agents, 2 rounds,
+    32 tokens."""
     out = tmp_path_factory.mktemp("debate") / "arithmetic"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
-    cmd = [
-        sys.executable,
-        "-m",
-        "udpo.cli",
-        "debate",
-        "--task",
-        "arithmetic",
-        "--agents",
-        "2",
-        "--rounds",
-        "2",
-    ]
-    cmd += ["--limit", "2", "--max-tokens", "32", "--no-progress", "--out", str(out)]
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
+    cmd = ["debate", "--model", digit_model, "--task", "arithmetic", "--agents", "2", "--rounds", "2"]
+    assert main([*cmd, "--limit", "2", "--max-tokens", "32", "--no-progress", "--out", str(out)]) == 0
     return out
 
 
 @pytest.fixture(scope="session")
-def real_training(tmp_path_factory, model_path) -> Path:
-    """A tiny real training run (tests/train_helpers.py's settings): warm-up calibration, 2 iterations,
-    evaluations before and after."""
+def real_training(tmp_path_factory, tiny_model) -> Path:
+    """``udpo train`` on the tiny model (tests/train_helpers.py's settings): warm-up calibration,
+    2 iterations, evaluations before and after."""
     sys.path.insert(0, str(Path(__file__).parent))
     from train_helpers import write_recipe
 
     root = tmp_path_factory.mktemp("training")
     recipe = write_recipe(
-        root / "recipe.yaml", model_path, output_dir=str(root / "run"), max_iterations=2, warmup_fraction=0.5
+        root / "recipe.yaml", tiny_model, output_dir=str(root / "run"), max_iterations=2, warmup_fraction=0.5
     )
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1"}
-    cmd = [sys.executable, str(REPO / "train_udpo.py"), "--config", str(recipe)]
-    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert main(["train", "--config", str(recipe)]) == 0
     return root / "run"
 
 
@@ -492,7 +486,6 @@ def test_ten_thousand_debates_open_in_under_three_seconds(browser, big_run, tmp_
     assert shown_ids(browser)[0] == "big-50"
 
 
-@pytest.mark.slow
 def test_real_debate_report_shows_the_recorded_answers(browser, real_debate, tmp_path):
     page = report(tmp_path, real_debate)
     assert open_page(browser, page) == []
@@ -507,13 +500,13 @@ def test_real_debate_report_shows_the_recorded_answers(browser, real_debate, tmp
             for t, a in enumerate(row)
         }
         assert {k: v[0] for k, v in cells.items()} == want
+    assert any(a is not None for r in records for row in r["answers"] for a in row)  # answers to show
     summary = json.loads((real_debate / "summary.json").read_text())
     stats = load_run(real_debate).sets[0].stats
     for key in ("accuracy", "u_intra", "u_inter", "u_sys", "unparsed_rate"):
         assert stats[key] == pytest.approx(summary[key])
 
 
-@pytest.mark.slow
 def test_real_training_run_and_its_evaluations(browser, real_training, tmp_path):
     page = report(tmp_path, real_training)
     assert open_page(browser, page) == []

@@ -1,5 +1,6 @@
 """Checkpoints and exact resumption: atomic writes, rewinding append-only files, and a run killed with
-SIGKILL mid-way that resumes with no lost or duplicated iteration."""
+SIGKILL mid-way that resumes with no lost or duplicated iteration (on the real model, then exported);
+the other killed runs train the tiny random model (tests/tiny_models.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from train_helpers import EXPLICIT, read_jsonl, start, tiny_config, write_recipe
+from train_helpers import EXPLICIT, read_jsonl, start, tiny_config, train_here, write_recipe
 
 from udpo.config import ConfigError, parse_config
 from udpo.training import checkpoint_store as ckpt
@@ -79,13 +80,24 @@ def test_rewind_cuts_append_only_files_back(tmp_path):
 
 @pytest.mark.slow
 def test_killed_run_resumes_without_lost_or_repeated_iterations(model_path, tmp_path):
-    run, iterations, per_iteration = tmp_path / "run", 4, 2
+    """The one training run of these files on the real model: killed with SIGKILL in iteration 2 of 2,
+    refused without --resume, resumed, then exported with ``udpo export``, and the export loads onto the
+    base model with the final checkpoint's adapters."""
+    import torch
+    from peft import PeftModel, get_peft_model_state_dict
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    from udpo.cli import main
+
+    run, iterations, per_iteration = tmp_path / "run", 2, 1
     recipe = write_recipe(
         tmp_path / "recipe.yaml",
         model_path,
         output_dir=str(run),
         max_iterations=iterations,
         questions_per_iteration=per_iteration,
+        max_tokens=4,  # the fewest iterations, debates and tokens that still show it
         eval_questions=0,
         replay=True,
         replay_fraction=0.34,
@@ -128,6 +140,31 @@ def test_killed_run_resumes_without_lost_or_repeated_iterations(model_path, tmp_
         assert state["files"]["trajectories/train.jsonl"]["lines"] == k * per_iteration
         assert TeamManifest.load(ckpts / f"iter_{k:06d}").iteration == k
 
+    # the resumed run exports (its latest checkpoint), and the export loads onto the real base model
+    team_dir = tmp_path / "team"
+    assert main(["export", str(run), "--out", str(team_dir)]) == 0
+    team = TeamManifest.load(team_dir)
+    assert team.iteration == iterations and team.n_agents == 2
+    final = TeamManifest.load(ckpts / f"iter_{iterations:06d}").adapter_paths()
+    base = AutoModelForCausalLM.from_pretrained(team.base_model, dtype=torch.float32)
+    ids = torch.tensor([[1, 9690, 198, 2683, 314, 253, 19, 30, 31]])
+    with torch.no_grad():
+        plain = base(input_ids=ids).logits
+    model = None
+    for name, folder in team.adapter_paths(team_dir).items():
+        if model is None:
+            model = PeftModel.from_pretrained(base, folder, adapter_name=name)
+        else:
+            model.load_adapter(folder, adapter_name=name)
+        model.set_adapter(name)
+        saved = load_file(f"{final[name]}/adapter_model.safetensors")  # the final checkpoint's adapter
+        loaded = get_peft_model_state_dict(model, adapter_name=name)
+        assert loaded.keys() == saved.keys() and saved, name
+        assert all(torch.equal(loaded[k], saved[k]) for k in saved), name
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits
+        assert logits.shape == plain.shape and torch.isfinite(logits).all()
+
 
 #: an eval callback that SIGKILLs its process the first time the last evaluation runs: after the
 #: evaluation's summary.json is written, before the checkpoint records the evaluation
@@ -147,16 +184,18 @@ def kill_once(trainer, iteration):
 
 
 @pytest.mark.slow
-def test_a_run_killed_in_its_last_evaluation_resumes_at_that_evaluation(model_path, tmp_path, monkeypatch):
+def test_a_run_killed_in_its_last_evaluation_resumes_at_that_evaluation(tiny_model, tmp_path, monkeypatch):
+    """Killed in a process of its own; resumed here (on the threads the killed run had: the same numbers)."""
     (tmp_path / "killer_cb.py").write_text(KILLER)
     monkeypatch.setenv(
         "PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
     )
+    monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("UDPO_TEST_KILL_MARKER", str(tmp_path / "killed"))
     run, iterations, per_iteration = tmp_path / "run", 2, 2
     recipe = write_recipe(
         tmp_path / "recipe.yaml",
-        model_path,
+        tiny_model,
         output_dir=str(run),
         max_iterations=iterations,
         questions_per_iteration=per_iteration,
@@ -174,9 +213,7 @@ def test_a_run_killed_in_its_last_evaluation_resumes_at_that_evaluation(model_pa
     summary = run / "eval" / last.name / "summary.json"
     first_summary = json.loads(summary.read_text())  # written; its metrics line is not in the checkpoint
 
-    resumed = start(recipe, "--resume", "latest")
-    out, _ = resumed.communicate(timeout=600)
-    assert resumed.returncode == 0, out
+    train_here(recipe, "--resume", "latest")
     records = read_jsonl(run / "metrics.jsonl")
     assert [r["iteration"] for r in records if r["kind"] == "train"] == [1, 2]  # no iteration repeated
     evals = [r for r in records if r["kind"] == "eval"]
@@ -190,25 +227,24 @@ def test_a_run_killed_in_its_last_evaluation_resumes_at_that_evaluation(model_pa
     )
     assert state["files"]["metrics.jsonl"]["lines"] == len(records)
 
-    again = start(recipe, "--resume", "latest")  # nothing left to do: no second evaluation
-    out, _ = again.communicate(timeout=600)
-    assert again.returncode == 0, out
+    train_here(recipe, "--resume", "latest")  # nothing left to do: no second evaluation
     assert read_jsonl(run / "metrics.jsonl") == records
 
 
 @pytest.mark.slow
-def test_a_start_killed_before_checkpoint_0_restarts_and_shared_checkpoints_run_no_code(model_path, tmp_path):
-    """SIGKILL after metrics.jsonl exists but before checkpoint 0 (during the first evaluation): nothing to
-    resume, so ``--resume latest`` is refused when the config is read and a plain restart works, replacing
-    what the killed attempt wrote. Then the finished run's checkpoint, with a crafted rng.pt in place of
-    its rng state, is refused by the trainer before a model loads, without running the payload."""
+def test_a_start_killed_before_checkpoint_0_restarts_and_shared_checkpoints_run_no_code(tiny_model, tmp_path):
+    """SIGKILL after metrics.jsonl exists but before checkpoint 0 (during the first evaluation, of 4
+    questions: a window the poll does not miss on the tiny model): nothing to resume, so ``--resume latest``
+    is refused when the config is read and a plain restart (here, in this process) works, replacing what
+    the killed attempt wrote. Then the finished run's checkpoint, with a crafted rng.pt in place of its rng
+    state, is refused by the trainer before a model loads, without running the payload."""
     from test_checkpoint_safety import malicious_pickle
 
     from udpo.training.trainer import Trainer
 
     run = tmp_path / "run"
-    settings = {"output_dir": str(run), "max_iterations": 1, "eval_questions": 1, **EXPLICIT}
-    recipe = write_recipe(tmp_path / "recipe.yaml", model_path, **settings)
+    settings = {"output_dir": str(run), "max_iterations": 1, "eval_questions": 4, **EXPLICIT}
+    recipe = write_recipe(tmp_path / "recipe.yaml", tiny_model, **settings)
     proc = start(recipe)
     deadline = time.time() + 300
     while time.time() < deadline and proc.poll() is None:
@@ -222,9 +258,7 @@ def test_a_start_killed_before_checkpoint_0_restarts_and_shared_checkpoints_run_
 
     with pytest.raises(ConfigError, match="resume: --resume latest: no checkpoint under .* without --resume"):
         parse_config(["--config", str(recipe), "--resume", "latest"])
-    restarted = start(recipe)
-    out, _ = restarted.communicate(timeout=600)
-    assert restarted.returncode == 0, out
+    train_here(recipe)
     records = read_jsonl(run / "metrics.jsonl")
     assert [r["kind"] for r in records].count("calibration") == 1  # the killed attempt's line is gone
     assert [r["iteration"] for r in records if r["kind"] == "eval"] == [0, 1]
@@ -237,7 +271,7 @@ def test_a_start_killed_before_checkpoint_0_restarts_and_shared_checkpoints_run_
     marker = tmp_path / "payload_ran"
     (shared / "checkpoints" / "iter_000001" / "rng.json").unlink()
     (shared / "checkpoints" / "iter_000001" / "rng.pt").write_bytes(malicious_pickle(marker))
-    config = tiny_config(model_path, shared, max_iterations=1, eval_questions=1, **EXPLICIT, resume="latest")
+    config = tiny_config(tiny_model, shared, max_iterations=1, eval_questions=4, **EXPLICIT, resume="latest")
     with pytest.raises(
         CheckpointError, match="rng.pt is a pickle file; loading it could run any code it holds"
     ):

@@ -1,5 +1,6 @@
-"""The training loop on the real model: a tiny run end to end, the update improving its objective,
-and the failure paths (missing model, used run directory, NaN loss, out of memory)."""
+"""The training loop on a tiny random model (tests/tiny_models.py; the one that answers digits where the
+rewards must differ between debates): a tiny run end to end, the update improving its objective, and the
+failure paths (missing model, used run directory, NaN loss, out of memory)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import re
 
 import pytest
 import torch
+import train_helpers
 from safetensors.torch import load_file
 from train_helpers import EXPLICIT, read_jsonl, tiny_config
 
@@ -27,13 +29,19 @@ def count_eval(trainer, iteration: int) -> dict:
 
 
 @pytest.fixture(scope="module")
-def trained(model_path, tmp_path_factory):
+def digit_model(tokenizer_path, tmp_path_factory) -> str:
+    """The tiny model that answers one digit: rewards that differ between debates, so adapters move."""
+    return train_helpers.digit_model(tokenizer_path, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def trained(digit_model, tmp_path_factory):
     """Two iterations of 2 questions, N=2, T=1, with warm-up calibration and evaluations, natural and
     with agent 1 compromised by AutoTransform (the built-in profile: no attacker call); progress drawn
     to a captured stderr."""
     out = tmp_path_factory.mktemp("run") / "run"
     attack = {"attack_eval": "autotransform", "attack_eval_attacker": "builtin"}
-    config = tiny_config(model_path, out, max_iterations=2, progress=True, **attack)
+    config = tiny_config(digit_model, out, max_iterations=2, progress=True, **attack)
     trainer = Trainer(config, eval_callbacks=[count_eval])
     initial = [p.detach().clone() for p in trainer.params]
     stderr = io.StringIO()
@@ -44,7 +52,6 @@ def trained(model_path, tmp_path_factory):
     trainer.close()
 
 
-@pytest.mark.slow
 def test_every_evaluation_draws_the_same_random_numbers_and_training_keeps_its_own(trained):
     trainer, _, _ = trained
     state = torch.random.get_rng_state()
@@ -57,8 +64,7 @@ def test_every_evaluation_draws_the_same_random_numbers_and_training_keeps_its_o
     assert torch.equal(torch.random.get_rng_state(), state)
 
 
-@pytest.mark.slow
-def test_a_run_resumed_at_a_checkpoint_where_it_now_ends_evaluates_there(trained, model_path):
+def test_a_run_resumed_at_a_checkpoint_where_it_now_ends_evaluates_there(trained, digit_model):
     """Checkpoint 1 of a 2-iteration run had no evaluation due; resumed with max_iterations 1 (a run
     stopped early), it is the end, so the run evaluates it and records that in the checkpoint."""
     import shutil
@@ -68,7 +74,7 @@ def test_a_run_resumed_at_a_checkpoint_where_it_now_ends_evaluates_there(trained
     shutil.copytree(trainer.run_dir, stopped)
     checkpoint = stopped / "checkpoints" / "iter_000001"
     assert ckpt.read_state(checkpoint)["last_evaluation"] == 0
-    again = Trainer(tiny_config(model_path, stopped, max_iterations=1, resume=str(checkpoint)))
+    again = Trainer(tiny_config(digit_model, stopped, max_iterations=1, resume=str(checkpoint)))
     try:
         result = again.train()
     finally:
@@ -82,7 +88,6 @@ def test_a_run_resumed_at_a_checkpoint_where_it_now_ends_evaluates_there(trained
     assert ckpt.read_state(checkpoint)["last_evaluation"] == 1
 
 
-@pytest.mark.slow
 def test_progress_moves_through_every_debate_of_the_run(trained):
     """The iteration bar and, below it, one debate line relabelled for the warm-up, each evaluation and
     each iteration's rollout, counting turns as they finish (N=2, T=1: 4 turns a question)."""
@@ -94,7 +99,6 @@ def test_progress_moves_through_every_debate_of_the_run(trained):
     assert text.index("eval 0: ") < text.index("train 1: ") < text.index("train 2: ") < text.index("eval 2: ")
 
 
-@pytest.mark.slow
 def test_run_logs_every_metric_and_file(trained):
     trainer, result, _ = trained
     run = trainer.run_dir
@@ -145,7 +149,6 @@ def test_run_logs_every_metric_and_file(trained):
         )
 
 
-@pytest.mark.slow
 def test_adapters_change_and_checkpoints_hold_them(trained):
     trainer, _, initial = trained
     for before, p in zip(initial, trainer.params, strict=True):
@@ -174,7 +177,6 @@ def test_adapters_change_and_checkpoints_hold_them(trained):
         assert (ckpts / "iter_000002" / name).is_file(), name
 
 
-@pytest.mark.slow
 def test_updates_increase_the_objective_on_a_fixed_batch(trained):
     trainer, _, _ = trained
     questions = trainer.schedule.for_iteration(3) + trainer.schedule.for_iteration(4)
@@ -190,13 +192,12 @@ def test_updates_increase_the_objective_on_a_fixed_batch(trained):
     assert objectives[-1] > objectives[0]
 
 
-@pytest.mark.slow
-def test_replayed_debates_keep_the_recomputed_behavior_logprobs(model_path, tmp_path):
+def test_replayed_debates_keep_the_recomputed_behavior_logprobs(tiny_model, tmp_path):
     """behavior_logprobs: recompute with replay on: the update writes the recomputed behavior log-probs (at
     the sampling temperature) into the stored trajectories, so the buffer holds the numbers the fresh update
     used and a replayed debate gets the same ratio denominator it had when fresh."""
     config = tiny_config(
-        model_path, tmp_path / "run", replay=True, replay_fraction=0.5, eval_questions=0, **EXPLICIT
+        tiny_model, tmp_path / "run", replay=True, replay_fraction=0.5, eval_questions=0, **EXPLICIT
     )
     trainer = Trainer(config)
     temperatures = []
@@ -259,7 +260,7 @@ def test_missing_model_is_named(tmp_path):
     ],
 )
 def test_a_debate_that_can_outgrow_the_context_is_refused_before_the_model_loads(
-    model_path, tmp_path, monkeypatch, overrides, limit
+    tokenizer_path, tmp_path, monkeypatch, overrides, limit
 ):
     # 140 x (2 x 3 + 1) = 980 tokens of answers pass the config's own check, but with the question and each
     # round's instructions the last round can exceed 1024 tokens: a mid-run failure, refused up front
@@ -270,13 +271,13 @@ def test_a_debate_that_can_outgrow_the_context_is_refused_before_the_model_loads
 
     monkeypatch.setattr("udpo.training.policy.MultiAgentPolicy.__init__", no_model)
     with pytest.raises(ConfigError, match=rf"can reach \d+ tokens .*more than .*={limit}; lower max_tokens"):
-        Trainer(tiny_config(model_path, tmp_path / "run", **overrides))
+        Trainer(tiny_config(tokenizer_path, tmp_path / "run", **overrides))
 
 
-def test_ablations_zero_their_terms_after_the_overrides(model_path, tmp_path):
+def test_ablations_zero_their_terms_after_the_overrides(tiny_model, tmp_path):
     # alpha and beta calibrated on warm-up debates, then zeroed; gamma, lambda_, eta explicit
     explicit = {**EXPLICIT, "warmup_fraction": 0.1, "alpha": None, "beta": None}
-    trainer = Trainer(tiny_config(model_path, tmp_path / "run", **explicit, ablations=["intra", "inter"]))
+    trainer = Trainer(tiny_config(tiny_model, tmp_path / "run", **explicit, ablations=["intra", "inter"]))
     try:
         record, _ = trainer.calibrate()
     finally:
@@ -287,23 +288,21 @@ def test_ablations_zero_their_terms_after_the_overrides(model_path, tmp_path):
     assert record["ablations"] == ["intra", "inter"] and record["warmup"]["n_debates"] == 3
 
 
-@pytest.mark.slow
-def test_a_used_run_directory_needs_resume(trained, model_path):
+def test_a_used_run_directory_needs_resume(trained, digit_model):
     import shutil
 
     trainer, _, _ = trained
     with pytest.raises(
         RunBusyError, match="is being written by another process"
     ):  # the fixture's, still open
-        Trainer(tiny_config(model_path, trainer.run_dir))
+        Trainer(tiny_config(digit_model, trainer.run_dir))
     used = trainer.run_dir.with_name("used")
     shutil.copytree(trainer.run_dir, used)
     with pytest.raises(TrainingError, match="already holds a run.*--resume latest"):
-        Trainer(tiny_config(model_path, used))
+        Trainer(tiny_config(digit_model, used))
 
 
-@pytest.mark.slow
-def test_nan_loss_stops_with_a_checkpoint(model_path, tmp_path, monkeypatch):
+def test_nan_loss_stops_with_a_checkpoint(tiny_model, tmp_path, monkeypatch):
     from udpo.algorithms.udpo import UDPO
 
     real_loss = UDPO.loss
@@ -314,7 +313,7 @@ def test_nan_loss_stops_with_a_checkpoint(model_path, tmp_path, monkeypatch):
 
     monkeypatch.setattr(UDPO, "loss", nan_loss)
     out = tmp_path / "run"
-    trainer = Trainer(tiny_config(model_path, out, eval_questions=0, max_iterations=2, **EXPLICIT))
+    trainer = Trainer(tiny_config(tiny_model, out, eval_questions=0, max_iterations=2, **EXPLICIT))
     try:
         with pytest.raises(TrainingError) as e:
             trainer.train()

@@ -1,11 +1,14 @@
-"""Tiny training settings shared by the trainer tests (real SmolLM2, seconds per iteration on 2 cores)."""
+"""Tiny training settings shared by the trainer tests (real SmolLM2: seconds per iteration on 2 cores; a
+tiny model of ``tiny_models``: a fraction of a second), and a tiny model that answers numbers."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
@@ -39,6 +42,30 @@ EXPLICIT = {
 }
 
 
+#: one digit-answering model per tokenizer folder and test session (see :func:`digit_model`)
+_DIGIT_MODELS: dict[str, str] = {}
+
+
+def digit_model(tokenizer_path: str, tmp_path_factory) -> str:
+    """The tiny random Llama of ``tiny_models`` biased to answer one digit and end its turn
+    (``favour=DIGITS``, ``stop_after_favoured=DIGITS_STOP``), built once per session: on one-digit
+    additions its agents agree now and then and are sometimes right, so UDPO's rewards, the baselines'
+    team rewards and RMAAC's adversary (which swaps parsed answers) have something to work with, where
+    the plain tiny model's replies never parse (an all-silent team earns the same reward in every debate).
+    """
+    if tokenizer_path not in _DIGIT_MODELS:
+        from tiny_models import DIGITS, DIGITS_STOP, build_tiny_llama
+
+        _DIGIT_MODELS[tokenizer_path] = build_tiny_llama(
+            tmp_path_factory.mktemp("digit_model"),
+            tokenizer_path,
+            initializer_range=0.3,
+            favour=DIGITS,
+            stop_after_favoured=DIGITS_STOP,
+        )
+    return _DIGIT_MODELS[tokenizer_path]
+
+
 def tiny_config(model_path: str, output_dir: Path, **overrides):
     from udpo.config import TrainConfig
 
@@ -61,6 +88,34 @@ def start(recipe: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
         cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
+
+
+@contextlib.contextmanager
+def threads_as_started() -> Iterator[None]:
+    """torch on as many intra-op threads as ``train_udpo.py`` takes under :func:`start` (UDPO_NUM_THREADS
+    when set, else OMP_NUM_THREADS=1): a run in this process then computes the same numbers, to the bit,
+    as one started there."""
+    import torch
+
+    from udpo.threads import ENV
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(os.environ.get(ENV, "1")))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def train_here(recipe: Path, *extra: str) -> dict:
+    """What ``start(recipe, *extra)`` runs (``train_udpo.py``: the config parsed from the same arguments,
+    then ``udpo.training.trainer.train``), in this process (on the same threads) without its imports'
+    seconds: for the parts of a test that need no process of their own (a SIGKILL does)."""
+    from udpo.config import parse_config
+    from udpo.training.trainer import train
+
+    with threads_as_started():
+        return train(parse_config(["--config", str(recipe), *extra], require_config=True))
 
 
 def token_parity(trajectory, agent: int) -> float:
