@@ -557,6 +557,15 @@ def test_collection_folder_indexes_its_runs(known_run, attack_run, tmp_path):
     assert "skipped" in html and "unfinished" in html
 
 
+@pytest.fixture
+def no_figures(monkeypatch):
+    """The diagnosis that compare writes beside its tables, without its PNG figures (matplotlib's drawing is
+    most of a compare folder's cost; no page shows them)."""
+    from udpo.analysis import diagnose_plots
+
+    monkeypatch.setattr(diagnose_plots, "write_plots", lambda out, runs, summary: [])
+
+
 def compare_folder(root: Path, done: bool = True) -> tuple[Path, dict | None]:
     """A ``udpo compare`` folder of finished runs (test_compare's), standard_mad, udpo and mappo on seed 0;
     with ``done``, its tables written by compare itself, else mappo still running."""
@@ -608,7 +617,7 @@ def table_cells(results: dict) -> dict[str, list[str]]:
     }
 
 
-def test_compare_folder_shows_its_table_or_which_runs_are_done(tmp_path):
+def test_compare_folder_shows_its_table_or_which_runs_are_done(tmp_path, no_figures):
     root, _ = compare_folder(tmp_path / "running", done=False)
     html = report(tmp_path, root, name="running.html").read_text(encoding="utf-8")
     assert (
@@ -626,7 +635,7 @@ def test_compare_folder_shows_its_table_or_which_runs_are_done(tmp_path):
     assert "<tr><td>udpo</td><td>accuracy</td><td>+0.500</td><td>[–, –]</td><td>[+" in html
 
 
-def test_compare_folder_of_seeds_sharing_problems_shows_the_seed_analysis(tmp_path):
+def test_compare_folder_of_seeds_sharing_problems_shows_the_seed_analysis(tmp_path, no_figures):
     from test_compare import finished_run, write_compare
 
     from udpo.analysis.compare import CompareConfig, run_compare
@@ -657,7 +666,7 @@ def test_compare_folder_of_seeds_sharing_problems_shows_the_seed_analysis(tmp_pa
     )
 
 
-def test_compare_table_in_the_browser(browser, tmp_path):
+def test_compare_table_in_the_browser(browser, tmp_path, no_figures):
     root, results = compare_folder(tmp_path / "compare")
     page = report(tmp_path, root)
     assert open_page(browser, page) == []
