@@ -57,6 +57,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output-dir", default="runs/example_my_data")
     parser.add_argument("--iterations", type=int, default=3)
+    parser.add_argument("--eval-questions", type=int, default=6, help="held-out questions, before and after")
     cli = parser.parse_args()
 
     args = UDPOConfig(
@@ -68,7 +69,7 @@ def main() -> None:
         questions_per_iteration=2,
         max_iterations=cli.iterations,
         warmup_fraction=0.1,  # 3 of the 30 questions calibrate each agent's reward coefficients
-        eval_questions=6,
+        eval_questions=cli.eval_questions,
         eval_steps=0,  # evaluate before and after training
         learning_rate=1e-3,
         warmup_steps=1,

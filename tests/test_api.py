@@ -4,7 +4,6 @@ a PEFT LoraConfig, model objects, callbacks, the context manager; and the exampl
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -404,36 +403,3 @@ def test_trainer_on_a_model_object_with_all_linear_lora(tmp_path, tiny_model):
     assert result["iterations"] == 1 and "accuracy" in result["after"]
     saved = json.loads((tmp_path / "run" / "config.json").read_text())
     assert saved["lora_target_modules"] == ["all-linear"] and saved["task"] == "dataset"
-
-
-@pytest.mark.slow
-def test_example_script_trains_on_its_own_data(tmp_path):
-    """examples/train_on_my_data.py, run as a user would (on the real model; 2 iterations, the fewest its
-    one warm-up step of the learning rate allows): it trains, logs its reward, evaluates, saves."""
-    out = tmp_path / "example"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "examples" / "train_on_my_data.py"),
-            "--output-dir",
-            str(out),
-            "--iterations",
-            "2",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=1200,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "iteration 2: reward" in done.stdout and "held-out accuracy:" in done.stdout
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    train = [r for r in records if r.get("kind") == "train"]
-    assert [r["iteration"] for r in train] == [1, 2]
-    assert all("reward/__main__:says_it_once" in r for r in train)
-    evals = [r["iteration"] for r in records if r.get("kind") == "eval"]
-    assert evals == [0, 2]
-    assert (out / "checkpoints" / "iter_000002").is_dir()
-    summary = json.loads((out / "eval" / "iter_000002" / "summary.json").read_text())
-    assert summary["n_questions"] == 6
