@@ -36,7 +36,7 @@ REAL_MODEL_FIXTURES = frozenset({"model_path", "hf_backend", "lora_adapters", "v
 #: what a failed load of the weightless copy says (a safetensors dtype that cannot exist)
 GUARD_WORD = "UNMARKED_TEST_LOADED_THE_REAL_MODEL_MARK_IT_SLOW"
 #: seconds one test file may take by default
-FILE_BUDGET_S = 300.0
+FILE_BUDGET_S = 480.0
 #: the cache the session started with: where the real model lives (read before any test changes it)
 REAL_CACHE = os.environ.get("UDPO_CACHE")
 
