@@ -1,0 +1,152 @@
+"""The pages cite files that exist (issue 40): every repository path in backticks, code blocks or a
+Markdown link of README.md, docs/**/*.md and the recipes' comments names a file or folder of this
+checkout, a link's #anchor names a heading of the page it points to, and no page names an absolute path
+of one machine. Pure file reads."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TOP = ("udpo", "env", "tests", "scripts", "benchmarks", "recipes", "docs", "examples", "rewards")
+PAGES = sorted([ROOT / "README.md", *(ROOT / "docs").rglob("*.md")])
+RECIPES = sorted((ROOT / "recipes").rglob("*.yaml"))
+#: where a study plan commits its records (its ``results_dir``): cited before the study has run
+RESULTS_DIRS = sorted(
+    {m for r in RECIPES for m in re.findall(r"^results_dir:\s*(\S+)", r.read_text(), flags=re.M)}
+)
+
+#: a repository-relative path: a known top-level folder, then path characters (braces for {a,b} lists)
+PATH = re.compile(r"(?<![\w./~-])((?:%s)/[\w.{},/<>*-]*)" % "|".join(TOP))
+#: an absolute path inside one machine's checkout or home folder
+MACHINE = re.compile(r"(?<![\w.~-])/(?:work|home|Users|root)/[\w.-]+")
+LINK = re.compile(r"\]\(([^()\s]+)\)")
+FENCE = re.compile(r"^\s*(```|~~~)")
+#: placeholders and patterns: what a command writes or a reader fills in, not a file to find
+PLACEHOLDER = re.compile(r"[<>*]|\.\.\.|YYYY|NNN")
+
+
+def exists(path: str) -> bool:
+    """``path`` is in the checkout, or inside a study's results folder (written when the study runs)."""
+    path = path.rstrip("/")
+    return (ROOT / path).exists() or any(path == d or path.startswith(d + "/") for d in RESULTS_DIRS)
+
+
+def _rel(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+def _code_text(text: str) -> list[str]:
+    """Inline code spans and fenced blocks of a Markdown page (where a cited path is written)."""
+    spans, block, inside = [], [], False
+    for line in text.splitlines():
+        if FENCE.match(line):
+            if inside:
+                spans.append("\n".join(block))
+                block = []
+            inside = not inside
+            continue
+        if inside:
+            block.append(line)
+        else:
+            spans.extend(re.findall(r"`([^`]+)`", line))
+    return spans
+
+
+def _expand(path: str) -> list[str]:
+    """``a/{x,y}_{1,2}.yaml`` as the four paths it lists (no braces: itself)."""
+    parts = re.split(r"\{([^{}]*)\}", path)
+    choices = [[p] if i % 2 == 0 else p.split(",") for i, p in enumerate(parts)]
+    return ["".join(c) for c in itertools.product(*choices)]
+
+
+def _clean(token: str) -> str:
+    token = token.split("::")[0]  # a pytest node id: its file
+    token = re.sub(r"(\.\w+):[\w.]+$", r"\1", token)  # file.py:function
+    token = re.sub(r"#.*$", "", token)
+    return token.rstrip(".,;:)'\"")
+
+
+def cited_paths(text: str) -> set[str]:
+    """Repository paths a page cites in code spans and blocks."""
+    found = set()
+    for span in _code_text(text):
+        for match in PATH.finditer(span):
+            token = _clean(match.group(1))
+            if token and not PLACEHOLDER.search(token):
+                found.update(_expand(token))
+    return found
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"`|\*\*|\[([^\]]*)\]\([^)]*\)", r"\1", heading.strip()).lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    found, inside = set(), False
+    for line in page.read_text().splitlines():
+        if FENCE.match(line):
+            inside = not inside
+        elif not inside and line.startswith("#"):
+            found.add(slug(line.lstrip("#")))
+    return found
+
+
+def broken_links(page: Path) -> list[str]:
+    """Markdown link targets of ``page`` (relative to it) that name no file, or no heading there."""
+    broken, text = [], page.read_text()
+    for target in LINK.findall(text):
+        if re.match(r"[a-z]+:", target) or target.startswith("mailto"):
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        if not dest.exists():
+            broken.append(target)
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            broken.append(target)
+    return broken
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_rel)
+def test_cited_paths_exist(page):
+    text = page.read_text()
+    missing = sorted(p for p in cited_paths(text) if not exists(p))
+    assert not missing, f"{_rel(page)} cites paths that do not exist: {missing}"
+    assert not broken_links(page), f"{_rel(page)} links to nothing: {broken_links(page)}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_rel)
+def test_no_machine_paths(page):
+    found = sorted(set(MACHINE.findall(page.read_text())))
+    assert not found, f"{_rel(page)} names paths of one machine: {found} (cite paths in the repository)"
+
+
+def test_recipe_comments_cite_existing_paths():
+    missing = {}
+    for recipe in RECIPES:
+        comments = "\n".join(line.split("#", 1)[1] for line in recipe.read_text().splitlines() if "#" in line)
+        for match in PATH.finditer(comments):
+            token = _clean(match.group(1))
+            if token and not PLACEHOLDER.search(token):
+                gone = [p for p in _expand(token) if not exists(p)]
+                if gone:
+                    missing.setdefault(_rel(recipe), []).extend(gone)
+        assert not MACHINE.search(comments), f"{_rel(recipe)} names a path of one machine"
+    assert not missing, f"recipe comments cite paths that do not exist: {missing}"
+
+
+def test_the_checker_sees_what_it_should():
+    text = "run `python benchmarks/x.py --out runs/y`, see `udpo/env/debate.py` and `tests/t.py::test_a`\n"
+    text += "```bash\nbash scripts/{a,b}.sh\n```\nand `docs/<name>.md`, `tests/test_*.py`\n"
+    assert cited_paths(text) == {"benchmarks/x.py", "udpo/env/debate.py", "tests/t.py", "scripts/a.sh", "scripts/b.sh"}
+    assert MACHINE.findall("in /work/main/udpo and ~/x and /tmp/y and /home/me") == ["/work/main", "/home/me"]
+    assert "docs/results/proof" in RESULTS_DIRS and exists("docs/results/proof/runs/")
+    assert slug("Checkpoints and resuming") == "checkpoints-and-resuming"
+    assert slug("CPU throughput: bf16 and the sampling loop") == "cpu-throughput-bf16-and-the-sampling-loop"
+    assert slug("Optimizer defaults (appendix A.1)") == "optimizer-defaults-appendix-a1"
