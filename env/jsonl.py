@@ -1,5 +1,6 @@
-"""The one reader of JSON Lines files (task data and trajectory files alike), and the one atomic writer
-of JSON, text and binary files (:func:`write_json`, :func:`write_text_atomic`, :func:`write_bytes_atomic`).
+"""The one reader of JSON Lines files (task data and trajectory files alike), the one atomic writer
+of JSON, text and binary files (:func:`write_json`, :func:`write_text_atomic`, :func:`write_bytes_atomic`),
+and the one-line form of a read error that messages quote (:func:`brief`).
 
 One JSON object per line, UTF-8 (a byte-order mark is accepted), blank lines skipped. Every error
 names the file and the line: invalid UTF-8, invalid JSON, nesting too deep for the decoder, a value
@@ -23,6 +24,11 @@ from pathlib import Path
 from typing import Any
 
 _BOM = b"\xef\xbb\xbf"
+
+
+def brief(error: BaseException, limit: int = 200) -> str:
+    """``Type: message`` of an error on one line, at most ``limit`` characters of message."""
+    return f"{type(error).__name__}: {' '.join(str(error).split())[:limit]}"
 
 
 def decode_line(line: bytes) -> dict[str, Any]:

@@ -13,14 +13,8 @@ import numpy as np
 import pytest
 
 from udpo.analysis import diagnose_plots
-from udpo.analysis.diagnose import (
-    choose_baseline,
-    default_label,
-    injection_pattern,
-    load_run,
-    per_question,
-    summarize,
-)
+from udpo.analysis.diagnose import choose_baseline, per_question, summarize
+from udpo.analysis.diagnose_run import default_label, injection_pattern, load_run
 from udpo.cli import main
 from udpo.rewards import diverse_agent_entropy, majority_vote, uncertainty
 from udpo.rewards.statistics import auroc, failure_vs_success, pearson, selective_prediction, stratified_gains

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from udpo.algorithms.base import RolloutBatch, kl_estimate
-from udpo.algorithms.udpo import UDPO, Coefficients, UDPOConfig, compute_rewards, group_mean
+from udpo.algorithms.udpo import UDPO, Coefficients, UDPOLossConfig, compute_rewards, group_mean
 from udpo.env.trajectory import Trajectory, Turn
 
 LN = math.log
@@ -45,7 +45,7 @@ def batch(behaviors, rewards, group_ids=None, weights=None) -> RolloutBatch:
 
 def udpo(eta=(0.0,), **config) -> UDPO:
     ones = [1.0] * len(eta)
-    return UDPO(Coefficients(ones, ones, ones, ones, list(eta)), UDPOConfig(**config))
+    return UDPO(Coefficients(ones, ones, ones, ones, list(eta)), UDPOLossConfig(**config))
 
 
 def leaf(values) -> torch.Tensor:
@@ -191,7 +191,7 @@ def test_dual_clip_bounds_a_stale_samples_gradient():
         loss.backward()
         assert (logp.grad.abs().max().item() == 0.0) == bounded
     with pytest.raises(ValueError, match="dual_clip"):
-        UDPOConfig(dual_clip=0.5)
+        UDPOLossConfig(dual_clip=0.5)
 
 
 # baseline and replay weights ---------------------------------------------------------------------------

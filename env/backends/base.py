@@ -50,6 +50,13 @@ class SamplingParams:
         return replace(self, **changes)
 
 
+def logprob_temperature(temperature: float) -> float:
+    """The temperature of the distribution whose log-probs a backend reports and a trainer recomputes:
+    the sampling temperature, or 1 for greedy decoding (temperature 0), whose own distribution is a point
+    mass."""
+    return temperature if temperature > 0 else 1.0
+
+
 @dataclass
 class ChatRequest:
     """One chat completion to produce.

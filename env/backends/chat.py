@@ -10,12 +10,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
-def sampling_temperature(temperature: float) -> float:
-    """The temperature whose distribution log-probs are reported for: the sampling temperature, or 1 for
-    greedy decoding (temperature 0), where the sampling distribution is a point mass."""
-    return temperature if temperature > 0 else 1.0
-
-
 def chat_prompt_ids(
     tokenizer, messages: list[dict[str, str]], template_kwargs: dict | None = None
 ) -> list[int]:

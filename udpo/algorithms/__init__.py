@@ -10,7 +10,7 @@ from .actor_critic import ActorCritic, ActorCriticConfig
 from .base import AgentTurns, Algorithm, LossSettings, RolloutBatch, fill_behavior_logprobs
 from .mappo import MAPPO
 from .rmaac import RMAAC
-from .udpo import UDPO, Coefficients, UDPOConfig, compute_rewards
+from .udpo import UDPO, Coefficients, UDPOLossConfig, compute_rewards
 
 #: every algorithm a run can name, by name; each class declares what it needs (``needs_critic``, an
 #: ``adversary_stage``) and builds itself from a run's config (``from_config``)
@@ -44,7 +44,7 @@ __all__ = [
     "Coefficients",
     "LossSettings",
     "RolloutBatch",
-    "UDPOConfig",
+    "UDPOLossConfig",
     "algorithm_class",
     "build_algorithm",
     "compute_rewards",

@@ -180,7 +180,7 @@ def compute_rewards(
 
 
 @dataclass
-class UDPOConfig(LossSettings):
+class UDPOLossConfig(LossSettings):
     """The shared loss settings (:class:`~udpo.algorithms.base.LossSettings`) and UDPO's own. ratio_level:
     "trajectory" (eq. 5, one ratio per agent and debate) or "token" (PPO-style per-token ratios). baseline:
     "batch" (mean of r_i over the batch, eq. 9) or "group" (mean of r_i over the debates of the same question;
@@ -210,14 +210,14 @@ class UDPO(Algorithm):
     def __init__(
         self,
         coefficients: Coefficients,
-        config: UDPOConfig | None = None,
+        config: UDPOLossConfig | None = None,
         scope: str = "trajectory",
         functions: Sequence[RewardFunction] = (),
         task_reward: str = "correct",
         seed: int = 0,
     ):
         self.coefficients = coefficients
-        self.config = config or UDPOConfig()
+        self.config = config or UDPOLossConfig()
         self.scope, self.functions = scope, list(functions)
         self.task_reward, self.seed = task_reward, seed
 
@@ -228,7 +228,7 @@ class UDPO(Algorithm):
         """Per-agent coefficients from the ``calibration`` record; no critic."""
         return cls(
             Coefficients.from_dict(calibration),
-            UDPOConfig(**loss_settings(config), ratio_level=config.ratio_level),
+            UDPOLossConfig(**loss_settings(config), ratio_level=config.ratio_level),
             scope=config.reward_scope,
             functions=reward_functions,
             task_reward=config.task_reward,

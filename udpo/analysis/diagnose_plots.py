@@ -17,7 +17,7 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from udpo.analysis.diagnose import UNCERTAINTY_LABELS, Run, safe_name
+from udpo.analysis.diagnose_run import UNCERTAINTY_LABELS, Run, safe_name
 
 FAIL_COLOR, SUCCESS_COLOR = "#d62728", "#2ca02c"
 METRIC_COLORS = {"u_intra": "#1f77b4", "u_inter": "#ff7f0e", "u_sys": "#9467bd", "dae": "#8c564b"}

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from udpo.analysis.diagnose import diagnose, format_woozle, trajectory_file
+from udpo.analysis.diagnose import diagnose, format_woozle
+from udpo.analysis.diagnose_run import trajectory_file
 
 from .argtypes import deprecated_aliases, probability
 

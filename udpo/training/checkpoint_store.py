@@ -36,7 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from udpo.env.jsonl import write_json, write_text_atomic
+from udpo.env.jsonl import brief, write_json, write_text_atomic
+from udpo.training.team import ADAPTER_FILES, TeamManifest, check_adapter_folder
 
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"
@@ -51,11 +52,6 @@ _TENSOR, _TUPLE, _DICT = "__tensor__", "__tuple__", "__dict__"
 
 class CheckpointError(RuntimeError):
     """A checkpoint is missing, incomplete or does not match the run's files."""
-
-
-def brief(error: BaseException, limit: int = 200) -> str:
-    """``Type: message`` of an error on one line, at most ``limit`` characters of message."""
-    return f"{type(error).__name__}: {' '.join(str(error).split())[:limit]}"
 
 
 def checkpoint_name(iteration: int) -> str:
@@ -281,8 +277,6 @@ def verify(
     reference adapters, DeepSpeed's state. optimizer / scheduler: the run's own, once built (the
     states are then compared with them parameter by parameter; before, with the adapters' headers
     and the types torch gives). Raises CheckpointError naming the file at fault."""
-    from udpo.training.team import TeamManifest, check_adapter_folder
-
     read_state(ckpt)
     for folder in (ckpt, ckpt / "adapters", *(ckpt / "adapters").glob("*"), *(ckpt / "reference").glob("*")):
         for p in folder.glob("*") if folder.is_dir() else ():
@@ -333,7 +327,6 @@ def trained_tensors(ckpt: Path, team) -> dict[str, list[tuple[int, ...]]]:
     in agent order, then ``critic`` when the checkpoint holds one), read from the safetensors headers
     without loading a tensor: what the resuming run's optimizer will hold."""
     from udpo.algorithms.critic import HEAD_FILE
-    from udpo.training.team import ADAPTER_FILES
 
     files = {name: [Path(folder, ADAPTER_FILES[1])] for name, folder in team.adapter_paths(ckpt).items()}
     if (ckpt / "critic").is_dir():

@@ -39,7 +39,7 @@ import torch
 from torch import Tensor
 
 from udpo.env.backends.attention import use_grouped_sdpa
-from udpo.env.backends.base import Backend
+from udpo.env.backends.base import Backend, logprob_temperature
 from udpo.env.backends.hf import HFBackend, pick_dtype
 from udpo.env.backends.team import TeamBackend
 from udpo.env.models import resolve_model
@@ -384,7 +384,7 @@ class MultiAgentPolicy:
             with torch.set_grad_enabled(grad):
                 for rows in passes:
                     chunk = [sequences[j] for j in rows]
-                    logps = forward_logprobs(model, chunk, pad, self.device, temperature or 1.0)
+                    logps = forward_logprobs(model, chunk, pad, self.device, logprob_temperature(temperature))
                     for (k, _, _), lp in zip([s for seq in chunk for s in seq.spans], logps, strict=True):
                         out[k] = lp
                     width = len(chunk[-1].ids)

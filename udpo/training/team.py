@@ -14,7 +14,7 @@ from pathlib import Path
 
 from udpo.env.backends.base import Backend
 from udpo.env.debate import AgentSpec
-from udpo.env.jsonl import write_json
+from udpo.env.jsonl import brief, write_json
 
 TEAM_FILE = "team.json"
 #: the files of one PEFT adapter folder
@@ -100,8 +100,6 @@ class TeamManifest:
         try:
             d = json.loads(path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
-            from udpo.training.checkpoint_store import brief
-
             raise ValueError(f"{path}: invalid JSON ({brief(e)})") from None
         if not isinstance(d, dict):
             raise ValueError(f"{path}: expected a JSON object, got {type(d).__name__}")
@@ -244,8 +242,6 @@ def check_adapter_folder(folder: str | os.PathLike) -> None:
     """Raise ValueError naming the file unless ``folder`` holds ``adapter_config.json`` (a JSON object)
     and ``adapter_model.safetensors`` (whose header parses; safetensors never runs code)."""
     from safetensors import safe_open
-
-    from udpo.training.checkpoint_store import brief
 
     config, weights = (Path(folder, f) for f in ADAPTER_FILES)
     for path in (config, weights):
