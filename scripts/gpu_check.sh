@@ -10,7 +10,7 @@
 # --wheels DIR: install what is missing (trl, deepspeed and their wheels) from DIR, offline.
 # --quick: a 2-layer model, 16 tokens, 2 iterations: checks the script itself (with GPU_CHECK_ALLOW_CPU=1
 # on a machine without CUDA), measures nothing worth recording.
-# Record the printed summary, with the machine's name, in docs/training.md ("The GPU check").
+# Record the printed summary, with the machine's name, in docs/measurements.md ("The GPU check on one H200").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model="" out=runs/gpu_check wheels="" layers=30 tokens=64 iterations=4 per_process=8
