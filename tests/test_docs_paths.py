@@ -5,6 +5,7 @@ of one machine. Pure file reads."""
 
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 from pathlib import Path
@@ -21,7 +22,7 @@ RESULTS_DIRS = sorted(
 )
 
 #: a repository-relative path: a known top-level folder, then path characters (braces for {a,b} lists)
-PATH = re.compile(r"(?<![\w./~-])((?:%s)/[\w.{},/<>*-]*)" % "|".join(TOP))
+PATH = re.compile(r"(?<![\w./~-])((?:" + "|".join(TOP) + r")/[\w.{},/<>*-]*)")
 #: an absolute path inside one machine's checkout or home folder
 MACHINE = re.compile(r"(?<![\w.~-])/(?:work|home|Users|root)/[\w.-]+")
 LINK = re.compile(r"\]\(([^()\s]+)\)")
@@ -88,6 +89,7 @@ def slug(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 
+@functools.cache
 def anchors(page: Path) -> set[str]:
     found, inside = set(), False
     for line in page.read_text().splitlines():
@@ -106,9 +108,7 @@ def broken_links(page: Path) -> list[str]:
             continue
         path, _, anchor = target.partition("#")
         dest = (page.parent / path).resolve() if path else page
-        if not dest.exists():
-            broken.append(target)
-        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+        if not dest.exists() or (anchor and dest.suffix == ".md" and anchor not in anchors(dest)):
             broken.append(target)
     return broken
 
@@ -144,7 +144,13 @@ def test_recipe_comments_cite_existing_paths():
 def test_the_checker_sees_what_it_should():
     text = "run `python benchmarks/x.py --out runs/y`, see `udpo/env/debate.py` and `tests/t.py::test_a`\n"
     text += "```bash\nbash scripts/{a,b}.sh\n```\nand `docs/<name>.md`, `tests/test_*.py`\n"
-    assert cited_paths(text) == {"benchmarks/x.py", "udpo/env/debate.py", "tests/t.py", "scripts/a.sh", "scripts/b.sh"}
+    assert cited_paths(text) == {
+        "benchmarks/x.py",
+        "udpo/env/debate.py",
+        "tests/t.py",
+        "scripts/a.sh",
+        "scripts/b.sh",
+    }
     assert MACHINE.findall("in /work/main/udpo and ~/x and /tmp/y and /home/me") == ["/work/main", "/home/me"]
     assert "docs/results/proof" in RESULTS_DIRS and exists("docs/results/proof/runs/")
     assert slug("Checkpoints and resuming") == "checkpoints-and-resuming"
