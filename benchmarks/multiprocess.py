@@ -7,7 +7,8 @@ Paths: ``single`` (``python train_udpo.py``), ``ddp`` (``torchrun``, gloo on CPU
 and ``zero3`` (``accelerate launch --config_file recipes/accelerate/deepspeed_zero{2,3}.yaml``). Extra
 ``KEY VALUE`` pairs are passed to every run as ``--KEY VALUE`` (e.g. ``questions_per_iteration 4``).
 Prints, per path, the median seconds of an iteration and of its parts (rollout, reward, update, sync),
-rollout tokens/s and (GPUs) process 0's peak memory in GiB over the iterations after the first, the
+rollout tokens/s and process 0's peak memory in GiB over the iterations after the first (GPUs: the
+iteration's and the rollout's and update's apart; CPUs: the rollout's and update's resident peaks), the
 wall time of the whole run, and each path's iteration time relative to ``single``. Threads:
 each process gets ``UDPO_NUM_THREADS`` = cores / processes unless the variable is set. ``--keep DIR``
 keeps the run folders (``DIR/<path>``); otherwise they are deleted.
@@ -27,6 +28,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PARTS = ("rollout", "reward", "update", "sync")
+#: the parts whose peak memory each iteration logs (memory/<part>_peak_gib, or _rss_peak_gib on a CPU)
+PEAKS = ("rollout", "update")
 
 
 def command(path: str, processes: int) -> list[str]:
@@ -56,8 +59,9 @@ def run(path: str, args: argparse.Namespace, out: Path) -> dict[str, float]:
     figures = {part: statistics.median(r[f"time/{part}"] for r in train) for part in PARTS}
     figures["iteration"] = sum(figures.values())
     figures["tokens_per_s"] = statistics.median(r["tokens_per_s"] for r in train)
-    if all("memory/peak_gib" in r for r in train):  # GPUs: process 0's peak
-        figures["peak_gib"] = max(r["memory/peak_gib"] for r in train)
+    for key in ("peak_gib", *(f"{part}_{kind}" for part in PEAKS for kind in ("peak_gib", "rss_peak_gib"))):
+        if all(f"memory/{key}" in r for r in train):  # GPUs: process 0's peaks; CPUs: resident peaks
+            figures[key] = max(r[f"memory/{key}"] for r in train)
     figures["wall"] = time.perf_counter() - start
     return figures
 

@@ -86,7 +86,6 @@ gamma: [0.3]
 lambda_: [1.0]
 eta: [0.01]
 YAML
-export UDPO_TRUST_DEEPSPEED_CHECKPOINT=1
 paths=single
 [ "$processes" -gt 1 ] && paths=$paths,ddp
 python -c "import deepspeed" 2>/dev/null && paths=$paths,zero2,zero3 || echo "deepspeed not installed: ZeRO-2/3 skipped"
@@ -94,6 +93,10 @@ echo "== hf rollouts, training: $paths ($processes processes where several)"
 rm -rf "$out/hf"
 python benchmarks/multiprocess.py --config "$recipe" --iterations "$iterations" --processes "$processes" \
   --paths "$paths" --keep "$out/hf"
+echo "== N = 10 agents, one process (single above is N = 3): iteration split and peak memory per phase"
+rm -rf "$out/agents10"
+python benchmarks/multiprocess.py --config "$recipe" --iterations "$iterations" --paths single \
+  --keep "$out/agents10" n_agents 10
 if python -c "import vllm" 2>/dev/null; then
   echo "== vllm rollouts (one engine per process, adapters synced after every update)"
   rm -rf "$out/vllm"
