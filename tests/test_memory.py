@@ -1,4 +1,5 @@
-"""Host memory: VmRSS parsing, and malloc_trim really returning freed heap pages to the system."""
+"""Host memory: VmRSS parsing, malloc_trim really returning freed heap pages to the system, and the
+peak memory of each phase of an iteration."""
 
 from __future__ import annotations
 
@@ -6,8 +7,16 @@ import ctypes
 import ctypes.util
 
 import pytest
+import torch
 
-from udpo.training.memory import memory_metrics, resident_gib, status_bytes, trim_heap
+from udpo.training.memory import (
+    PhasePeaks,
+    memory_metrics,
+    reset_resident_peak,
+    resident_gib,
+    status_bytes,
+    trim_heap,
+)
 
 
 def test_status_lines_are_read_in_kib(tmp_path):
@@ -48,3 +57,47 @@ def test_trim_heap_returns_freed_pages_that_free_alone_keeps():
     libc.free(blocks[-1])
     assert freed > held - 0.05  # free() kept the pages
     assert trimmed < freed - 0.2  # malloc_trim gave back most of the 0.25 GiB
+
+
+def test_each_phase_reports_its_own_peak_and_the_iteration_keeps_the_highest(monkeypatch):
+    """On a GPU (a fake allocator's counter here): each phase counts from its start, and the iteration's
+    ``memory/peak_gib`` is still the highest of all, though the counter was reset between phases."""
+    counter = {"peak": 0}
+
+    def allocate(gib: float) -> None:
+        counter["peak"] = max(counter["peak"], int(gib * 2**30))
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: counter["peak"])
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda: counter.update(peak=0))
+    peaks = PhasePeaks()
+    allocate(1.0)  # before the rollout: counted in the iteration's peak only
+    with peaks("rollout"):
+        allocate(5.0)
+    allocate(0.5)  # the reward, between the phases
+    with peaks("update"):
+        allocate(3.0)
+    got = peaks.metrics()
+    assert {k: got[k] for k in ("memory/rollout_peak_gib", "memory/update_peak_gib", "memory/peak_gib")} == {
+        "memory/rollout_peak_gib": 5.0,
+        "memory/update_peak_gib": 3.0,
+        "memory/peak_gib": 5.0,
+    }
+    with peaks("update"):  # the next iteration starts afresh
+        allocate(2.0)
+    got = peaks.metrics()
+    assert "memory/rollout_peak_gib" not in got and got["memory/peak_gib"] == 2.0
+
+
+def test_on_a_cpu_each_phase_reports_its_resident_peak():
+    if not reset_resident_peak():
+        pytest.skip("this kernel does not let a process restart its resident peak")
+    peaks = PhasePeaks()
+    with peaks("rollout"):
+        block = b"\x01" * (256 * 2**20)  # 256 MiB, written
+        del block
+    with peaks("update"):
+        pass
+    got = peaks.metrics()
+    assert "memory/peak_gib" not in got or torch.cuda.is_available()
+    assert got["memory/rollout_rss_peak_gib"] >= got["memory/update_rss_peak_gib"] + 0.2

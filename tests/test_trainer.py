@@ -18,6 +18,7 @@ from train_helpers import EXPLICIT, read_jsonl, tiny_config
 from udpo.config import ConfigError
 from udpo.env.tasks.base import Question
 from udpo.training import checkpoint_store as ckpt
+from udpo.training.memory import reset_resident_peak
 from udpo.training.run_lock import RunBusyError
 from udpo.training.team import TeamManifest
 from udpo.training.trainer import QuestionSchedule, Trainer, TrainingError, explain_oom, split_warmup
@@ -111,6 +112,8 @@ def test_run_logs_every_metric_and_file(trained):
         "update/ratio_mean", "update/ratio_max", "update/loss", "grad_norm/agent_0", "grad_norm/agent_1",
         "lr", "tokens_per_s", "time/rollout", "time/reward", "time/update", "time/sync", "memory/rss_gib",
     ]  # fmt: skip
+    if reset_resident_peak():  # the kernel lets a process restart its resident peak: each phase's is logged
+        expected += ["memory/rollout_rss_peak_gib", "memory/update_rss_peak_gib"]
     for r in train:
         missing = [k for k in expected if k not in r]
         assert not missing, missing
@@ -126,6 +129,8 @@ def test_run_logs_every_metric_and_file(trained):
             r["accuracy"] - attacked["accuracy"]
         )
     assert result["before"]["n_questions"] == result["after"]["n_questions"] == 2
+    saved = json.loads((run / "config.json").read_text())  # the auto update sizes, as a CPU resolves them
+    assert (saved["logprob_token_budget"], saved["gradient_checkpointing"]) == (4096, False)
 
     calibration = json.loads((run / "calibration.json").read_text())
     assert calibration["warmup"]["n_debates"] == 3  # 10% of 30 training questions

@@ -90,7 +90,11 @@ class ModelArgs:
         "Weights dtype: auto (bf16 on GPU and on CPUs with bf16 matrix units, else fp32), bf16, fp16 or fp32.",
     )
     bf16: bool | None = _f(None, "bf16 autocast (default: on when the weights are bf16).")
-    gradient_checkpointing: bool = _f(False, "Recompute activations in the backward pass to save memory.")
+    gradient_checkpointing: bool | None = _f(
+        None,
+        "Recompute activations in the backward pass to save memory. null (auto): on a GPU, on only where the "
+        "update would not fit its free memory otherwise; off on a CPU.",
+    )
     lora_r: int = _f(8, "LoRA rank.")
     lora_alpha: int = _f(16, "LoRA scaling numerator (scale = lora_alpha / lora_r).")
     lora_dropout: float = _f(0.0, "Dropout on the LoRA input.")
@@ -506,8 +510,10 @@ class OptimizerArgs:
     max_iterations: int | None = _f(None, "Stop after this many iterations (overrides num_train_epochs).")
     questions_per_iteration: int = _f(32, "Questions debated per iteration, over all processes.")
     debates_per_question: int = _f(1, "Debates sampled per training question (>= 2 for baseline: group).")
-    gradient_accumulation_steps: int = _f(
-        1, "Split each process's update batch into this many micro-batches (same update, less memory)."
+    gradient_accumulation_steps: int | None = _f(
+        None,
+        "Split each process's update batch into this many micro-batches (same update, less memory). null "
+        "(auto): on a GPU the fewest whose activations fit its free memory; 1 on a CPU.",
     )
     learning_rate: float = _f(1e-5, "AdamW learning rate (peak, after warm-up).")
     weight_decay: float = _f(0.0, "AdamW weight decay.")
@@ -525,10 +531,11 @@ class OptimizerArgs:
     )
     max_grad_norm: float = _f(1.0, "Clip each agent's gradient norm to this (0: no clipping).")
     logprob_batch_size: int = _f(8, "Rows (sequences) per forward pass at most when scoring log-probs.")
-    logprob_token_budget: int = _f(
-        4096,
+    logprob_token_budget: int | None = _f(
+        None,
         "Positions per forward pass at most when scoring log-probs (rows x longest row; rows are sorted by "
-        "length, so padding stays small; a longer row runs alone). Lower it to save memory.",
+        "length, so padding stays small; a longer row runs alone). Lower it to save memory. null (auto): on "
+        "a GPU sized from its free memory (512 to 65536); 4096 on a CPU.",
     )
 
     def check(self) -> None:
@@ -538,12 +545,11 @@ class OptimizerArgs:
             positive=(
                 "questions_per_iteration",
                 "debates_per_question",
-                "gradient_accumulation_steps",
                 "logprob_batch_size",
-                "logprob_token_budget",
             ),
             nonnegative=("warmup_steps", "weight_decay", "max_grad_norm"),
             fractions=("warmup_ratio", "adam_beta1", "adam_beta2"),
+            optional_positive=("gradient_accumulation_steps", "logprob_token_budget"),
         )
         for name in ("learning_rate", "adam_epsilon"):
             value = getattr(self, name)
@@ -559,7 +565,7 @@ class OptimizerArgs:
                 f"{self.num_train_epochs}"
             )
         debates = self.questions_per_iteration * self.debates_per_question
-        if self.gradient_accumulation_steps > debates:
+        if (self.gradient_accumulation_steps or 1) > debates:
             raise ConfigError(
                 f"gradient_accumulation_steps={self.gradient_accumulation_steps} splits an update of "
                 f"{debates} debates (questions_per_iteration x debates_per_question) into more micro-batches "

@@ -95,7 +95,7 @@ def load_training_data(config: TrainConfig, world: int) -> TrainingData:
     )
     check_context(config, task, [*train_set, *warmup_set, *eval_set])
     debates = config.questions_per_iteration * config.debates_per_question
-    if debates < world * config.gradient_accumulation_steps:
+    if debates < world * (config.gradient_accumulation_steps or 1):  # auto: at least 1
         raise ValueError(
             f"questions_per_iteration x debates_per_question = {debates} debates cannot be shared by "
             f"{world} processes with gradient_accumulation_steps={config.gradient_accumulation_steps} "

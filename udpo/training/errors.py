@@ -23,8 +23,13 @@ def explain_oom(config: TrainConfig) -> Iterator[None]:
         raise TrainingError(
             f"out of GPU memory ({str(e).splitlines()[0] if str(e) else 'no details'}). To fit: lower "
             f"questions_per_iteration (now {config.questions_per_iteration}) or max_tokens (now "
-            f"{config.max_tokens}); raise gradient_accumulation_steps (now {config.gradient_accumulation_steps}) "
-            f"or lower logprob_token_budget (now {config.logprob_token_budget}); set gradient_checkpointing: true "
-            f"(now {str(config.gradient_checkpointing).lower()}); with backend: vllm set a lower "
+            f"{config.max_tokens}); raise gradient_accumulation_steps (now {_now(config.gradient_accumulation_steps)}) "
+            f"or lower logprob_token_budget (now {_now(config.logprob_token_budget)}); set gradient_checkpointing: true "
+            f"(now {_now(config.gradient_checkpointing)}); with backend: vllm set a lower "
             f"vllm_gpu_memory_utilization (now {config.vllm_gpu_memory_utilization or 'unset: 0.9'})"
         ) from e
+
+
+def _now(value: object) -> str:
+    """A setting's value as a recipe writes it; ``auto`` for one not yet sized (null)."""
+    return "auto" if value is None else str(value).lower()

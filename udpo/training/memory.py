@@ -12,6 +12,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -55,16 +57,59 @@ def resident_gib(status: str | Path = "/proc/self/status") -> float | None:
     return None if rss is None else rss / 2**30
 
 
-def memory_metrics() -> dict[str, float]:
+def reset_resident_peak(clear_refs: str | Path = "/proc/self/clear_refs") -> bool:
+    """Start ``VmHWM`` (the resident-memory peak) afresh from the resident memory now; False where the
+    kernel does not let this process (no ``/proc``, or a kernel older than 4.0)."""
+    try:
+        Path(clear_refs).write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+class PhasePeaks:
+    """The peak memory of each phase of an iteration (``with peaks("rollout"): ...``): the most GPU memory
+    allocated in it (``torch.cuda.max_memory_allocated``, its counter reset as the phase starts) or, on a
+    CPU, the process's peak resident memory in it (``VmHWM``, reset through ``/proc/self/clear_refs``).
+    The iteration's own peak (``memory/peak_gib`` of :func:`memory_metrics`) still covers every phase."""
+
+    def __init__(self) -> None:
+        self.gpu = torch.cuda.is_available()
+        self.peaks: dict[str, float] = {}
+        self._before = 0  # GPU bytes: the iteration's peak before the running phase reset the counter
+
+    @contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        if self.gpu:
+            self._before = max(self._before, torch.cuda.max_memory_allocated())
+            torch.cuda.reset_peak_memory_stats()
+        resident = not self.gpu and reset_resident_peak()
+        yield
+        if self.gpu:
+            self.peaks[f"memory/{phase}_peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
+        elif resident and (peak := status_bytes("VmHWM")) is not None:
+            self.peaks[f"memory/{phase}_rss_peak_gib"] = round(peak / 2**30, 3)
+
+    def metrics(self) -> dict[str, float]:
+        """Each phase's peak so far, and the iteration's ``memory_metrics`` (every phase's peak within the
+        iteration's); starts the next iteration afresh."""
+        before, self._before = self._before, 0
+        out = {**self.peaks, **memory_metrics(floor=before)}
+        self.peaks = {}
+        return out
+
+
+def memory_metrics(floor: int = 0) -> dict[str, float]:
     """The iteration's memory keys, read after :func:`trim_heap`.
 
-    ``memory/peak_gib``: the most GPU memory this process held since the last call (GPUs only);
-    ``memory/rss_gib``: the process's resident host memory now (where ``/proc`` tells it).
+    ``memory/peak_gib``: the most GPU memory this process held since the last call (GPUs only; at least
+    ``floor`` bytes, a peak read before the counter was last reset); ``memory/rss_gib``: the process's
+    resident host memory now (where ``/proc`` tells it).
     """
     trim_heap()
     out = {}
     if torch.cuda.is_available():
-        out["memory/peak_gib"] = round(torch.cuda.max_memory_allocated() / 2**30, 3)
+        out["memory/peak_gib"] = round(max(floor, torch.cuda.max_memory_allocated()) / 2**30, 3)
         torch.cuda.reset_peak_memory_stats()
     rss = resident_gib()
     if rss is not None:

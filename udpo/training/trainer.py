@@ -44,6 +44,7 @@ from udpo.algorithms import algorithm_class, build_algorithm
 from udpo.algorithms.base import RolloutBatch, fill_behavior_logprobs
 from udpo.algorithms.reward_functions import RewardFunction, load_reward_functions
 from udpo.config import TrainConfig
+from udpo.config.groups import AlgorithmArgs, DebateArgs, ModelArgs, OptimizerArgs, RewardArgs, RunArgs
 from udpo.env.backends.base import Backend
 from udpo.env.backends.hf import pick_dtype
 from udpo.env.debate import DebateConfig
@@ -53,14 +54,14 @@ from udpo.env.protocols import Protocol
 from udpo.env.summary import summarize
 from udpo.env.tasks.base import Question
 from udpo.env.trajectory import Trajectory, TrajectoryWriter
-from udpo.training import calibration, checkpointing, run_lock
+from udpo.training import autosize, calibration, checkpointing, run_lock
 from udpo.training import checkpoint_store as ckpt
 from udpo.training import distributed as dist
 from udpo.training.callbacks import EvalCallback, TrainerCallback, split_callbacks
 from udpo.training.checkpointing import APPEND_ONLY, TRAIN_FILE
-from udpo.training.data import QuestionSchedule, load_training_data, split_warmup
+from udpo.training.data import QuestionSchedule, check_context, load_training_data, split_warmup
 from udpo.training.errors import TrainingError, explain_oom
-from udpo.training.memory import memory_metrics
+from udpo.training.memory import PhasePeaks
 from udpo.training.rollouts import Rollouts
 from udpo.training.state import TrainingState
 from udpo.training.tracking import Timer, Tracker, accelerate_trackers, progress_bar
@@ -197,27 +198,41 @@ class Trainer:
                 if reward_functions is not None
                 else load_reward_functions(config.reward_functions, config.reward_weights)
             )
-            self.data = load_training_data(config, self.world)
+            self.data = load_training_data(
+                config.group(DebateArgs),
+                config.group(OptimizerArgs),
+                config.group(RunArgs),
+                self.world,
+                calibrates=not config.coefficients_explicit,
+            )
+            check_context(
+                config.group(ModelArgs), config.group(DebateArgs), self.data.task, self.data.questions
+            )
 
             set_seed(config.seed)  # identical initialization on every process
             self._build_policy()
+            config = self.config  # the update's auto sizes filled in
             set_seed(config.seed + self.rank)  # different sampling per process from here on
+            total_steps = self.data.total_iterations * config.update_epochs
             self.updater = Updater(
-                config,
+                config.group(OptimizerArgs),
+                config.group(AlgorithmArgs),
                 self.policy,
                 self.accelerator,
-                total_steps=self.data.total_iterations * config.update_epochs,
-                warmup_steps=self.data.warmup_steps,
+                total_steps=total_steps,
+                warmup_steps=config.warmup_for(total_steps),
+                temperature=config.temperature,
                 critic=self.critic,
                 deepspeed=self.deepspeed,
             )
             self.rollouts = Rollouts(
-                config,
+                config.group(ModelArgs),
+                config.group(DebateArgs),
+                config.group(RunArgs),
                 self.data.task,
                 self.policy,
                 self.rank,
                 self.world,
-                self.run_dir,
                 backend,
                 engine=self.updater.engine,
             )
@@ -259,7 +274,15 @@ class Trainer:
             from udpo.algorithms.critic import Critic
 
             self.critic = Critic(self.policy)
-        if config.gradient_checkpointing:
+        self.config, plan = autosize.resolve(
+            config, list(self.policy.models.values()), self.world, str(self.accelerator.device)
+        )
+        if self.main:
+            print(
+                plan.describe([k for k in autosize.CPU_DEFAULTS if getattr(config, k) is None]),
+                file=sys.stderr,
+            )
+        if self.config.gradient_checkpointing:
             for model in self.policy.models.values():
                 model.gradient_checkpointing_enable()
                 model.enable_input_require_grads()
@@ -269,7 +292,14 @@ class Trainer:
         calibration record."""
         cfg = self.config
         self.calibration = record
-        self.algorithm = build_algorithm(cfg, record, self.critic, self.reward_functions)
+        self.algorithm = build_algorithm(
+            cfg.group(AlgorithmArgs),
+            cfg.group(RewardArgs),
+            record,
+            self.critic,
+            self.reward_functions,
+            cfg.seed,
+        )
         if cfg.replay:
             from udpo.training.replay import ReplayBuffer
 
@@ -311,12 +341,23 @@ class Trainer:
     def debate(
         self, questions: Sequence[Question], meta: dict[str, Any], protocol: Protocol | None = None
     ) -> list[Trajectory]:
-        return self.rollouts.debate(questions, meta, protocol=protocol)
+        with explain_oom(self.config):
+            return self.rollouts.debate(questions, meta, protocol=protocol)
 
     def calibrate(self) -> tuple[dict[str, Any], list[Trajectory]]:
         """The calibration record of this run and its warm-up debates
         (:func:`udpo.training.calibration.calibrate`)."""
-        return calibration.calibrate(self.config, self.data.warmup_set, self.debate, self.run_dir, self.main)
+        cfg = self.config
+        return calibration.calibrate(
+            cfg.group(RewardArgs),
+            cfg.group(AlgorithmArgs),
+            self.data.warmup_set,
+            self.debate,
+            self.run_dir,
+            self.main,
+            n_agents=cfg.n_agents,
+            rounds=cfg.rounds,
+        )
 
     def evaluate(self, iteration: int) -> dict[str, Any]:
         """Held-out Standard-MAD evaluation with the current adapters, then the eval callbacks, all on the
@@ -362,11 +403,11 @@ class Trainer:
 
     def run_iteration(self, k: int) -> dict[str, Any]:
         """Rollout, reward, update, sync for iteration ``k``; returns its metrics."""
-        cfg, timer = self.config, Timer()
+        cfg, timer, peaks = self.config, Timer(), PhasePeaks()
         questions = [q for q in self.schedule.for_iteration(k) for _ in range(cfg.debates_per_question)]
         adversary = self.algorithm.adversary_stage(self.task)  # rmaac perturbs what agents read in training
         protocol = self.debate_protocol().with_stages(adversary) if adversary is not None else None
-        with timer("rollout"):
+        with timer("rollout"), peaks("rollout"):
             fresh = self.debate(questions, {"phase": "train", "iteration": k}, protocol=protocol)
         tokens = sum(len(turn.completion_ids) for t in fresh for row in t.turns for turn in row)
         if self.main:
@@ -380,7 +421,7 @@ class Trainer:
                     batch, self.policy, **self.updater.scoring()
                 )  # engines that return none
             advantages = self.algorithm.advantages(batch)
-        with timer("update"), explain_oom(cfg):
+        with timer("update"), explain_oom(cfg), peaks("update"):
             update_stats = self.update(batch, advantages, fresh_count=len(fresh), iteration=k)
         with timer("sync"):
             self.rollouts.sync_adapters(k)
@@ -398,7 +439,7 @@ class Trainer:
             "replayed": n_replayed,
             "tokens": tokens,
             "tokens_per_s": tokens / max(times["rollout"], 1e-9),
-            **memory_metrics(),
+            **peaks.metrics(),
             **{f"time/{name}": round(s, 4) for name, s in times.items()},
         }
 

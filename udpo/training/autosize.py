@@ -1,0 +1,200 @@
+"""Sizing the update's passes to the device: the settings a recipe leaves at ``null`` (auto).
+
+The update holds, until each backward, the activations of one agent's micro-batch: every position of its
+rows through every layer, and the fp32 logits of every completion token. :func:`plan_update` picks, from
+an estimate of those bytes (:class:`ModelShape`: hidden size, layers, vocabulary, bytes per weight) and
+the micro-batch's token counts, the largest log-prob pass, the fewest micro-batches and gradient
+checkpointing only where the activations of one debate at a time would not fit otherwise. On a CPU
+(no device memory to read) auto keeps the fixed defaults: ``CPU_DEFAULTS``.
+
+The estimate is deliberately generous (every tensor a Llama-type layer keeps for backward, the fp32
+copies of the norms included), so that the plan leaves room for what it does not count: the allocator's
+slack and the optimizer's few LoRA tensors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+#: what auto means without a GPU: the settings' fixed defaults before they were sized
+CPU_DEFAULTS = {
+    "logprob_token_budget": 4096,
+    "gradient_accumulation_steps": 1,
+    "gradient_checkpointing": False,
+}
+#: share of the device's free memory (read after the model loaded) the update's activations may fill
+MEMORY_SHARE = 0.7
+#: bounds of an auto ``logprob_token_budget`` (a power of two; more positions per pass, fewer launches)
+TOKEN_BUDGET_RANGE = (512, 65536)
+#: elements one token keeps per layer for backward, per hidden unit and per MLP unit (Llama-type layer:
+#: norms with their fp32 copies, q/k/v after RoPE, attention output, gate/up/activation/product)
+PER_HIDDEN, PER_INTERMEDIATE = 20, 4
+#: bytes each completion token's logits keep per vocabulary entry besides the model's own dtype: the fp32
+#: copy log-softmax works on and its output
+LOGIT_FP32_BYTES = 8
+#: tokens of a debate's question and chat template besides the responses, and per message of its history
+PROMPT_TOKENS, MESSAGE_TOKENS = 256, 16
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """What the memory estimate reads of a model: ``intermediate`` defaults to 4 x ``hidden``."""
+
+    hidden: int
+    layers: int
+    vocab: int
+    dtype_bytes: int
+    intermediate: int | None = None
+
+    @classmethod
+    def of(cls, model: Any) -> ModelShape:
+        """The shape of a transformers model (its text config, for multimodal ones)."""
+        config = model.config
+        config = getattr(config, "text_config", None) or config
+        param = next(model.parameters())
+        return cls(
+            hidden=config.hidden_size,
+            layers=config.num_hidden_layers,
+            vocab=config.vocab_size,
+            dtype_bytes=param.element_size(),
+            intermediate=getattr(config, "intermediate_size", None),
+        )
+
+    def token_bytes(self, checkpointing: bool) -> int:
+        """Bytes one position keeps for backward through all layers: everything, or with gradient
+        checkpointing each layer's input alone."""
+        if checkpointing:
+            return self.layers * self.hidden * self.dtype_bytes
+        return self.layers * self.layer_bytes()
+
+    def layer_bytes(self) -> int:
+        """Bytes one position keeps for backward in one layer (what a checkpointed layer recomputes)."""
+        intermediate = self.intermediate or 4 * self.hidden
+        return (PER_HIDDEN * self.hidden + PER_INTERMEDIATE * intermediate) * self.dtype_bytes
+
+    def logit_bytes(self) -> int:
+        """Bytes one scored completion token keeps: its logits, and their fp32 copy and log-softmax."""
+        return self.vocab * (self.dtype_bytes + LOGIT_FP32_BYTES)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One process's update, the way the estimate sees it: ``debates`` (the busiest process's share,
+    replayed debates included), ``splits`` (the most micro-batches allowed: the least busy process's fresh
+    debates), and per debate and agent the ``tokens`` of its packed rows and the ``completions`` it scores."""
+
+    debates: int
+    splits: int
+    tokens: int
+    completions: int
+
+    @classmethod
+    def bound(cls, config: Any, world: int) -> Workload:
+        """The most a debate of ``config`` can hold: every round's response ``max_tokens`` long, every
+        agent reading all peers (its rounds packed in one row: the history only grows), and the replayed
+        debates added to the fresh ones."""
+        fresh = config.questions_per_iteration * config.debates_per_question
+        replayed = (
+            round(fresh * config.replay_fraction / (1 - config.replay_fraction)) if config.replay else 0
+        )
+        rounds, agents = config.rounds + 1, config.n_agents
+        responses = rounds + config.rounds * (agents - 1)  # its own, and its peers' in later prompts
+        messages = rounds * 2
+        tokens = PROMPT_TOKENS + messages * MESSAGE_TOKENS + responses * config.max_tokens
+        return cls(
+            debates=math.ceil((fresh + replayed) / world),
+            splits=max(1, fresh // world),
+            tokens=tokens,
+            completions=rounds * config.max_tokens,
+        )
+
+
+@dataclass(frozen=True)
+class UpdatePlan:
+    """The sizes the update runs with, and the estimate behind them (``peak_bytes``: one micro-batch's
+    activations; ``free_bytes``: what the device had free; None on a CPU)."""
+
+    logprob_token_budget: int
+    gradient_accumulation_steps: int
+    gradient_checkpointing: bool
+    peak_bytes: int | None = None
+    free_bytes: int | None = None
+
+    def describe(self, auto: list[str]) -> str:
+        """One line for the log: the sizes, which of them were sized here, and the estimate."""
+        sizes = ", ".join(
+            f"{name}={str(getattr(self, name)).lower()}{' (auto)' if name in auto else ''}"
+            for name in CPU_DEFAULTS
+        )
+        if self.free_bytes is None:
+            return f"update sizes: {sizes}"
+        return (
+            f"update sizes: {sizes}; estimated activations {self.peak_bytes / 2**30:.1f} GiB of "
+            f"{self.free_bytes / 2**30:.1f} GiB free"
+        )
+
+
+def micro_batch_bytes(
+    shape: ModelShape, work: Workload, micro_batches: int, checkpointing: bool, budget: int
+) -> int:
+    """Bytes one agent's micro-batch keeps until its backward: its debates' positions through the layers
+    and their completions' logits; with checkpointing also one layer recomputed over a pass."""
+    debates = math.ceil(work.debates / micro_batches)
+    kept = debates * (work.tokens * shape.token_bytes(checkpointing) + work.completions * shape.logit_bytes())
+    return kept + (budget * shape.layer_bytes() if checkpointing else 0)
+
+
+def token_budget(shape: ModelShape, usable: int) -> int:
+    """The largest power of two of positions (within ``TOKEN_BUDGET_RANGE``) whose pass, every position
+    a layer's activations and a scored token's logits, takes at most a quarter of ``usable`` bytes."""
+    low, high = TOKEN_BUDGET_RANGE
+    per_position = shape.layer_bytes() + shape.logit_bytes()
+    fits = max(1, usable // 4 // per_position)
+    return max(low, min(high, 2 ** int(math.log2(fits))))
+
+
+def plan_update(
+    shape: ModelShape, work: Workload, free_bytes: int, explicit: dict[str, Any] | None = None
+) -> UpdatePlan:
+    """The update's sizes for ``free_bytes`` of device memory; ``explicit`` settings (a recipe's values)
+    are kept as given and the others chosen around them: the token budget first, then the fewest
+    micro-batches whose activations fit ``MEMORY_SHARE`` of the free memory without gradient checkpointing,
+    else with it. Where even one debate per micro-batch does not fit, the smallest micro-batches with
+    checkpointing (the estimate is generous; the run may still fit)."""
+    explicit = {k: v for k, v in (explicit or {}).items() if v is not None}
+    usable = int(free_bytes * MEMORY_SHARE)
+    budget = explicit.get("logprob_token_budget") or token_budget(shape, usable)
+    counts = [explicit["gradient_accumulation_steps"]] if "gradient_accumulation_steps" in explicit else None
+    checkpointing = (
+        [explicit["gradient_checkpointing"]] if "gradient_checkpointing" in explicit else [False, True]
+    )
+    candidates = [(ckpt, n) for ckpt in checkpointing for n in (counts or range(1, work.splits + 1))]
+    chosen = next(
+        ((ckpt, n) for ckpt, n in candidates if micro_batch_bytes(shape, work, n, ckpt, budget) <= usable),
+        candidates[-1],
+    )
+    ckpt, n = chosen
+    return UpdatePlan(budget, n, ckpt, micro_batch_bytes(shape, work, n, ckpt, budget), free_bytes)
+
+
+def resolve(config: Any, models: Sequence[Any], world: int, device: str) -> tuple[Any, UpdatePlan]:
+    """``config`` with its auto update sizes filled in (a new config; explicit values untouched), and the
+    plan. On a CUDA device they are sized from its free memory now, for the largest of the team's base
+    ``models``; elsewhere auto is ``CPU_DEFAULTS``."""
+    explicit = {name: getattr(config, name) for name in CPU_DEFAULTS}
+    if not device.startswith("cuda"):
+        plan = UpdatePlan(
+            **{name: CPU_DEFAULTS[name] if value is None else value for name, value in explicit.items()}
+        )
+    else:
+        import torch
+
+        free, _ = torch.cuda.mem_get_info(torch.device(device))
+        shape = max((ModelShape.of(m) for m in models), key=lambda m: m.token_bytes(checkpointing=False))
+        plan = plan_update(shape, Workload.bound(config, world), free, explicit)
+    chosen = {name: getattr(plan, name) for name in CPU_DEFAULTS}
+    return dataclasses.replace(config, **chosen), plan
