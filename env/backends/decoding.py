@@ -20,7 +20,9 @@ row's last prompt token thus sits in the same column, padding is masked, and pos
 row's real tokens, so the model computes what it would have computed on the whole prompt.
 
 Sampling matches ``generate``'s: temperature scaling, then nucleus (top-p) truncation, then one draw
-from torch's generator (seed it with ``torch.manual_seed`` for reproducible draws). The log-prob of each
+from torch's generator (seed it with ``torch.manual_seed`` for reproducible draws). Each step draws one
+uniform for every row of the call, finished rows included, so that a loop that keeps finished rows in
+a fixed-size batch (:mod:`.static_decode`) reads the same numbers and samples the same tokens. The log-prob of each
 drawn token is ``log_softmax(logits / temperature)`` over the whole vocabulary (temperature 1 for greedy
 rows), the quantity the trainer's importance ratio compares against.
 
@@ -191,37 +193,12 @@ def sample(
     output row per prompt row). keep_kv: fill :attr:`Sampled.kv`. on_tokens: called with the number of
     tokens sampled since its last call (rows still running), at most every 0.25 s and once at the end.
     """
-    from transformers import StaticCache
-
-    (n_prompts, width), device = input_ids.shape, input_ids.device
-    prefixes = list(prefixes) if prefixes else [None] * n_prompts
-    reused = torch.tensor([0 if p is None else int(p.real.sum()) for p in prefixes], device=device)
-    before = max((p.columns for p in prefixes if p is not None), default=0)  # reused columns, right-aligned
-    prompt_end = before + width
-    # one KV buffer for prefix + prompt + answer, written in place (a growing cache copies itself every step)
-    cache = StaticCache(config=model.config, max_cache_len=prompt_end + max_new_tokens)
-    seen = attention.new_zeros(n_prompts, before)  # the reused columns' mask
-    if before:
-        _write_prefixes(cache, prefixes, before)
-        for row, p in enumerate(prefixes):
-            if p is not None:
-                seen[row, before - p.columns :] = p.real
-    positions = (attention.cumsum(-1) - 1).clamp(min=0) + reused[:, None]
-    # the mask covers the whole buffer: answer positions are 1 (causality hides those not written yet)
-    attention = torch.cat([seen, attention, attention.new_ones(n_prompts, max_new_tokens)], dim=1)
+    device = input_ids.device
     kwargs, row_adapters = _adapter_setup(model, adapters)
     with row_adapters or nullcontext():
-        logits = model(
-            input_ids=input_ids,
-            attention_mask=attention,
-            position_ids=positions,
-            past_key_values=cache,
-            use_cache=True,
-            # the last position as an index, not the int 1: torch multiplies a strided slice by expanding
-            # the output layer's weight per row (seconds on CPU)
-            logits_to_keep=torch.tensor([width - 1], device=device),
-            **kwargs,
-        ).logits[:, -1]
+        cache, logits, attention, positions, prompt_end = prompt_pass(
+            model, input_ids, attention, prefixes, answer_columns=max_new_tokens, **kwargs
+        )
         if expand is not None:  # rows that share a prompt get copies of its cache rows
             cache.reorder_cache(expand)
             logits, attention, positions = logits[expand], attention[expand], positions[expand]
@@ -238,7 +215,9 @@ def sample(
         kept: dict[int, RowKV] = {}  # original row -> its keys and values (keep_kv)
         pending, last = 0, time.monotonic()
         for step in range(max_new_tokens):
-            token, logp = _draw(logits.float(), temperature, top_p)
+            token, logp = _draw(
+                logits.float(), temperature, top_p, _uniforms(temperature, rows, device, live)
+            )
             tokens[live, step], logps[live, step] = token, logp
             done = running & torch.isin(token, stop_ids)
             lengths[live[done]] = step + 1
@@ -277,6 +256,18 @@ def sample(
             )
     if on_tokens is not None and pending:
         on_tokens(pending)
+    return results(tokens, logps, lengths, stop_ids, kept)
+
+
+def results(
+    tokens: torch.Tensor,
+    logps: torch.Tensor,
+    lengths: torch.Tensor,
+    stop_ids: torch.Tensor,
+    kept: dict[int, RowKV],
+) -> list[Sampled]:
+    """Each row's first ``lengths`` tokens and log-probs, "stop" if it ended on a stop token."""
+    rows, max_new_tokens = tokens.shape
     stopped = lengths < max_new_tokens
     stopped |= torch.isin(tokens[torch.arange(rows), (lengths - 1).clamp(min=0)], stop_ids)
     token_lists, logp_lists = tokens.tolist(), logps.tolist()
@@ -284,6 +275,52 @@ def sample(
         Sampled(token_lists[r][:n], logp_lists[r][:n], "stop" if s else "length", kept.get(r))
         for r, (n, s) in enumerate(zip(lengths.tolist(), stopped.tolist(), strict=True))
     ]
+
+
+def prompt_pass(
+    model,
+    input_ids: torch.Tensor,
+    attention: torch.Tensor,
+    prefixes: Sequence[RowKV | None] | None,
+    answer_columns: int,
+    **kwargs,
+) -> tuple[object, torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """Run the prompts (after their reused ``prefixes``) into a fresh static cache of ``P + S +
+    answer_columns`` columns (reused prefixes, prompts, answers).
+
+    Returns the cache, the last prompt position's logits per row, the mask over the whole buffer (answer
+    columns 1: causality hides those not written yet), each row's last position id and ``P + S``.
+    ``kwargs`` go to the model (e.g. PEFT's ``adapter_names``).
+    """
+    from transformers import StaticCache
+
+    (n_prompts, width), device = input_ids.shape, input_ids.device
+    prefixes = list(prefixes) if prefixes else [None] * n_prompts
+    reused = torch.tensor([0 if p is None else int(p.real.sum()) for p in prefixes], device=device)
+    before = max((p.columns for p in prefixes if p is not None), default=0)  # reused columns, right-aligned
+    prompt_end = before + width
+    # one KV buffer for prefix + prompt + answer, written in place (a growing cache copies itself every step)
+    cache = StaticCache(config=model.config, max_cache_len=prompt_end + answer_columns)
+    seen = attention.new_zeros(n_prompts, before)  # the reused columns' mask
+    if before:
+        _write_prefixes(cache, prefixes, before)
+        for row, p in enumerate(prefixes):
+            if p is not None:
+                seen[row, before - p.columns :] = p.real
+    positions = (attention.cumsum(-1) - 1).clamp(min=0) + reused[:, None]
+    attention = torch.cat([seen, attention, attention.new_ones(n_prompts, answer_columns)], dim=1)
+    logits = model(
+        input_ids=input_ids,
+        attention_mask=attention,
+        position_ids=positions,
+        past_key_values=cache,
+        use_cache=True,
+        # the last position as an index, not the int 1: torch multiplies a strided slice by expanding
+        # the output layer's weight per row (seconds on CPU)
+        logits_to_keep=torch.tensor([width - 1], device=device),
+        **kwargs,
+    ).logits[:, -1]
+    return cache, logits, attention, positions[:, -1:], prompt_end
 
 
 def _write_prefixes(cache, prefixes: Sequence[RowKV | None], before: int) -> None:
@@ -322,8 +359,22 @@ def _read_kv(
     }
 
 
-def _draw(logits: torch.Tensor, temperature: float, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(drawn token, its log-prob under log_softmax(logits / temperature)) per row; greedy at 0."""
+def _uniforms(temperature: float, rows: int, device, live: torch.Tensor | None = None) -> torch.Tensor | None:
+    """This step's uniforms: one per row of the call, finished rows included (None when greedy), so that
+    every decode path draws the same numbers from torch's generator whatever rows have left the batch;
+    ``live`` picks the rows still in it."""
+    if temperature <= 0:
+        return None
+    u = torch.rand(rows, 1, device=device)
+    return u if live is None else u[live]
+
+
+def _draw(
+    logits: torch.Tensor, temperature: float, top_p: float, uniforms: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(drawn token, its log-prob under log_softmax(logits / temperature)) per row; greedy at 0.
+
+    uniforms: one U(0, 1) per row (``rows x 1``); drawn here when None."""
     if temperature <= 0:
         logp = torch.log_softmax(logits, dim=-1)
         token = logits.argmax(-1)
@@ -337,8 +388,9 @@ def _draw(logits: torch.Tensor, temperature: float, top_p: float) -> tuple[torch
         weights = logp.scatter(-1, order, sorted_logp.masked_fill(above, float("-inf")))
     # inverse-CDF draw: one uniform per row (torch.multinomial draws one exponential per vocabulary entry)
     cdf = weights.exp().cumsum(-1)
-    u = torch.rand(cdf.shape[0], 1, device=cdf.device) * cdf[:, -1:]
-    token = torch.searchsorted(cdf, u).squeeze(-1).clamp(max=cdf.shape[-1] - 1)
+    if uniforms is None:
+        uniforms = torch.rand(cdf.shape[0], 1, device=cdf.device)
+    token = torch.searchsorted(cdf, uniforms * cdf[:, -1:]).squeeze(-1).clamp(max=cdf.shape[-1] - 1)
     return token, logp.gather(-1, token[:, None]).squeeze(-1)
 
 

@@ -8,10 +8,12 @@ quantity the trainer's importance ratio compares against.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -20,6 +22,9 @@ from .attention import use_grouped_sdpa
 from .base import Backend, BackendError, ChatRequest, Completion, SamplingParams, ScoreRequest
 from .chat import chat_prompt_ids, prompt_ids_of
 from .decoding import RowKV, prefix_reuse_supported, sample
+from .static_decode import StaticDecoder
+
+log = logging.getLogger(__name__)
 
 #: dtype names accepted everywhere a dtype is set (besides "auto")
 DTYPES = {
@@ -30,6 +35,9 @@ DTYPES = {
     "fp32": torch.float32,
     "float32": torch.float32,
 }
+
+#: decode paths of the hf backend (see :func:`pick_decode`)
+DECODE_MODES = ("auto", "eager", "stacked", "graph")
 
 #: forced decoding keeps at most this many (row x response position) logit vectors in memory at once
 SCORE_POSITIONS = 1024
@@ -50,6 +58,30 @@ def pick_dtype(name: str, device: str) -> torch.dtype:
         return DTYPES[name]
     except KeyError:
         raise ValueError(f"unknown dtype {name!r}; use auto, bf16, fp16 or fp32") from None
+
+
+def pick_decode(name: str, device: str) -> str:
+    """The decode path: "eager" (:func:`.decoding.sample`, rows leave the batch as they finish),
+    "stacked" (:class:`.static_decode.StaticDecoder`: fixed buffers, adapters stacked, no host read per
+    token) or "graph" (stacked, the step replayed as a CUDA graph). "auto": graph on CUDA, eager
+    elsewhere (on CPU the eager loop is the faster: it drops finished rows and launches cost little)."""
+    if name not in DECODE_MODES:
+        raise ValueError(f"unknown decode {name!r}; use {', '.join(DECODE_MODES)}")
+    cuda = device.startswith("cuda")
+    if name == "auto":
+        return "graph" if cuda else "eager"
+    if name == "graph" and not cuda:
+        raise ValueError(f"decode: graph needs a CUDA device, got {device!r}")
+    return name
+
+
+_logged: set[str] = set()
+
+
+def _log_once(message: str) -> None:
+    if message not in _logged:
+        _logged.add(message)
+        log.info(message)
 
 
 def kv_bytes_per_token(model) -> int:
@@ -122,6 +154,10 @@ class HFBackend(Backend):
     chat_template_kwargs: extra chat-template variables (e.g. ``{"enable_thinking": False}``).
     prefix_cache: inside :meth:`reuse_prefixes`, start prompts from the keys and values of earlier rows
     (False: every prompt runs whole; the results are the same up to rounding).
+    decode: the decode path, :func:`pick_decode` ("auto": a CUDA graph on GPU, the eager loop on CPU);
+    the stacked paths keep up to twice ``kv_cache_gib`` of KV buffers across calls. Models they cannot
+    run (cache layers other than full attention, LoRA variants other than plain linear LoRA) decode
+    eagerly; the choice is logged once.
     """
 
     name = "hf"
@@ -137,6 +173,7 @@ class HFBackend(Backend):
         kv_cache_gib: float = 2.0,
         chat_template_kwargs: dict | None = None,
         prefix_cache: bool = True,
+        decode: str = "auto",
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -168,6 +205,9 @@ class HFBackend(Backend):
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.prefix_cache = prefix_cache
         self.prefixes: PrefixStore | None = None  # inside reuse_prefixes()
+        self.decode = pick_decode(decode, self.device)
+        self._static: StaticDecoder | None = None
+        self._static_for: tuple | None = None  # (model id, adapters) the decoder was checked for
 
     # adapters -------------------------------------------------------------------------------
     @property
@@ -266,9 +306,9 @@ class HFBackend(Backend):
             torch.manual_seed(sp.seed)
         was_training = self.model.training
         self.model.eval()
+        decoder = self._decoder()
         try:
-            rows = sample(
-                self.model,
+            rows = (decoder.sample if decoder is not None else partial(sample, self.model))(
                 input_ids,
                 attention,
                 max_new_tokens=sp.max_tokens,
@@ -303,6 +343,23 @@ class HFBackend(Backend):
             )
             for prompt, row in zip(prompts, rows, strict=True)
         ]
+
+    def _decoder(self) -> StaticDecoder | None:
+        """The stacked decoder (None: the eager loop), rebuilt when the model or its adapters change."""
+        if self.decode == "eager":
+            _log_once(f"hf backend: eager decoding on {self.device}")
+            return None
+        key = (id(self.model), tuple(self.adapters))
+        if key != self._static_for:
+            self._static_for, self._static = key, None
+            if StaticDecoder.supported(self.model):
+                self._static = StaticDecoder(
+                    self.model, graph=self.decode == "graph", max_bytes=2 * self.kv_bytes
+                )
+                _log_once(f"hf backend: {self.decode} decoding on {self.device}")
+            else:
+                _log_once(f"hf backend: eager decoding ({self.decode} cannot run this model's layers)")
+        return self._static
 
     def _check_adapters(self, names: list[str | None]) -> None:
         missing = sorted({n for n in names if n is not None} - set(self.adapters))

@@ -1,0 +1,163 @@
+"""Each row of a batch through its own LoRA adapter, from adapters stacked in fixed buffers.
+
+A LoRA layer computes ``y = W x + s_k B_k A_k x`` for adapter ``k`` (``s_k = alpha / r``). Here every
+adapter loaded in the model gets a slot; slot 0 is all zeros (the base model). Per layer the slots'
+matrices are stacked, ranks padded with zeros to the largest ``r``:
+
+    A: [S, r, in]        Bt: [S, r, out]   (Bt[k] = s_k B_k^T)
+
+and a row whose slot index is ``i`` computes
+
+    y = W x + ((x A_flat^T) * m_i) Bt_flat,   A_flat = A.view(S r, in), Bt_flat = Bt.view(S r, out),
+    m_i[j] = 1 if j // r == i else 0
+
+two dense matmuls over all stacked ranks whatever the rows' mix of slots, so a batch has one shape for
+any mix (what a captured CUDA graph needs). The slot of each row is an index tensor written in place
+(:meth:`StackedAdapters.select`); the mask is computed from it inside the step. A per-row gather of A
+and B followed by ``bmm`` would read ``rows x r x (in + out)`` numbers per layer; the dense product reads
+each adapter once, and its extra columns (``S r``, tens) are few next to the layer's width.
+
+The buffers keep their storage for the life of the object: :meth:`StackedAdapters.refresh` copies the
+adapters' current weights into them in place (after a training step the live PeftModel's weights have
+changed), so a captured graph replays with the new weights.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from .decoding import RowAdapters, _lora_layers
+
+
+@dataclass
+class _Stack:
+    """One LoRA layer's stacked slots and where each adapter's weights come from."""
+
+    a: torch.Tensor  # [S, r, in]
+    bt: torch.Tensor  # [S, r, out], scaled
+    columns: torch.Tensor  # [S r]: the slot of each stacked rank
+    sources: list[tuple[int, torch.Tensor, torch.Tensor, float]]  # (slot, A [r_k, in], B [out, r_k], s_k)
+
+
+class StackedAdapters:
+    """Context manager: the model's LoRA layers run every row through the adapter of its slot.
+
+    Slots: 0 is the base model, ``k + 1`` the ``k``-th of :attr:`names` (every adapter the model holds,
+    sorted). :meth:`supported` says whether a model's LoRA layers are all of the kind this handles
+    (plain LoRA on linear layers, as :class:`~.decoding.RowAdapters`).
+    """
+
+    def __init__(self, model, capacity: int = 1):
+        self.model = model
+        self.layers = _lora_layers(model)
+        self.names = sorted({n for layer in self.layers for n in layer.lora_A})
+        self.signature = _signature(self.layers)
+        self.index = torch.zeros(capacity, dtype=torch.long, device=_device(model))
+        self.stacks: dict[int, _Stack] = {}
+        slots = {name: k + 1 for k, name in enumerate(self.names)}
+        for layer in self.layers:
+            own = sorted(layer.lora_A)
+            if not own:
+                continue
+            first = layer.lora_A[own[0]].weight
+            rank = max(layer.lora_A[n].weight.shape[0] for n in own)
+            n_slots, width_in = len(self.names) + 1, first.shape[1]
+            width_out = layer.lora_B[own[0]].weight.shape[0]
+            stack = _Stack(
+                a=first.new_zeros(n_slots, rank, width_in),
+                bt=first.new_zeros(n_slots, rank, width_out),
+                columns=torch.arange(n_slots, device=first.device).repeat_interleave(rank),
+                sources=[
+                    (slots[n], layer.lora_A[n].weight, layer.lora_B[n].weight, float(layer.scaling[n]))
+                    for n in own
+                ],
+            )
+            self.stacks[id(layer)] = stack
+        self.refresh()
+
+    @staticmethod
+    def supported(model) -> bool:
+        """Plain LoRA on linear layers only (no DoRA, embedding or convolution adapters)."""
+        names = sorted({n for layer in _lora_layers(model) for n in layer.lora_A})
+        return RowAdapters.supported(model, names)
+
+    def matches(self, model) -> bool:
+        """Whether ``model`` still has the layers, adapters and shapes these buffers were built for."""
+        return model is self.model and _signature(_lora_layers(model)) == self.signature
+
+    def slot(self, name: str | None) -> int:
+        return 0 if name is None else self.names.index(name) + 1
+
+    @torch.no_grad()
+    def refresh(self) -> None:
+        """Copy every adapter's current A and ``s B^T`` into its slot, in place."""
+        dst_a, src_a, dst_b, src_b, scales = [], [], [], [], []
+        for stack in self.stacks.values():
+            for slot, a, b, scale in stack.sources:
+                dst_a.append(stack.a[slot, : a.shape[0]])
+                src_a.append(a.detach())
+                dst_b.append(stack.bt[slot, : a.shape[0]])
+                src_b.append(b.detach().T)
+                scales.append(scale)
+        if dst_a:
+            torch._foreach_copy_(dst_a, src_a)
+            torch._foreach_copy_(dst_b, src_b)
+            torch._foreach_mul_(dst_b, scales)
+
+    def select(self, slots: torch.Tensor, capacity: int | None = None) -> None:
+        """Row ``j`` of the next batches runs through slot ``slots[j]``; rows past ``len(slots)`` (up to
+        ``capacity``, the padded batch) through slot 0. The index keeps its storage unless it must grow."""
+        capacity = max(capacity or len(slots), len(slots))
+        if capacity > len(self.index):
+            self.index = self.index.new_zeros(capacity)
+        self.index[len(slots) :].zero_()
+        self.index[: len(slots)].copy_(slots)
+
+    def slots(self, names: Sequence[str | None]) -> torch.Tensor:
+        """The slot index of each name (None: 0)."""
+        return torch.tensor([self.slot(n) for n in names], dtype=torch.long, device=self.index.device)
+
+    def __enter__(self) -> StackedAdapters:
+        for layer in self.layers:
+            stack = self.stacks.get(id(layer))
+            if stack is not None:
+                layer.forward = self._forward(layer.base_layer, stack)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for layer in self.layers:
+            if id(layer) in self.stacks:
+                del layer.forward  # back to the class's forward
+
+    def _forward(self, base, stack: _Stack) -> Callable:
+        # a function, not a module: a module assigned to ``layer.forward`` would become a submodule
+        def forward(x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+            result = base(x, *args, **kwargs)
+            a, bt = stack.a.flatten(0, 1), stack.bt.flatten(0, 1)
+            mask = (stack.columns == self.index[: x.shape[0], None]).to(a.dtype)
+            hidden = (x.to(a.dtype) @ a.T) * mask.view(x.shape[0], *([1] * (x.dim() - 2)), -1)
+            return (result + hidden @ bt).to(result.dtype)
+
+        return forward
+
+
+def _signature(layers: list) -> tuple:
+    """What the buffers are built from: each layer's adapters, their weight tensors (a reloaded adapter
+    has new ones; the buffers hold the old ones, so their ids stay unique) and scales."""
+    return tuple(
+        (
+            id(layer),
+            tuple(
+                (n, id(layer.lora_A[n].weight), id(layer.lora_B[n].weight), float(layer.scaling[n]))
+                for n in sorted(layer.lora_A)
+            ),
+        )
+        for layer in layers
+    )
+
+
+def _device(model) -> torch.device:
+    return next(model.parameters()).device

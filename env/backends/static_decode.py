@@ -1,0 +1,204 @@
+"""The hf backend's decode loop on fixed buffers: one forward per token for every row of a call, each
+row through its own adapter (:mod:`.stacked`), the step optionally replayed as a CUDA graph.
+
+On a GPU a decode step of a small model is bound by kernel launches, not by arithmetic: the eager loop
+of :mod:`.decoding` launches thousands of kernels per token, reads the finished rows back to the host
+every step and changes its batch's shape as rows finish. Here a call's shapes are fixed:
+
+- rows are padded to a bucket (:func:`bucket`: the next ``2^k`` or ``3 * 2^k``), the KV cache to a
+  bucket of columns (at least :data:`MIN_COLUMNS`), so a debate's rounds and a run's iterations meet a
+  handful of shapes; each shape's buffers (cache, mask, tokens, positions) stay allocated across calls
+  (up to ``max_bytes``, the oldest freed first) and are written in place;
+- finished rows stay in the batch (their later tokens are dropped) and padding rows run slot 0 (the
+  base model) on stale buffer contents, both masked out of the results;
+- the host reads the finished mask every :data:`SYNC_EVERY` steps, not every token: sampling
+  (temperature, top-p, stop tokens) runs on the device;
+- with ``graph``, the step is ``torch.compile(mode="reduce-overhead")``: captured once per shape as a
+  CUDA graph and replayed; the adapters' stacked weights and the cache keep their storage, so new
+  adapter weights (copied in place at each call) need no new capture.
+
+The prompt pass is the eager loop's (:func:`.decoding.prompt_pass`, variable shapes, not captured) with
+the stacked adapters; its keys and values are copied into the bucket's cache. Draws are the eager loop's
+too: one uniform per row of the call per step, from torch's generator. In fp32 both loops therefore
+sample the same tokens for the same seed (their logits differ by rounding only). After the last row
+stops, up to ``SYNC_EVERY - 1`` more steps may run and draw, so the generator's state after a call is
+not the eager loop's (the hf backend seeds each call when a seed is given).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+
+from .decoding import RowKV, Sampled, _draw, _read_kv, _uniforms, prefix_reuse_supported, prompt_pass, results
+from .stacked import StackedAdapters
+
+#: decode steps between two reads of the finished mask on the host
+SYNC_EVERY = 8
+#: the smallest KV cache bucket (columns)
+MIN_COLUMNS = 64
+
+
+def bucket(n: int, smallest: int = 1) -> int:
+    """The smallest ``2^k`` or ``3 * 2^k`` (``k >= 0``) that is at least ``max(n, smallest)``."""
+    n, size = max(n, smallest), 1
+    while size < n:
+        size *= 2
+    return size * 3 // 4 if size >= 4 and size * 3 // 4 >= n else size
+
+
+@dataclass
+class _Buffers:
+    """One shape's fixed inputs: the static cache, its 0/1 mask ``[rows, columns]``, the fed tokens and
+    their position ids ``[rows, 1]``."""
+
+    cache: object
+    mask: torch.Tensor
+    tokens: torch.Tensor
+    positions: torch.Tensor
+    nbytes: int
+
+
+class StaticDecoder:
+    """Samples like :func:`.decoding.sample` on fixed, reused buffers (see the module docstring).
+
+    graph: replay the decode step as a CUDA graph (``torch.compile`` in ``reduce-overhead`` mode; CUDA
+    only). max_bytes: KV cache kept allocated across calls, all shapes together.
+    """
+
+    def __init__(self, model, graph: bool = False, max_bytes: float = 4 * 2**30):
+        if graph and not torch.cuda.is_available():
+            raise ValueError("graph decoding needs CUDA")
+        self.model = model
+        self.max_bytes = max_bytes
+        self.buffers: dict[tuple[int, int], _Buffers] = {}  # (rows, columns) -> buffers, oldest first
+        self.stack: StackedAdapters | None = None
+        self.step: Callable[[_Buffers], torch.Tensor] = self._forward
+        if graph:
+            self.step = torch.compile(self._forward, mode="reduce-overhead", dynamic=False)
+        self.graph = graph
+
+    @staticmethod
+    def supported(model) -> bool:
+        """Full-attention cache layers only, and adapters :class:`StackedAdapters` can stack."""
+        return prefix_reuse_supported(model) and StackedAdapters.supported(model)
+
+    def _forward(self, buf: _Buffers) -> torch.Tensor:
+        return self.model(
+            input_ids=buf.tokens,
+            attention_mask=buf.mask,
+            position_ids=buf.positions,
+            past_key_values=buf.cache,
+            use_cache=True,
+        ).logits[:, -1]
+
+    def _adapters(self) -> StackedAdapters:
+        """The stacked adapters, rebuilt if the model's adapters changed, else refreshed in place."""
+        if self.stack is None or not self.stack.matches(self.model):
+            self.stack = StackedAdapters(self.model)
+        else:
+            self.stack.refresh()
+        return self.stack
+
+    def _buffers(self, rows: int, columns: int, like: object) -> _Buffers:
+        """The buffers of the bucket holding ``rows x columns``, allocated like the cache ``like``."""
+        from transformers import StaticCache
+
+        key = (bucket(rows), bucket(columns, MIN_COLUMNS))
+        buf = self.buffers.pop(key, None)
+        if buf is None:
+            layer = like.layers[0].keys
+            cache = StaticCache(config=self.model.config, max_cache_len=key[1])
+            cache.early_initialization(key[0], layer.shape[1], layer.shape[3], layer.dtype, layer.device)
+            size = 2 * len(cache.layers) * cache.layers[0].keys.numel() * layer.element_size()
+            ones = torch.ones(key[0], 1, dtype=torch.long, device=layer.device)
+            buf = _Buffers(cache, ones.new_ones(key), ones, ones.clone(), size)
+            if self.graph:
+                for t in (buf.mask, buf.tokens, buf.positions):
+                    torch._dynamo.mark_static_address(t)
+        self.buffers[key] = buf  # the newest last
+        while sum(b.nbytes for b in self.buffers.values()) > self.max_bytes and len(self.buffers) > 1:
+            self.buffers.pop(next(iter(self.buffers)))
+        return buf
+
+    @torch.no_grad()
+    def sample(
+        self,
+        input_ids: torch.Tensor,
+        attention: torch.Tensor,
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float,
+        stops: set[int],
+        adapters: Sequence[str | None] | None = None,
+        on_tokens: Callable[[int], None] | None = None,
+        prefixes: Sequence[RowKV | None] | None = None,
+        expand: torch.Tensor | None = None,
+        keep_kv: bool = False,
+    ) -> list[Sampled]:
+        """Arguments and results as :func:`.decoding.sample`'s (``model`` is the decoder's)."""
+        device = input_ids.device
+        stack = self._adapters() if adapters is not None else None
+        if stack is not None:
+            stack.select(stack.slots(adapters))
+        with stack or nullcontext():
+            prompt, logits, attention, positions, prompt_end = prompt_pass(
+                self.model, input_ids, attention, prefixes, answer_columns=0
+            )
+            order = torch.arange(len(input_ids), device=device) if expand is None else expand
+            rows = len(order)
+            buf = self._buffers(rows, prompt_end + max_new_tokens, prompt)
+            padded = len(buf.tokens)
+            for src, dst in zip(prompt.layers, buf.cache.layers, strict=True):
+                dst.keys[:rows, :, :prompt_end].copy_(src.keys[order])
+                dst.values[:rows, :, :prompt_end].copy_(src.values[order])
+                dst.cumulative_length.fill_(prompt_end)
+            del prompt
+            buf.mask.fill_(1)
+            buf.mask[:rows, :prompt_end].copy_(attention[order])
+            buf.positions[:rows].copy_(positions[order])
+            logits = logits[order]
+            if stack is not None:
+                stack.select(stack.slots(adapters)[order], capacity=padded)
+            running = torch.ones(rows, dtype=torch.bool, device=device)
+            stop_ids = torch.tensor(sorted(stops), device=device)
+            tokens = torch.empty(rows, max_new_tokens, dtype=torch.long, device=device)
+            logps = torch.empty(rows, max_new_tokens, dtype=torch.float32, device=device)
+            lengths = torch.full((rows,), max_new_tokens, dtype=torch.long, device=device)
+            produced = torch.zeros((), dtype=torch.long, device=device)  # tokens of running rows
+            reported, last = 0, time.monotonic()
+            for step in range(max_new_tokens):
+                token, logp = _draw(
+                    logits[:rows].float(), temperature, top_p, _uniforms(temperature, rows, device)
+                )
+                tokens[:, step], logps[:, step] = token, logp
+                produced += running.sum()
+                done = running & torch.isin(token, stop_ids)
+                lengths.masked_fill_(done, step + 1)
+                running &= ~done
+                if step + 1 == max_new_tokens:
+                    break
+                if (step + 1) % SYNC_EVERY == 0:
+                    n_running, n_produced = torch.stack([running.sum(), produced]).tolist()
+                    if on_tokens is not None and time.monotonic() - last >= 0.25:
+                        on_tokens(n_produced - reported)
+                        reported, last = n_produced, time.monotonic()
+                    if n_running == 0:
+                        break
+                buf.tokens[:rows, 0] = token
+                buf.positions.add_(1)
+                if self.graph:
+                    torch.compiler.cudagraph_mark_step_begin()
+                logits = self.step(buf)
+            kept: dict[int, RowKV] = {}
+            if keep_kv:
+                every = torch.arange(rows, device=device)
+                kept = _read_kv(buf.cache, every, every, buf.mask, lengths, prompt_end)
+        if on_tokens is not None and int(produced) > reported:
+            on_tokens(int(produced) - reported)
+        return results(tokens, logps, lengths, stop_ids, kept)

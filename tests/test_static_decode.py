@@ -1,0 +1,197 @@
+"""The hf backend's stacked decode path (udpo.env.backends.static_decode, .stacked) against the eager loop,
+on a tiny random Llama with three random adapters, in fp32.
+
+Same seed, same tokens: the eager loop drops finished rows and draws for the rows left; the stacked
+path keeps every row in a fixed, padded batch; both read one uniform per row of the call per step, so
+their tokens are equal and their log-probs equal to rounding. The buffers and stacked adapters are reused
+across calls and see adapter updates made in place; graph capture needs CUDA and is skipped without it.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tiny_models import build_tiny_llama, perturb_adapters
+
+from udpo.env.backends import decoding
+from udpo.env.backends.hf import HFBackend, pick_decode
+from udpo.env.backends.stacked import StackedAdapters
+from udpo.env.backends.static_decode import StaticDecoder, bucket
+from udpo.training.policy import LoraSettings, MultiAgentPolicy
+
+NAMES = ["agent_0", None, "agent_2", "agent_1", "agent_0", "agent_2", None]
+
+
+@pytest.fixture(scope="module")
+def policy(tokenizer_path, tmp_path_factory) -> MultiAgentPolicy:
+    tiny = build_tiny_llama(tmp_path_factory.mktemp("tiny"), tokenizer_path, initializer_range=0.3)
+    policy = MultiAgentPolicy(tiny, n_agents=3, lora=LoraSettings(r=4, alpha=8), dtype="fp32")
+    perturb_adapters(policy, std=0.3)
+    return policy
+
+
+def batch(pad: int, lengths: list[int], seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded rows of random token ids of the given lengths."""
+    gen = torch.Generator().manual_seed(seed)
+    width = max(lengths)
+    ids = torch.randint(10, 1000, (len(lengths), width), generator=gen)
+    attention = torch.zeros_like(ids)
+    for row, n in enumerate(lengths):
+        ids[row, : width - n] = pad
+        attention[row, width - n :] = 1
+    return ids, attention
+
+
+def both(model, decoder: StaticDecoder, seed: int, **kwargs):
+    """The eager loop's and the decoder's rows for the same call and seed."""
+    torch.manual_seed(seed)
+    eager = decoding.sample(model, **kwargs)
+    torch.manual_seed(seed)
+    return eager, decoder.sample(**kwargs)
+
+
+def assert_same(eager, stacked) -> None:
+    for e, s in zip(eager, stacked, strict=True):
+        assert s.tokens == e.tokens and s.finish_reason == e.finish_reason
+        assert s.logprobs == pytest.approx(e.logprobs, abs=2e-5)
+
+
+def test_stacked_adapters_give_the_logits_of_peft_per_row_dispatch(policy):
+    model = policy.models[policy.base_model]
+    ids, attention = batch(policy.tokenizer.pad_token_id, [5, 9, 7, 9, 3, 6, 8])
+    assert StackedAdapters.supported(model)
+    stack = StackedAdapters(model)
+    assert stack.names == ["agent_0", "agent_1", "agent_2"]
+    stack.select(stack.slots(NAMES), capacity=12)  # padding rows past the batch run the base model
+    with torch.no_grad():
+        expected = model(
+            input_ids=ids, attention_mask=attention, adapter_names=[n or "__base__" for n in NAMES]
+        ).logits
+        with stack:
+            got = model(input_ids=ids, attention_mask=attention).logits
+        base = model(input_ids=ids, attention_mask=attention, adapter_names=["__base__"] * len(NAMES)).logits
+    assert torch.allclose(got, expected, atol=1e-5)
+    differs = [not torch.allclose(expected[r], base[r], atol=1e-3) for r in range(len(NAMES))]
+    assert differs == [n is not None for n in NAMES]  # the adapters are not the identity
+
+
+@pytest.mark.parametrize(("temperature", "top_p"), [(0.0, 1.0), (1.0, 1.0), (0.8, 0.9)])
+def test_stacked_decoding_samples_the_eager_loops_tokens(policy, temperature, top_p):
+    """Mixed adapters and prompt lengths, rows stopping at different steps (the eager loop compacts its
+    batch; the stacked one pads 7 rows to 8 and keeps them): the same tokens and log-probs."""
+    model = policy.models[policy.base_model]
+    ids, attention = batch(policy.tokenizer.pad_token_id, [4, 8, 6, 8, 3, 7, 5])
+    with torch.no_grad():
+        first = model(input_ids=ids, attention_mask=attention).logits[:, -1].mean(0)
+    stops = set(first.topk(1500).indices.tolist())  # likely tokens end rows early, at different steps
+    decoder = StaticDecoder(model)
+    eager, stacked = both(
+        model, decoder, seed=11, input_ids=ids, attention=attention, max_new_tokens=20,
+        temperature=temperature, top_p=top_p, stops=stops, adapters=NAMES,
+    )  # fmt: skip
+    lengths = {len(r.tokens) for r in eager}
+    assert len(lengths) > 1 and {r.finish_reason for r in eager} == {"stop", "length"}
+    assert_same(eager, stacked)
+
+
+def test_shared_prompts_reused_prefixes_and_kept_kv_match_the_eager_loop(policy):
+    """Rows sharing a prompt (``expand``), rows starting from earlier keys and values (``prefixes``)
+    and the keys and values kept for later calls (``keep_kv``)."""
+    model = policy.models[policy.base_model]
+    pad = policy.tokenizer.pad_token_id
+    ids, attention = batch(pad, [6, 9, 4])
+    adapters = ["agent_1", None, "agent_2"]
+    decoder = StaticDecoder(model)
+    kwargs = dict(max_new_tokens=6, temperature=0.9, top_p=1.0, stops=set(), keep_kv=True)
+    expand = torch.tensor([0, 0, 1, 2, 2])
+    eager, stacked = both(model, decoder, 3, input_ids=ids, attention=attention, adapters=adapters,
+                          expand=expand, **kwargs)  # fmt: skip
+    assert_same(eager, stacked)
+    for e, s in zip(eager, stacked, strict=True):
+        assert torch.equal(s.kv.real, e.kv.real) and torch.allclose(s.kv.kv, e.kv.kv, atol=1e-5)
+    more, more_attention = batch(pad, [5, 3, 7], seed=1)  # each prompt continues a row above
+    prefixes = [eager[0].kv, eager[2].kv, eager[4].kv]
+    eager, stacked = both(model, decoder, 4, input_ids=more, attention=more_attention, adapters=adapters,
+                          prefixes=prefixes, **kwargs)  # fmt: skip
+    assert_same(eager, stacked)
+
+
+def test_buffers_are_reused_and_adapter_updates_reach_them(policy):
+    """Calls of nearby sizes share one bucket's buffers; an optimizer-like in-place update of the adapters
+    is copied into the same stacked buffers (no new storage), and decoding follows it."""
+    model = policy.models[policy.base_model]
+    pad = policy.tokenizer.pad_token_id
+    decoder = StaticDecoder(model)
+    kwargs = dict(max_new_tokens=5, temperature=1.0, top_p=1.0, stops=set(), adapters=NAMES[:6])
+    ids, attention = batch(pad, [4, 6, 5, 6, 3, 6])
+    assert_same(*both(model, decoder, 1, input_ids=ids, attention=attention, **kwargs))
+    (shape, buffers), stack = next(iter(decoder.buffers.items())), decoder.stack
+    pointers = [s.a.data_ptr() for s in stack.stacks.values()]
+    ids, attention = batch(pad, [7, 8, 5, 8, 6, 8], seed=2)  # longer prompts, same buckets
+    assert_same(*both(model, decoder, 2, input_ids=ids, attention=attention, **kwargs))
+    assert list(decoder.buffers) == [shape] and decoder.buffers[shape] is buffers and shape == (6, 64)
+    saved = [p.detach().clone() for p in policy.trainable_parameters()]
+    try:
+        with torch.no_grad():
+            for p in policy.trainable_parameters():
+                p.mul_(-1.5)
+        assert_same(*both(model, decoder, 2, input_ids=ids, attention=attention, **kwargs))
+        assert decoder.stack is stack and [s.a.data_ptr() for s in stack.stacks.values()] == pointers
+    finally:
+        with torch.no_grad():
+            for p, s in zip(policy.trainable_parameters(), saved, strict=True):
+                p.copy_(s)
+
+
+def test_buckets():
+    assert [bucket(n) for n in (1, 2, 3, 5, 7, 9, 96, 97, 130)] == [1, 2, 3, 6, 8, 12, 96, 128, 192]
+    assert bucket(10, 64) == 64 and bucket(100, 64) == 128
+
+
+def test_the_decode_path_is_picked_by_device():
+    assert pick_decode("auto", "cpu") == "eager" and pick_decode("auto", "cuda:0") == "graph"
+    assert pick_decode("stacked", "cpu") == "stacked"
+    with pytest.raises(ValueError, match="CUDA"):
+        pick_decode("graph", "cpu")
+    with pytest.raises(ValueError, match="unknown decode"):
+        pick_decode("fast", "cpu")
+
+
+def test_backend_debates_alike_on_both_paths(tiny_model, tiny_lora_adapters):
+    """A 2-round debate through the backend (prefix cache on, shared round-0 prompts) with decode eager
+    and stacked: the same turns."""
+    from test_prefix_cache import debate
+
+    from udpo.env.backends import SamplingParams
+    from udpo.env.tasks.arithmetic import Arithmetic
+
+    runs = []
+    for mode in ("eager", "stacked"):
+        backend = HFBackend(model=tiny_model, dtype="fp32", decode=mode)
+        for name, path in tiny_lora_adapters.items():
+            backend.load_adapter(name, path)
+        sampling = SamplingParams(temperature=0.8, top_p=0.95, max_tokens=10, seed=7)
+        runs.append(debate(backend, sampling, Arithmetic().load("test", seed=0)[:2], prefix_cache=True))
+        assert (backend._static is not None) == (mode == "stacked")
+        backend.close()
+    for e, s in zip(*runs, strict=True):
+        for e_turns, s_turns in zip(e.turns, s.turns, strict=True):
+            for et, st in zip(e_turns, s_turns, strict=True):
+                assert st.completion_ids == et.completion_ids
+                assert st.logprobs == pytest.approx(et.logprobs, abs=2e-5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="graph capture needs CUDA")
+def test_graph_decoding_matches_stacked_on_cuda(policy):
+    model = policy.models[policy.base_model].to("cuda")
+    try:
+        ids, attention = batch(policy.tokenizer.pad_token_id, [4, 8, 6, 8, 3, 7, 5])
+        kwargs = dict(input_ids=ids.cuda(), attention=attention.cuda(), max_new_tokens=12, temperature=1.0,
+                      top_p=0.9, stops=set(), adapters=NAMES)  # fmt: skip
+        runs = []
+        for graph in (False, True):
+            torch.manual_seed(5)
+            runs.append(StaticDecoder(model, graph=graph).sample(**kwargs))
+        assert_same(*runs)
+    finally:
+        model.to("cpu")
