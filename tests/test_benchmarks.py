@@ -1,7 +1,7 @@
 """Every script under benchmarks/ still imports against the current package and parses its options.
 
 The benchmarks are run by hand (docs record their output), so nothing else notices when a rename leaves
-one behind: each is started with ``--help``, FutureWarnings (the old module names) turned into errors.
+one behind: each is started with ``--help``, FutureWarnings turned into errors.
 """
 
 from __future__ import annotations

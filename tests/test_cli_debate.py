@@ -16,7 +16,7 @@ import pytest
 from udpo.cli import main
 from udpo.env.trajectory import read_trajectories
 
-TINY = ["--task", "arithmetic", "--agents", "2", "--rounds", "1", "--max-tokens", "24", "--batch-size", "1"]
+TINY = ["--task", "arithmetic", "--n-agents", "2", "--rounds", "1", "--max-tokens", "24", "--debate-batch-size", "1"]
 
 
 def udpo_here(capsys, *args: str) -> tuple[int, str]:
@@ -40,7 +40,7 @@ def test_debate_interrupt_resume_and_engine_failure(tmp_path, model_path, capsys
     out = tmp_path / "run"
     traj_file = out / "trajectories.jsonl"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "udpo.cli", "debate", *TINY, "--limit", "3", "--out", str(out)],
+        [sys.executable, "-m", "udpo.cli", "debate", *TINY, "--limit", "3", "--output-dir", str(out)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -64,7 +64,7 @@ def test_debate_interrupt_resume_and_engine_failure(tmp_path, model_path, capsys
     before = traj_file.read_bytes()
 
     # the run's folder is not silently appended to
-    rc, err = udpo_here(capsys, "debate", *TINY, "--limit", "3", "--out", str(out))
+    rc, err = udpo_here(capsys, "debate", *TINY, "--limit", "3", "--output-dir", str(out))
     assert rc == 2 and "--resume" in err
 
     # an engine failure mid-way leaves what was written intact
@@ -75,7 +75,7 @@ def test_debate_interrupt_resume_and_engine_failure(tmp_path, model_path, capsys
         *TINY,
         "--limit",
         "3",
-        "--out",
+        "--output-dir",
         str(out),
         "--resume",
         "--backend",
@@ -88,7 +88,7 @@ def test_debate_interrupt_resume_and_engine_failure(tmp_path, model_path, capsys
         assert dead.split("/v1")[0] in err
     assert traj_file.read_bytes() == before
 
-    assert main(["debate", *TINY, "--limit", "3", "--out", str(out), "--resume", "--no-progress"]) == 0
+    assert main(["debate", *TINY, "--limit", "3", "--output-dir", str(out), "--resume", "--no-progress"]) == 0
     done = capsys.readouterr()
     assert "debate:" not in done.err  # no debate progress bar
     trajs = read_trajectories(traj_file)
@@ -114,12 +114,12 @@ def test_debate_interrupt_resume_and_engine_failure(tmp_path, model_path, capsys
         (["--task", "nope"], "argument --task: unknown task 'nope'; choose one of gsm8k"),
         (["--task", "arithmetic", "--model", "no/such-model-here", "--limit", "1"], "no/such-model-here"),
         (["--task", "arithmetic", "--model", "./missing-folder", "--limit", "1"], "missing-folder"),
-        (["--task", "gsm8k", "--data", "/nonexistent/gsm.jsonl"], "/nonexistent/gsm.jsonl"),
-        (["--task", "arithmetic", "--agents", "0"], "argument --n-agents/--n_agents: must be >= 1, got 0"),
+        (["--task", "gsm8k", "--data-path", "/nonexistent/gsm.jsonl"], "/nonexistent/gsm.jsonl"),
+        (["--task", "arithmetic", "--n-agents", "0"], "argument --n-agents/--n_agents: must be >= 1, got 0"),
     ],
 )
 def test_bad_input_is_named(tmp_path, args, needle, capsys):
-    rc, err = udpo_here(capsys, "debate", *args, "--out", str(tmp_path / "o"))
+    rc, err = udpo_here(capsys, "debate", *args, "--output-dir", str(tmp_path / "o"))
     assert rc == 2
     assert needle in err, err
     assert (
@@ -131,6 +131,6 @@ def test_bad_input_is_named(tmp_path, args, needle, capsys):
 def test_malformed_data_file_names_line(tmp_path, capsys):
     bad = tmp_path / "gsm.jsonl"
     bad.write_text('{"question": "1+1?", "answer": "#### 2"}\n{not json\n')
-    rc, err = udpo_here(capsys, "debate", "--task", "gsm8k", "--data", str(bad), "--out", str(tmp_path / "o"))
+    rc, err = udpo_here(capsys, "debate", "--task", "gsm8k", "--data-path", str(bad), "--output-dir", str(tmp_path / "o"))
     assert rc == 2
     assert f"{bad}:2" in err or "line 2" in err, err

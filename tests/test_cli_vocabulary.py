@@ -1,8 +1,7 @@
 """One vocabulary for the ``udpo`` flags and the config fields (issue 25; docs/cli.md): an option that
 sets what a config field (or protocol option) sets is named after it, in both spellings, with the field
-as its dest; each old flag still parses to the same value and prints one deprecation note; every option
-of every command is either tied to a field or listed here as having none. Also the one backend builder
-the commands and training share."""
+as its dest; every option of every command is either tied to a field or listed here as having none. Also
+the one backend builder the commands and training share."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from udpo.cli import argtypes, build_parser
+from udpo.cli import build_parser
 from udpo.cli.common import PROTOCOL_FLAGS, protocol_config_from_args
 from udpo.config import TrainConfig
 from udpo.env.protocols import ProtocolConfig
@@ -21,42 +20,6 @@ ROOT = Path(__file__).resolve().parents[1]
 FIELDS = {f.name for f in dataclasses.fields(TrainConfig)}
 PROTOCOL_OPTIONS = {f.name for f in dataclasses.fields(ProtocolConfig)} - {"name"}
 
-#: (command, old flag) -> its name now
-RENAMED = {
-    ("debate", "--agents"): "--n-agents",
-    ("debate", "--batch-size"): "--debate-batch-size",
-    ("debate", "--data"): "--data-path",
-    ("debate", "--out"): "--output-dir",
-    ("debate", "--alpha"): "--digra-alpha",
-    ("eval", "--agents"): "--n-agents",
-    ("eval", "--batch-size"): "--debate-batch-size",
-    ("eval", "--data"): "--data-path",
-    ("eval", "--out"): "--output-dir",
-    ("eval", "--alpha"): "--digra-alpha",
-    ("eval", "--attack"): "--attack-eval",
-    ("eval", "--compromised"): "--attack-eval-m",
-    ("eval", "--attacker"): "--attack-eval-attacker",
-    ("detect", "--batch-size"): "--debate-batch-size",
-    ("detect", "--data"): "--data-path",
-    ("detect", "--out"): "--output-dir",
-    ("uncertainty", "--agents"): "--n-agents",
-    ("uncertainty", "--batch-size"): "--debate-batch-size",
-    ("uncertainty", "--data"): "--data-path",
-    ("uncertainty", "--out"): "--output-dir",
-    ("diagnose", "--baseline"): "--baseline-run",
-}
-#: a value to give each renamed option (by dest)
-SAMPLE = {
-    "n_agents": "4",
-    "debate_batch_size": "2",
-    "data_path": "questions.jsonl",
-    "output_dir": "runs/elsewhere",
-    "digra_alpha": "0.3",
-    "attack_eval": "autoinject",
-    "attack_eval_m": "1,2",
-    "attack_eval_attacker": "builtin",
-    "baseline_run": "mad",
-}
 #: what a command needs on its command line to parse
 BASE = {
     "debate": ["debate", "--task", "arithmetic", "--protocol", "digra"],
@@ -146,48 +109,12 @@ def options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
     return [a for a in parser._actions if not isinstance(a, argparse._HelpAction)]
 
 
-def deprecated() -> list[tuple[str, str, argparse.Action]]:
-    return [
-        (name, old, action)
-        for name, parser in commands().items()
-        for action in options(parser)
-        for old in getattr(action, "deprecated_strings", ())
-    ]
-
-
-def test_the_deprecated_flags_are_those_listed():
-    assert {(name, old): action.option_strings[0] for name, old, action in deprecated()} == RENAMED
-
-
-@pytest.mark.parametrize(("command", "old"), sorted(RENAMED))
-def test_an_old_flag_parses_as_its_new_name_with_one_note(capsys, command, old):
-    new = RENAMED[command, old]
-    action = next(a for n, o, a in deprecated() if (n, o) == (command, old))
-    value = SAMPLE[action.dest]
-    parse = build_parser().parse_args
-    by_old = parse([*BASE[command], old, value])
-    err = capsys.readouterr().err
-    assert err.splitlines() == [err.strip()], err
-    assert err.startswith(f"note: {old} is deprecated; use {new} ("), err
-    spellings = [parse([*BASE[command], flag, value]) for flag in action.option_strings]
-    assert capsys.readouterr().err == ""  # the new names say nothing
-    named_after_a_field = action.dest in FIELDS or action.dest in PROTOCOL_FLAGS
-    assert len(spellings) == (2 if named_after_a_field and "_" in action.dest else 1)
-    assert all(vars(s) == vars(by_old) for s in spellings)
-    assert getattr(by_old, action.dest) != getattr(parse(BASE[command]), action.dest)  # the flag took effect
-    if action.dest in FIELDS:
-        assert f"(the config field {action.dest})" in err
-    parse([*BASE[command], old, value, old, value])
-    assert capsys.readouterr().err.count("note:") == 2  # one note per use
-
-
-def test_the_help_shows_the_new_names_and_says_what_they_were(capsys):
+def test_the_help_shows_both_spellings(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["debate", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "--n-agents N, --n_agents N" in text and "formerly --agents" in text
-    assert "--agents N" not in text and "[--agents" not in text
-    assert "--digra-alpha" in text and "not UDPO's reward coefficient alpha; formerly --alpha" in text
+    assert "--n-agents N, --n_agents N" in text
+    assert "--digra-alpha" in text and "not UDPO's reward coefficient alpha" in text
 
 
 def test_every_option_is_named_after_its_config_field_or_has_none():
@@ -215,7 +142,7 @@ def test_protocol_flags_are_protocol_options_and_digras_alpha_is_not_udpos():
     assert all(dest == option for dest, option in PROTOCOL_FLAGS.items() if dest != "digra_alpha")
     assert PROTOCOL_FLAGS["digra_alpha"] == "alpha"
     for command in ("debate", "eval"):
-        for flag in ("--alpha", "--digra-alpha", "--digra_alpha"):
+        for flag in ("--digra-alpha", "--digra_alpha"):
             args = build_parser().parse_args([*BASE[command], flag, "0.3"])
             assert not hasattr(args, "alpha")  # nothing in a command's namespace reads as UDPO's alpha_i
             assert protocol_config_from_args(args).alpha == 0.3
@@ -246,13 +173,6 @@ def test_progress_and_output_dir_as_udpo_train_spells_them():
     assert parse([*compare, "--no_progress"]).progress is False
 
 
-def test_deprecated_aliases_refuses_a_flag_the_option_does_not_have():
-    parser = argparse.ArgumentParser()
-    action = parser.add_argument("--new", "--old")
-    with pytest.raises(ValueError, match="--older"):
-        argtypes.deprecated_aliases(action, "--older")
-
-
 def test_the_docs_table_names_every_flag():
     text = (ROOT / "docs" / "cli.md").read_text()
     for name, parser in commands().items():
@@ -265,8 +185,6 @@ def test_the_docs_table_names_every_flag():
                 continue
             flag = action.option_strings[0]
             assert f"`{flag}`" in text or f"`{flag} " in text, (name, flag)
-    for (command, old), new in RENAMED.items():
-        assert f"| `{old}` |" in text and f"`{new}`" in text, (command, old)
 
 
 # --- one backend builder ---------------------------------------------------------------------------------

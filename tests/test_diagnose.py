@@ -202,8 +202,8 @@ def test_diagnose_a_real_debate_run(tmp_path, tokenizer_path, capsys):
 
     model = build_tiny_llama(tmp_path / "model", tokenizer_path, initializer_range=0.3, favour=DIGITS)
     run = tmp_path / "mad"
-    debate = ["debate", "--model", model, "--task", "arithmetic", "--limit", "3", "--agents", "2"]
-    debate += ["--rounds", "1", "--max-tokens", "24", "--batch-size", "3", "--out", str(run)]
+    debate = ["debate", "--model", model, "--task", "arithmetic", "--limit", "3", "--n-agents", "2"]
+    debate += ["--rounds", "1", "--max-tokens", "24", "--debate-batch-size", "3", "--output-dir", str(run)]
     assert main(debate) == 0, capsys.readouterr().err
     expected = json.loads((run / "summary.json").read_text())
     out = tmp_path / "diagnosis"
@@ -334,7 +334,7 @@ def test_degenerate_runs_give_nulls_not_crashes(tmp_path):
     file.write_text("".join(json.dumps(line) + "\n" for line in lines))
     other = write_run(tmp_path / "other.jsonl", seed=4, skill=0.8, n_questions=6)
     out = tmp_path / "out"
-    assert main(["diagnose", str(file), str(other), "--out", str(out), "--baseline", "allright"]) == 0
+    assert main(["diagnose", str(file), str(other), "--out", str(out), "--baseline-run", "allright"]) == 0
     summary = json.loads((out / "summary.json").read_text())
     s = summary["runs"]["allright"]
     assert s["accuracy"] == 1.0 and s["u_sys"] == 0.0

@@ -238,9 +238,9 @@ def test_runs_on_a_tiny_model_and_diagnose(tmp_path, tokenizer_path):
         "3",
     ]
     dae_dir, sc_dir = tmp_path / "dae", tmp_path / "sc"
-    dae_args = ["--agents", "3", "--max-rounds", "1", "--aspects", "1", "--per-aspect", "1"]
-    assert main(["uncertainty", *common, *dae_args, "--out", str(dae_dir)]) == 0
-    assert main(["uncertainty", "--method", "self-consistency", *common, "--out", str(sc_dir)]) == 0
+    dae_args = ["--n-agents", "3", "--max-rounds", "1", "--aspects", "1", "--per-aspect", "1"]
+    assert main(["uncertainty", *common, *dae_args, "--output-dir", str(dae_dir)]) == 0
+    assert main(["uncertainty", "--method", "self-consistency", *common, "--output-dir", str(sc_dir)]) == 0
     dae = read_trajectories(dae_dir / "trajectories.jsonl")
     summary = json.loads((dae_dir / "summary.json").read_text())
     assert summary["n_items"] == len(dae) == 2 and set(summary["policies"]) == {"none", "strict", "loose"}

@@ -227,7 +227,7 @@ def test_colmad_through_the_cli_on_a_tiny_model(tmp_path, tiny_model, capsys):
     out = tmp_path / "colmad"
     args = ["detect", "--model", tiny_model, "--protocol", "colmad", "--limit", "2"]
     args += ["--split", "answerability_classification:gpt4"]
-    assert main([*args, "--rounds", "1", "--max-tokens", "12", "--out", str(out), "--seed", "1"]) == 0
+    assert main([*args, "--rounds", "1", "--max-tokens", "12", "--output-dir", str(out), "--seed", "1"]) == 0
     printed = capsys.readouterr().out
     trajectories = read_trajectories(out / "trajectories.jsonl")
     summary = json.loads((out / "summary.json").read_text())

@@ -205,17 +205,17 @@ def test_attack_eval_hook(setup, tmp_path):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--attack", "autotransform", "--compromised", "3"], "m must be < N"),
+        (["--attack-eval", "autotransform", "--attack-eval-m", "3"], "m must be < N"),
         (
-            ["--attack", "autotransform", "--compromised-agents", "0,7"],
+            ["--attack-eval", "autotransform", "--compromised-agents", "0,7"],
             "index 7 is out of range: agents are 0..2",
         ),
-        (["--compromised", "1"], "also pass --attack"),
-        (["--attack", "autoinject", "--p-message", "2"], "argument --p-message: must be in [0, 1], got 2"),
+        (["--attack-eval-m", "1"], "also pass --attack-eval"),
+        (["--attack-eval", "autoinject", "--p-message", "2"], "argument --p-message: must be in [0, 1], got 2"),
     ],
 )
 def test_cli_bad_input(args, message, tmp_path, capsys):
-    argv = ["eval", "--task", "arithmetic", "--agents", "3", "--out", str(tmp_path / "out"), *args]
+    argv = ["eval", "--task", "arithmetic", "--n-agents", "3", "--output-dir", str(tmp_path / "out"), *args]
     try:
         code = main(argv)
     except SystemExit as e:  # refused by the parser itself
@@ -227,7 +227,7 @@ def test_cli_bad_input(args, message, tmp_path, capsys):
 
 def test_cli_unknown_attack(capsys):
     with pytest.raises(SystemExit) as e:
-        main(["eval", "--task", "arithmetic", "--attack", "autopwn"])
+        main(["eval", "--task", "arithmetic", "--attack-eval", "autopwn"])
     assert e.value.code == 2
     assert "invalid choice: 'autopwn'" in capsys.readouterr().err
 
@@ -237,8 +237,8 @@ def test_cli_unknown_attack(capsys):
 def test_cli_real_model_m1(model_path, tmp_path, capsys):
     out, cache = tmp_path / "out", tmp_path / "cache"
     argv = shlex.split(
-        f"eval --model {model_path} --attack-cache {cache} --out {out} --no-progress --task arithmetic --limit 2 "
-        "--agents 3 --rounds 1 --max-tokens 24 --attack autotransform --compromised 1 --attacker-max-tokens 48"
+        f"eval --model {model_path} --attack-cache {cache} --output-dir {out} --no-progress --task arithmetic --limit 2 "
+        "--n-agents 3 --rounds 1 --max-tokens 24 --attack-eval autotransform --attack-eval-m 1 --attacker-max-tokens 48"
     )
     assert main(argv) == 0
     printed = capsys.readouterr().out
@@ -326,9 +326,9 @@ def test_cli_real_checkpoint_keeps_adapters_of_compromised_agents(tokenizer_path
     out = tmp_path / "out"
     argv = shlex.split(
         f"eval --checkpoint {ckpt} --no-progress --task arithmetic --limit 2 --rounds 1 --max-tokens 24 "
-        "--attack autoinject --compromised-agents 0 --attacker builtin --p-message 1 --p-sentence 1"
+        "--attack-eval autoinject --compromised-agents 0 --attack-eval-attacker builtin --p-message 1 --p-sentence 1"
     )
-    assert main([*argv, "--out", str(out)]) == 0
+    assert main([*argv, "--output-dir", str(out)]) == 0
     assert "acc drop (pp)" in capsys.readouterr().out
     trajs = read_trajectories(out / "m1-agents-0" / "trajectories.jsonl")
     assert len(trajs) == 2
@@ -343,11 +343,11 @@ def test_cli_real_checkpoint_keeps_adapters_of_compromised_agents(tokenizer_path
             assert original.strip() not in shown_to_1
     summary = json.loads((out / "m1-agents-0" / "summary.json").read_text())
     assert summary["attack_details"]["injections"]["by_builtin"] > 0
-    # the CLI refuses --agents that disagree with the checkpoint, before loading anything
-    assert main([*argv, "--agents", "3", "--out", str(tmp_path / "o2")]) == 2
+    # the CLI refuses --n-agents that disagree with the checkpoint, before loading anything
+    assert main([*argv, "--n-agents", "3", "--output-dir", str(tmp_path / "o2")]) == 2
     assert "checkpoint" in capsys.readouterr().err and not (tmp_path / "o2").exists()
     # without --rounds and --max-tokens the team debates as it was trained (team.json's "debate")
-    plain = f"eval --checkpoint {ckpt} --no-progress --task arithmetic --limit 2 --out {tmp_path / 'o3'}"
+    plain = f"eval --checkpoint {ckpt} --no-progress --task arithmetic --limit 2 --output-dir {tmp_path / 'o3'}"
     assert main(shlex.split(plain)) == 0
     err = capsys.readouterr().err
     assert (

@@ -87,10 +87,9 @@ RULES: dict[str, Rule] = {
     ),
     "library-no-cli": Rule(
         modules=("udpo",),
-        exempt=("udpo.cli", "udpo._compat"),
+        exempt=("udpo.cli",),
         forbidden=("udpo.cli", "train_udpo"),
-        why="the CLI and train_udpo.py parse arguments and call the library; the library never calls them "
-        "(udpo._compat only maps old module names to new ones)",
+        why="the CLI and train_udpo.py parse arguments and call the library; the library never calls them",
     ),
 }
 

@@ -57,8 +57,8 @@ def test_token_entropies_are_the_models_full_vocabulary_entropies(tiny_hf):
 def test_digra_debate_with_injection_and_the_woozle_report(tmp_path, capsys):
     """``udpo debate --protocol digra`` on 2 Du et al. items, N = 3, T = 1, agent 0 injected wrong."""
     run = tmp_path / "digra"
-    args = ["debate", "--task", "du-arithmetic", "--limit", "2", "--agents", "3", "--rounds", "1"]
-    args += ["--max-tokens", "16", "--protocol", "digra", "--inject", "wrong,own,own", "--out", str(run)]
+    args = ["debate", "--task", "du-arithmetic", "--limit", "2", "--n-agents", "3", "--rounds", "1"]
+    args += ["--max-tokens", "16", "--protocol", "digra", "--inject", "wrong,own,own", "--output-dir", str(run)]
     assert main(args) == 0, capsys.readouterr().err
     trajectories = read_jsonl(run / "trajectories.jsonl")
     assert len(trajectories) == 2

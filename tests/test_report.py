@@ -99,8 +99,8 @@ def real_debate(tmp_path_factory, digit_model) -> Path:
     """``udpo debate`` on a tiny model that answers numbers: 2 arithmetic questions, 2 agents, 2 rounds,
     32 tokens."""
     out = tmp_path_factory.mktemp("debate") / "arithmetic"
-    cmd = ["debate", "--model", digit_model, "--task", "arithmetic", "--agents", "2", "--rounds", "2"]
-    assert main([*cmd, "--limit", "2", "--max-tokens", "32", "--no-progress", "--out", str(out)]) == 0
+    cmd = ["debate", "--model", digit_model, "--task", "arithmetic", "--n-agents", "2", "--rounds", "2"]
+    assert main([*cmd, "--limit", "2", "--max-tokens", "32", "--no-progress", "--output-dir", str(out)]) == 0
     return out
 
 

@@ -159,7 +159,7 @@ def test_debate_and_eval_refuse_an_out_folder_another_process_writes(held, comma
         "arithmetic",
         "--limit",
         "1",
-        "--out",
+        "--output-dir",
         str(run_dir),
         "--resume",
         "--no-progress",

@@ -15,11 +15,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from udpo import _compat
-
 __version__ = "0.1.0"
-
-_compat.install()  # modules that moved keep their old names, with a FutureWarning
 
 #: public name -> the module that defines it
 _EXPORTS = {

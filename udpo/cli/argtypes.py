@@ -1,27 +1,23 @@
 """argparse ``type=`` functions: a bad value is refused while the command line is parsed, before any
-model, engine or torch is imported (``udpo debate --agents 0`` answers at once).
+model, engine or torch is imported (``udpo debate --n-agents 0`` answers at once).
 
 Each function takes the text of one argument and returns the value or raises
 ``argparse.ArgumentTypeError`` with a message argparse prints as ``argument --x: <message>``.
 Also the one vocabulary of the flags (docs/cli.md): :func:`field_option` names an option after its
-config field (``--n-agents`` / ``--n_agents``, dest ``n_agents``) and keeps its earlier flags
-(``--agents``) working as aliases that print a deprecation note (:func:`deprecated_aliases`).
-Only the standard library is imported here.
+config field (``--n-agents`` / ``--n_agents``, dest ``n_agents``). Only the standard library is imported
+here.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import math
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 __all__ = [
     "BooleanOption",
     "at_least",
-    "deprecated_aliases",
     "existing_file",
     "existing_path",
     "field_option",
@@ -147,18 +143,15 @@ def existing_file(text: str) -> str:
     return text
 
 
-def field_option(group, name: str, *old: str, means: str | None = None, **kwargs) -> argparse.Action:
+def field_option(group, name: str, **kwargs) -> argparse.Action:
     """Add the option called ``name``, a config field's name (``n_agents``), to the parser or group:
     its flags are ``--n-agents`` and ``--n_agents`` (the form the subcommands use and the one
-    ``udpo train`` uses), its dest is ``name``. ``old``: the flags it had before (``--agents``), still
-    accepted as deprecated aliases (:func:`deprecated_aliases`; ``means`` as there, default "the config
-    field NAME"). ``kwargs`` go to ``add_argument``."""
+    ``udpo train`` uses), its dest is ``name``. ``kwargs`` go to ``add_argument``."""
     flags = list(dict.fromkeys((f"--{name.replace('_', '-')}", f"--{name}")))
     kwargs.setdefault("dest", name)
     if kwargs.get("action") is argparse.BooleanOptionalAction:
         kwargs["action"] = BooleanOption
-    action = group.add_argument(*flags, *old, **kwargs)
-    return deprecated_aliases(action, *old, means=means if means is not None else f"the config field {name}")
+    return group.add_argument(*flags, **kwargs)
 
 
 class BooleanOption(argparse.BooleanOptionalAction):
@@ -175,37 +168,3 @@ class BooleanOption(argparse.BooleanOptionalAction):
     def __call__(self, parser, namespace, values, option_string=None):
         if option_string in self.option_strings:
             setattr(namespace, self.dest, not option_string.startswith(("--no-", "--no_")))
-
-
-def deprecated_aliases(action: argparse.Action, *old: str, means: str = "") -> argparse.Action:
-    """Make the option strings ``old`` of ``action`` (already registered with it) deprecated aliases:
-    they parse as before, each use prints one note on stderr naming the flag to use instead
-    (``note: --agents is deprecated; use --n-agents (the config field n_agents)``), and help shows the
-    other flags only (the help text ends "formerly --agents"). Returns ``action``."""
-    if not old:
-        return action
-    unknown = [s for s in old if s not in action.option_strings]
-    if unknown:
-        raise ValueError(f"{unknown} are not option strings of {action.option_strings}")
-    action.option_strings = [s for s in action.option_strings if s not in old]  # the parser keeps them
-    action.deprecated_strings = tuple(old)
-    action.deprecation_means = means
-    if action.help is not argparse.SUPPRESS:
-        action.help = f"{action.help or ''}{'; ' if action.help else ''}formerly {', '.join(old)}"
-    action.__class__ = _noting_deprecation(type(action))
-    return action
-
-
-@functools.cache
-def _noting_deprecation(cls: type[argparse.Action]) -> type[argparse.Action]:
-    """``cls`` whose call first prints the deprecation note when a deprecated alias was given."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        if option_string in self.deprecated_strings:
-            means = f" ({self.deprecation_means})" if self.deprecation_means else ""
-            print(
-                f"note: {option_string} is deprecated; use {self.option_strings[0]}{means}", file=sys.stderr
-            )
-        cls.__call__(self, parser, namespace, values, option_string)
-
-    return type(f"Deprecating{cls.__name__.lstrip('_')}", (cls,), {"__call__": __call__})

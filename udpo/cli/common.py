@@ -75,7 +75,6 @@ def add_task_args(p: argparse.ArgumentParser, default_task: str | None = None) -
     field_option(
         g,
         "data_path",
-        "--data",
         default=None,
         help="data file, folder in the shared/data layout, or Hub name",
     )
@@ -153,7 +152,6 @@ def add_debate_args(p: argparse.ArgumentParser, from_team: bool = False) -> None
     field_option(
         g,
         "n_agents",
-        "--agents",
         type=positive_int,
         metavar="N",
         default=None if from_team else 3,
@@ -171,7 +169,6 @@ def add_debate_args(p: argparse.ArgumentParser, from_team: bool = False) -> None
     field_option(
         g,
         "debate_batch_size",
-        "--batch-size",
         type=positive_int,
         default=16,
         help="questions debated together (default: 16)",
@@ -255,10 +252,9 @@ PROTOCOL_FLAGS = {
 }
 
 
-def protocol_option(g: argparse._ArgumentGroup, dest: str, *old: str, **kwargs) -> None:
-    """The flag of the protocol option ``PROTOCOL_FLAGS[dest]`` (``old``: deprecated aliases)."""
-    kwargs.setdefault("means", f"the protocol option {PROTOCOL_FLAGS[dest]}")
-    field_option(g, dest, *old, **kwargs)
+def protocol_option(g: argparse._ArgumentGroup, dest: str, **kwargs) -> None:
+    """The flag of the protocol option ``PROTOCOL_FLAGS[dest]``."""
+    field_option(g, dest, **kwargs)
 
 
 def add_protocol_args(p: argparse.ArgumentParser) -> None:
@@ -277,8 +273,6 @@ def add_protocol_args(p: argparse.ArgumentParser) -> None:
     protocol_option(
         g,
         "digra_alpha",
-        "--alpha",
-        means="the digra protocol option alpha; the config field alpha is UDPO's reward coefficient",
         type=finite_float,
         default=None,
         help="digra: alpha of the information-gain ratio (0.2); not UDPO's reward coefficient alpha",

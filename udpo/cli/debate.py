@@ -39,7 +39,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_backend_args(p)
     add_debate_args(p)
     add_protocol_args(p)
-    field_option(p, "output_dir", "--out", default="runs/debate", help="output folder (default: runs/debate)")
+    field_option(p, "output_dir", default="runs/debate", help="output folder (default: runs/debate)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run in --output-dir")
     p.add_argument(
         "--no-progress",

@@ -48,7 +48,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     field_option(
         g,
         "debate_batch_size",
-        "--batch-size",
         type=positive_int,
         default=16,
         help="items handled together (default: 16)",
@@ -59,7 +58,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="openai backend: served models of debaters A,B (default: --model for both)",
     )
     g.add_argument("--judge-model", default=None, help="openai backend: served model of the judge")
-    field_option(p, "output_dir", "--out", default="runs/detect", help="output folder (default: runs/detect)")
+    field_option(p, "output_dir", default="runs/detect", help="output folder (default: runs/detect)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted run in --output-dir")
     p.add_argument(
         "--compare",

@@ -8,7 +8,7 @@ import argparse
 from udpo.analysis.diagnose import diagnose, format_woozle
 from udpo.analysis.diagnose_run import trajectory_file
 
-from .argtypes import deprecated_aliases, probability
+from .argtypes import probability
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -32,15 +32,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="comma-separated run labels, one per RUN (default: folder or file name)",
     )
-    baseline = p.add_argument(
+    p.add_argument(
         "--baseline-run",
-        "--baseline",
         default=None,
         help="label of the Standard MAD run for stratified gains (default: a run labelled mad or "
         "standard_mad, else the first run)",
-    )
-    deprecated_aliases(
-        baseline, "--baseline", means="the config field baseline is something else: the advantage baseline"
     )
     p.add_argument(
         "--lam", type=probability, default=0.5, help="weight of the flip rate in U_intra (default: 0.5)"

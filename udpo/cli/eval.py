@@ -69,7 +69,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     field_option(
         g,
         "attack_eval",
-        "--attack",
         default="none",
         choices=ATTACK_NAMES,
         help="attack on the compromised agents (default: none, the natural evaluation only)",
@@ -77,7 +76,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     field_option(
         g,
         "attack_eval_m",
-        "--compromised",
         type=int_list(minimum=1),
         default=None,
         metavar="M[,M...]",
@@ -97,7 +95,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     field_option(
         g,
         "attack_eval_attacker",
-        "--attacker",
         default="base",
         metavar="ATTACKER",
         help="'base' (the team's base model, default), 'builtin' (fixed profile / rule-based "
@@ -137,7 +134,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="AutoTransform cache folder (default: $UDPO_CACHE/attacks/autotransform)",
     )
 
-    field_option(p, "output_dir", "--out", default="runs/eval", help="output folder (default: runs/eval)")
+    field_option(p, "output_dir", default="runs/eval", help="output folder (default: runs/eval)")
     p.add_argument("--resume", action="store_true", help="continue an interrupted evaluation in --output-dir")
     p.add_argument(
         "--no-progress",

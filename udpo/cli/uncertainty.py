@@ -43,7 +43,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     field_option(
         g,
         "n_agents",
-        "--agents",
         type=positive_int,
         default=5,
         help="DiverseAgentEntropy: agents n (default: 5)",
@@ -72,13 +71,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     field_option(
         g,
         "debate_batch_size",
-        "--batch-size",
         type=positive_int,
         default=8,
         help="questions handled together (default: 8)",
     )
     field_option(
-        p, "output_dir", "--out", default="runs/uncertainty", help="output folder (default: runs/uncertainty)"
+        p, "output_dir", default="runs/uncertainty", help="output folder (default: runs/uncertainty)"
     )
     p.add_argument("--resume", action="store_true", help="continue an interrupted run in --output-dir")
     p.set_defaults(func=run, check=check)
