@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 BASELINE = "ced04f4"
 STUDY = "recipes/study/arithmetic_n3.yaml"
 EVAL = [
-    "debate", "--task", "arithmetic", "--agents", "3", "--rounds", "1", "--max-tokens", "40",
+    "debate", "--task", "arithmetic", "--rounds", "1", "--max-tokens", "40",
     "--temperature", "0.7", "--seed", "0", "--no-progress",
 ]  # fmt: skip
 
@@ -99,7 +99,9 @@ def iteration(cwd: Path, env: dict[str, str], threads: int, iterations: int, out
 
 
 def evaluation(cwd: Path, env: dict[str, str], threads: int, questions: int, out: Path) -> dict[str, float]:
-    seconds = run(cwd, env, threads, [*EVAL, "--limit", str(questions), "--out", str(out)])
+    old = (cwd / "udpo" / "commands").is_dir()  # a checkout from before issue 25, whose flag was --out
+    flag = "--out" if old else "--output-dir"
+    seconds = run(cwd, env, threads, [*EVAL, "--limit", str(questions), flag, str(out)])
     summary = json.loads((out / "summary.json").read_text())
     return {"eval_s": seconds, "eval_accuracy": summary["accuracy"]}
 

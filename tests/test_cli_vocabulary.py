@@ -235,3 +235,11 @@ def test_the_commands_build_their_backend_as_before(built):
     assert hf == {"model": "smollm2-135m-instruct", "dtype": "fp32"}  # device None: the backend picks
     assert vllm == {"model": "smollm2-135m-instruct", "dtype": "fp32", "seed": 5}
     assert openai == {"model": "smollm2-135m-instruct", "base_url": "http://127.0.0.1:8000/v1"}
+
+
+@pytest.mark.parametrize("old", ["--compromised", "--baseline", "--out", "--agents"])
+def test_a_removed_flag_is_refused_not_read_as_the_start_of_another(old, capsys):
+    command = "diagnose" if old == "--baseline" else "eval"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args([*BASE[command], old, "1"])
+    assert f"unrecognized arguments: {old} 1" in capsys.readouterr().err

@@ -36,6 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"udpo.cli.{name}").add_parser(sub)
+    for command in sub.choices.values():  # whole flags only: a removed name such as --compromised must not
+        command.allow_abbrev = False  # be read as the start of another (--compromised-agents)
     return parser
 
 
