@@ -1,8 +1,9 @@
-"""Build a model folder without the Hub: SmolLM2-135M's architecture with random weights and a small BPE
-tokenizer trained here, with a ChatML chat template. The GPU check uses it on machines that hold no
-weights and reach no hub; its speed and memory are those of a 135M Llama (only the vocabulary is smaller).
+"""Build a model folder without the Hub: SmolLM2-135M's architecture (or Llama-3.2-1B's, ``--shape 1b``)
+with random weights and a small BPE tokenizer trained here, with a ChatML chat template. The GPU check
+uses it on machines that hold no weights and reach no hub; its speed and memory are those of a 135M (1B)
+Llama (only the vocabulary is smaller).
 
-    python scripts/check_model.py OUT_DIR [--layers 30] [--vocab 4096]
+    python scripts/check_model.py OUT_DIR [--shape 135m|1b] [--layers N] [--vocab 4096]
 """
 
 from __future__ import annotations
@@ -16,6 +17,12 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+#: the architectures (LlamaConfig fields), with their number of layers; the 1B shape is saved in bf16
+SHAPES = {
+    "135m": dict(hidden_size=576, intermediate_size=1536, num_attention_heads=9, num_key_value_heads=3),
+    "1b": dict(hidden_size=2048, intermediate_size=8192, num_attention_heads=32, num_key_value_heads=8),
+}
+LAYERS = {"135m": 30, "1b": 16}
 
 
 def corpus(n: int, seed: int = 0) -> list[str]:
@@ -46,7 +53,9 @@ def corpus(n: int, seed: int = 0) -> list[str]:
     return out
 
 
-def build(folder: str | Path, layers: int = 30, vocab: int = 4096, seed: int = 0) -> str:
+def build(
+    folder: str | Path, layers: int | None = None, vocab: int = 4096, seed: int = 0, shape: str = "135m"
+) -> str:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
@@ -63,13 +72,10 @@ def build(folder: str | Path, layers: int = 30, vocab: int = 4096, seed: int = 0
         tokenizer_object=bpe, bos_token="<|im_start|>", eos_token="<|im_end|>", pad_token="<|endoftext|>"
     )
     tokenizer.chat_template = CHAT_TEMPLATE
-    config = LlamaConfig(  # SmolLM2-135M's shape
+    config = LlamaConfig(
         vocab_size=len(tokenizer),
-        hidden_size=576,
-        intermediate_size=1536,
-        num_hidden_layers=layers,
-        num_attention_heads=9,
-        num_key_value_heads=3,
+        num_hidden_layers=layers or LAYERS[shape],
+        **SHAPES[shape],
         max_position_embeddings=8192,
         tie_word_embeddings=True,
         bos_token_id=tokenizer.bos_token_id,
@@ -77,7 +83,8 @@ def build(folder: str | Path, layers: int = 30, vocab: int = 4096, seed: int = 0
         pad_token_id=tokenizer.pad_token_id,
     )
     torch.manual_seed(seed)
-    AutoModelForCausalLM.from_config(config).save_pretrained(str(folder))
+    model = AutoModelForCausalLM.from_config(config)
+    (model.to(torch.bfloat16) if shape == "1b" else model).save_pretrained(str(folder))
     tokenizer.save_pretrained(str(folder))
     return str(folder)
 
@@ -87,7 +94,10 @@ if __name__ == "__main__":
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("out")
-    parser.add_argument("--layers", type=int, default=30)
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="135m")
+    parser.add_argument(
+        "--layers", type=int, default=None, help="default: the shape's (30 for 135m, 16 for 1b)"
+    )
     parser.add_argument("--vocab", type=int, default=4096)
     args = parser.parse_args()
-    print(build(args.out, args.layers, args.vocab))
+    print(build(args.out, args.layers, args.vocab, shape=args.shape))

@@ -7,19 +7,22 @@
 #
 #   bash scripts/gpu_check.sh [--model PATH] [--out DIR] [--wheels DIR] [--quick]
 #
+# Decoding first: the hf backend's rollout (decode auto, with 3 adapters and none) against transformers'
+# generate(cache_implementation="static"), compiled on GPU, at the 135M shape and (not --quick, GPU only)
+# a Llama-3.2-1B shape; benchmarks/decode.py prints the ratios.
 # --wheels DIR: install what is missing (trl, deepspeed and their wheels) from DIR, offline.
 # --quick: a 2-layer model, 16 tokens, 2 iterations: checks the script itself (with GPU_CHECK_ALLOW_CPU=1
 # on a machine without CUDA), measures nothing worth recording.
 # Record the printed summary, with the machine's name, in docs/measurements.md ("The GPU check on one H200").
 set -euo pipefail
 cd "$(dirname "$0")/.."
-model="" out=runs/gpu_check wheels="" layers=30 tokens=64 iterations=4 per_process=8
+model="" out=runs/gpu_check wheels="" layers=30 tokens=64 iterations=4 per_process=8 rows=96 quick=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --model) model=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --wheels) wheels=$2; shift 2 ;;
-    --quick) layers=2 tokens=16 iterations=2 per_process=2; shift ;;
+    --quick) layers=2 tokens=16 iterations=2 per_process=2 rows=8 quick=1; shift ;;
     *) echo "gpu_check.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -56,6 +59,14 @@ PY
 if [ -z "$model" ]; then
   model=$out/model
   [ -f "$model/config.json" ] || python scripts/check_model.py "$model" --layers "$layers" >/dev/null
+fi
+echo "== decoding: the hf backend's rollout (decode auto; eager beside it) / generate(static cache, compiled on GPU)"
+python benchmarks/decode.py --model "$model" --rows "$rows" --max-tokens "$tokens" --paths auto,eager --anchor
+if [ "$gpus" -gt 0 ] && [ "$quick" = 0 ]; then
+  echo "== decoding at a Llama-3.2-1B shape (random weights)"
+  [ -f "$out/model1b/config.json" ] || python scripts/check_model.py "$out/model1b" --shape 1b >/dev/null
+  python benchmarks/decode.py --model "$out/model1b" --rows "$rows" --max-tokens "$tokens" --paths auto,eager \
+    --anchor --dtype bf16
 fi
 processes=$(( gpus > 0 ? gpus : 2 ))
 bf16=$([ "$gpus" -gt 0 ] && echo true || echo false)
