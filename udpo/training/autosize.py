@@ -183,8 +183,9 @@ def plan_update(
 
 def resolve(config: Any, models: Sequence[Any], world: int, device: str) -> tuple[Any, UpdatePlan]:
     """``config`` with its auto update sizes filled in (a new config; explicit values untouched), and the
-    plan. On a CUDA device they are sized from its free memory now, for the largest of the team's base
-    ``models``; elsewhere auto is ``CPU_DEFAULTS``."""
+    plan. On a CUDA device they are sized from its free memory now (the least over the processes, which
+    must split their work alike), for the largest of the team's base ``models``; elsewhere auto is
+    ``CPU_DEFAULTS``. Every process calls it."""
     explicit = {name: getattr(config, name) for name in CPU_DEFAULTS}
     if not device.startswith("cuda"):
         plan = UpdatePlan(
@@ -193,7 +194,10 @@ def resolve(config: Any, models: Sequence[Any], world: int, device: str) -> tupl
     else:
         import torch
 
+        from udpo.training import distributed as dist
+
         free, _ = torch.cuda.mem_get_info(torch.device(device))
+        free = -dist.max_over_processes(-free)  # the least any process has: every process sizes alike
         shape = max((ModelShape.of(m) for m in models), key=lambda m: m.token_bytes(checkpointing=False))
         plan = plan_update(shape, Workload.bound(config, world), free, explicit)
     chosen = {name: getattr(plan, name) for name in CPU_DEFAULTS}
