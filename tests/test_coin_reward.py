@@ -57,7 +57,9 @@ def test_a_run_with_task_reward_coin_trains_udpo_on_the_coin(tmp_path):
         **{**TINY, **EXPLICIT, **TASK_ONLY, "n_agents": 1, "rounds": 0, "task_reward": "coin", "seed": 5},
         output_dir=str(tmp_path),
     )
-    algorithm = build_algorithm(config, {"coefficients": Coefficients.uniform(1).to_dict()})
+    algorithm = build_algorithm(
+        config, config, {"coefficients": Coefficients.uniform(1).to_dict()}, seed=config.seed
+    )
     assert isinstance(algorithm, UDPO) and (algorithm.task_reward, algorithm.seed) == ("coin", 5)
     rewards, terms = algorithm.rewards([debate("x", "4"), debate("x", "5")])
     assert terms["r_task"].tolist() == [coin(5, "x", 0), coin(5, "x", 1)]

@@ -205,7 +205,16 @@ def test_task_only_trains_udpo_on_the_correctness_reward_alone(tmp_path, monkeyp
     warmup = [
         Trajectory(f"w{k}", "?", "4", [["4", "4"], [a, a]], "4", True) for k, a in enumerate(["4", "5", None])
     ]
-    record, _ = calibration.calibrate(tc, ["q"] * 3, lambda questions, meta: warmup, tmp_path, main=True)
+    record, _ = calibration.calibrate(
+        tc,
+        tc,
+        ["q"] * 3,
+        lambda questions, meta: warmup,
+        tmp_path,
+        main=True,
+        n_agents=tc.n_agents,
+        rounds=tc.rounds,
+    )
     coefficients = Coefficients.from_dict(record)
     assert (coefficients.alpha, coefficients.beta, coefficients.gamma) == ((0.0, 0.0),) * 3
     assert coefficients.lambda_ == (1.0, 1.0) and all(e > 0 for e in coefficients.eta)

@@ -11,6 +11,7 @@ import pytest
 
 from udpo.cli import main as udpo_main
 from udpo.config import ConfigError, TrainConfig, parse_config, reference_markdown
+from udpo.config.groups import AlgorithmArgs, RewardArgs
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -256,9 +257,10 @@ def test_algorithm_registry_matches_the_config_and_declares_needs():
     with pytest.raises(ValueError, match="unknown algorithm 'ppo'; choose udpo, mappo, rmaac"):
         algorithm_class("ppo")
     with pytest.raises(ValueError, match="mappo needs a critic"):
-        MAPPO.from_config(TrainConfig(algorithm="mappo"), {}, critic=None)
+        MAPPO.from_config(TrainConfig(algorithm="mappo"), RewardArgs(), {}, critic=None)
     with pytest.raises(ValueError, match="rmaac needs a critic"):
-        RMAAC.from_config(TrainConfig(algorithm="rmaac"), {}, critic=None)
+        RMAAC.from_config(TrainConfig(algorithm="rmaac"), RewardArgs(), {}, critic=None)
     record = {"coefficients": {k: [0.5] * 3 for k in ("alpha", "beta", "gamma", "lambda_", "eta")}}
-    udpo = UDPO.from_config(TrainConfig(clip_eps=0.3, kl_loss="k2"), record)
+    config = TrainConfig(clip_eps=0.3, kl_loss="k2")
+    udpo = UDPO.from_config(config.group(AlgorithmArgs), config.group(RewardArgs), record)
     assert udpo.adversary_stage(None) is None and (udpo.config.clip_eps, udpo.config.kl_loss) == (0.3, "k2")

@@ -138,11 +138,18 @@ def warmup_debate(questions, meta) -> list[Trajectory]:
     return out
 
 
+def calibrate(config: TrainConfig, warmup_set, debate, run_dir: Path) -> tuple[dict, list[Trajectory]]:
+    """The trainer's call of :func:`udpo.training.calibration.calibrate` for ``config`` (main process)."""
+    return calibration.calibrate(
+        config, config, warmup_set, debate, run_dir, True, n_agents=config.n_agents, rounds=config.rounds
+    )
+
+
 def run_record(tmp_path: Path, **overrides) -> dict:
     config = TrainConfig(
         **{**TINY, "model": MODEL, "warmup_fraction": 0.1, "output_dir": str(tmp_path), **overrides}
     )
-    record, _ = calibration.calibrate(config, ["q"] * 3, warmup_debate, tmp_path, main=True)
+    record, _ = calibrate(config, ["q"] * 3, warmup_debate, tmp_path)
     return record
 
 
@@ -168,7 +175,7 @@ def test_udpo_calibrate_prints_and_writes_the_ordering(tmp_path, monkeypatch, ca
             self.rollouts = SimpleNamespace(sync_adapters=lambda iteration: None)
 
         def calibrate(self):
-            return calibration.calibrate(self.config, ["q"] * 3, warmup_debate, self.run_dir, self.main)
+            return calibrate(self.config, ["q"] * 3, warmup_debate, self.run_dir)
 
         def close(self):
             pass

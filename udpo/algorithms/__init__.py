@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from udpo.config.groups import AlgorithmArgs, RewardArgs
+
 from .actor_critic import ActorCritic, ActorCriticConfig
 from .base import AgentTurns, Algorithm, LossSettings, RolloutBatch, fill_behavior_logprobs
 from .mappo import MAPPO
@@ -25,11 +27,19 @@ def algorithm_class(name: str) -> type[Algorithm]:
 
 
 def build_algorithm(
-    config, calibration: dict[str, Any], critic=None, reward_functions: Sequence = ()
+    algorithm: AlgorithmArgs,
+    reward: RewardArgs,
+    calibration: dict[str, Any],
+    critic=None,
+    reward_functions: Sequence = (),
+    seed: int = 0,
 ) -> Algorithm:
-    """The algorithm a run's ``config`` (a :class:`udpo.config.TrainConfig`) names. UDPO takes its per-agent
-    coefficients from the ``calibration`` record; MAPPO and RMAAC need the run's ``critic``."""
-    return algorithm_class(config.algorithm).from_config(config, calibration, critic, reward_functions)
+    """The algorithm ``algorithm.algorithm`` names, with the run's ``algorithm`` and ``reward`` settings.
+    UDPO takes its per-agent coefficients from the ``calibration`` record; MAPPO and RMAAC need the run's
+    ``critic``."""
+    return algorithm_class(algorithm.algorithm).from_config(
+        algorithm, reward, calibration, critic, reward_functions, seed
+    )
 
 
 __all__ = [

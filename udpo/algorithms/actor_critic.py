@@ -29,11 +29,13 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from udpo.config.groups import AlgorithmArgs, RewardArgs
 from udpo.env.trajectory import Trajectory
 from udpo.rewards import debate_metrics
 
@@ -141,22 +143,28 @@ class ActorCritic(Algorithm):
 
     @classmethod
     def from_config(
-        cls, config, calibration=None, critic=None, reward_functions: Sequence = ()
+        cls,
+        algorithm: AlgorithmArgs,
+        reward: RewardArgs,
+        calibration: dict[str, Any] | None = None,
+        critic=None,
+        reward_functions: Sequence = (),
+        seed: int = 0,
     ) -> ActorCritic:
-        """The run's ``critic`` and the config's settings; one KL weight (``eta[0]`` or ``eta_base``)."""
+        """The run's ``critic`` and its settings; one KL weight (``eta[0]`` or ``eta_base``)."""
         if critic is None:
             raise ValueError(f"algorithm {cls.name} needs a critic")
-        return cls(critic, cls.settings(config))
+        return cls(critic, cls.settings(algorithm, reward))
 
     @staticmethod
-    def settings(config) -> ActorCriticConfig:
-        """The :class:`ActorCriticConfig` a run's config sets."""
+    def settings(algorithm: AlgorithmArgs, reward: RewardArgs) -> ActorCriticConfig:
+        """The :class:`ActorCriticConfig` a run's algorithm and reward settings set."""
         return ActorCriticConfig(
-            **loss_settings(config),
-            eta=config.eta[0] if config.eta else config.eta_base,
-            w_consensus=config.w_consensus,
-            gamma=config.gae_gamma,
-            lam=config.gae_lambda,
+            **loss_settings(algorithm),
+            eta=reward.eta[0] if reward.eta else reward.eta_base,
+            w_consensus=algorithm.w_consensus,
+            gamma=algorithm.gae_gamma,
+            lam=algorithm.gae_lambda,
         )
 
     @abc.abstractmethod

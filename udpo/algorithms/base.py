@@ -36,6 +36,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from udpo.config.groups import AlgorithmArgs, RewardArgs
 from udpo.env.trajectory import Trajectory, Turn
 
 LOG_RATIO_CLAMP = 20.0
@@ -274,20 +275,20 @@ class LossSettings:
             raise ValueError(f"is_cap must be > 1, got {self.is_cap}")
 
 
-def loss_settings(config) -> dict[str, Any]:
-    """The :class:`LossSettings` a run's config sets, for every algorithm (``advantage_norm: auto`` leaves
-    each algorithm its own default)."""
-    shared = {
-        "clip_eps": config.clip_eps,
-        "dual_clip": config.dual_clip,
-        "loss_aggregation": config.loss_aggregation,
-        "kl_loss": config.kl_loss,
-        "is_correction": config.is_correction,
-        "is_cap": config.is_cap,
-        "baseline": config.baseline,
+def loss_settings(algorithm: AlgorithmArgs) -> dict[str, Any]:
+    """The :class:`LossSettings` a run's algorithm settings set, for every algorithm (``advantage_norm:
+    auto`` leaves each algorithm its own default)."""
+    shared: dict[str, Any] = {
+        "clip_eps": algorithm.clip_eps,
+        "dual_clip": algorithm.dual_clip,
+        "loss_aggregation": algorithm.loss_aggregation,
+        "kl_loss": algorithm.kl_loss,
+        "is_correction": algorithm.is_correction,
+        "is_cap": algorithm.is_cap,
+        "baseline": algorithm.baseline,
     }
-    if config.advantage_norm != "auto":
-        shared["advantage_norm"] = config.advantage_norm
+    if algorithm.advantage_norm != "auto":
+        shared["advantage_norm"] = algorithm.advantage_norm
     return shared
 
 
@@ -390,10 +391,17 @@ class Algorithm(abc.ABC):
     @classmethod
     @abc.abstractmethod
     def from_config(
-        cls, config, calibration: dict[str, Any], critic=None, reward_functions: Sequence = ()
+        cls,
+        algorithm: AlgorithmArgs,
+        reward: RewardArgs,
+        calibration: dict[str, Any],
+        critic=None,
+        reward_functions: Sequence = (),
+        seed: int = 0,
     ) -> Algorithm:
-        """The algorithm a run's ``config`` (a :class:`udpo.config.TrainConfig`) sets up, with the run's
-        ``calibration`` record, its ``critic`` (when :attr:`needs_critic`) and its user reward terms."""
+        """The algorithm a run's ``algorithm`` and ``reward`` settings set up (the two groups of a
+        :class:`udpo.config.TrainConfig`), with the run's ``calibration`` record, its ``critic`` (when
+        :attr:`needs_critic`), its user reward terms and its ``seed``."""
 
     def adversary_stage(self, task):
         """A protocol stage that perturbs what agents read in training rollouts, or None (the default)."""

@@ -7,8 +7,12 @@ prompts included, and the critic on the perturbed states (the swap is recorded i
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from torch import Tensor
 
+from udpo.config.groups import AlgorithmArgs, RewardArgs
 from udpo.env.protocols.adversary import RMAACAdversary, critic_state, observed_answers
 from udpo.env.tasks.base import Task
 from udpo.env.trajectory import Trajectory
@@ -44,11 +48,19 @@ class RMAAC(ActorCritic):
         return {**super().batch_metrics(batch, advantages), "adversary/swap_rate": rate}
 
     @classmethod
-    def from_config(cls, config, calibration=None, critic=None, reward_functions=()) -> RMAAC:
+    def from_config(
+        cls,
+        algorithm: AlgorithmArgs,
+        reward: RewardArgs,
+        calibration: dict[str, Any] | None = None,
+        critic=None,
+        reward_functions: Sequence = (),
+        seed: int = 0,
+    ) -> RMAAC:
         """MAPPO's settings plus ``adversary_budget``."""
         if critic is None:
             raise ValueError(f"algorithm {cls.name} needs a critic")
-        return cls(critic, cls.settings(config), budget=config.adversary_budget)
+        return cls(critic, cls.settings(algorithm, reward), budget=algorithm.adversary_budget)
 
     def adversary_stage(self, task: Task) -> RMAACAdversary:
         """The protocol stage that perturbs training rollouts, scoring states with this critic."""

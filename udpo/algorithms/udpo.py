@@ -34,7 +34,7 @@ import torch
 from torch import Tensor
 
 from udpo.algorithms.reward_functions import RewardFunction
-from udpo.config import ABLATIONS
+from udpo.config.groups import ABLATIONS, AlgorithmArgs, RewardArgs
 from udpo.env.trajectory import Trajectory
 from udpo.rewards import Calibration, agent_rewards, coin_rewards, debate_metrics
 
@@ -223,16 +223,22 @@ class UDPO(Algorithm):
 
     @classmethod
     def from_config(
-        cls, config, calibration: dict[str, Any], critic=None, reward_functions: Sequence = ()
+        cls,
+        algorithm: AlgorithmArgs,
+        reward: RewardArgs,
+        calibration: dict[str, Any],
+        critic=None,
+        reward_functions: Sequence = (),
+        seed: int = 0,
     ) -> UDPO:
         """Per-agent coefficients from the ``calibration`` record; no critic."""
         return cls(
             Coefficients.from_dict(calibration),
-            UDPOLossConfig(**loss_settings(config), ratio_level=config.ratio_level),
-            scope=config.reward_scope,
+            UDPOLossConfig(**loss_settings(algorithm), ratio_level=algorithm.ratio_level),
+            scope=reward.reward_scope,
             functions=reward_functions,
-            task_reward=config.task_reward,
-            seed=config.seed,
+            task_reward=reward.task_reward,
+            seed=seed,
         )
 
     def rewards(self, trajectories: Sequence[Trajectory]) -> tuple[Tensor, dict[str, Tensor]]:

@@ -8,7 +8,7 @@ import types
 import typing
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from .groups import (
     COEFFICIENTS,
@@ -20,6 +20,8 @@ from .groups import (
     RewardArgs,
     RunArgs,
 )
+
+Group = TypeVar("Group", ModelArgs, DebateArgs, RewardArgs, AlgorithmArgs, OptimizerArgs, RunArgs)
 
 
 @dataclass
@@ -183,6 +185,11 @@ class TrainConfig(RunArgs, OptimizerArgs, AlgorithmArgs, RewardArgs, DebateArgs,
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def group(self, cls: type[Group]) -> Group:
+        """The fields of one group (``config.group(OptimizerArgs)``), as that group's own dataclass: what
+        the trainer hands each part, so that a part reads only the settings its signature names."""
+        return cls(**{f.name: getattr(self, f.name) for f in fields(cls)})
 
 
 #: the field groups, in the order their checks run (and their fields are listed)

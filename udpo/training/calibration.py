@@ -12,7 +12,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from udpo.config import COEFFICIENTS, ConfigError, TrainConfig
+from udpo.config import COEFFICIENTS, ConfigError
+from udpo.config.groups import AlgorithmArgs, RewardArgs
 from udpo.env.summary import summarize
 from udpo.env.tasks.base import Question
 from udpo.env.trajectory import Trajectory, TrajectoryWriter
@@ -57,44 +58,53 @@ def shared_calibration(path: str | Path) -> dict[str, Any]:
 
 
 def calibrate(
-    config: TrainConfig,
+    reward: RewardArgs,
+    algorithm: AlgorithmArgs,
     warmup_set: Sequence[Question],
     debate: Callable[..., list[Trajectory]],
     run_dir: Path,
     main: bool,
+    *,
+    n_agents: int,
+    rounds: int,
 ) -> tuple[dict[str, Any], list[Trajectory]]:
     """The calibration record (what RUN_DIR/calibration.json holds) and the warm-up debates run for it
     ([] when none ran). The record: ``coefficients`` per agent (empty for the baselines), ``explicit``
     (those given in the config), ``ablations``, for a calibrated run the warm-up statistics, and with
     ``calibration_file`` that file's record and its path, and ``ordering``: the rewards the final
     coefficients pay for the reference debates (:mod:`udpo.rewards.ordering`). The baselines debate the
-    warm-up questions only when ``critic_warmup_epochs`` asks for a warm start."""
-    cfg = config
-    if cfg.algorithm != "udpo":
+    warm-up questions only when ``critic_warmup_epochs`` asks for a warm start. ``n_agents`` and ``rounds``:
+    the team's size (one explicit coefficient stands for every agent) and its debates' rounds."""
+    if algorithm.algorithm != "udpo":
         trajectories = (
             warmup_debates(warmup_set, debate, run_dir, main)
-            if cfg.critic_warmup_epochs and warmup_set
+            if algorithm.critic_warmup_epochs and warmup_set
             else []
         )
-        record = {"coefficients": {}, "explicit": [], "ablations": [], "algorithm": cfg.algorithm}
+        record: dict[str, Any] = {
+            "coefficients": {},
+            "explicit": [],
+            "ablations": [],
+            "algorithm": algorithm.algorithm,
+        }
         if trajectories:
             record["warmup"] = {"summary": summarize(trajectories)}
         return record, trajectories
     trajectories = []
-    if cfg.calibration_file is not None:
-        record = shared_calibration(cfg.calibration_file)
-        record["calibration_file"] = str(cfg.calibration_file)
+    if reward.calibration_file is not None:
+        record = shared_calibration(reward.calibration_file)
+        record["calibration_file"] = str(reward.calibration_file)
         coefficients = dict(record["coefficients"])
     elif warmup_set:
         trajectories = warmup_debates(warmup_set, debate, run_dir, main)
         result = calibrate_coefficients(
             [t.answers for t in trajectories],
             [t.gold for t in trajectories],
-            kappa=cfg.kappa,
-            lam=cfg.lam,
-            base_weights=cfg.base_weights,
-            lambda_base=cfg.lambda_base,
-            eta_base=cfg.eta_base,
+            kappa=reward.kappa,
+            lam=reward.lam,
+            base_weights=reward.base_weights,
+            lambda_base=reward.lambda_base,
+            eta_base=reward.eta_base,
         )
         record = result.to_dict()
         coefficients = dict(record["coefficients"])
@@ -103,19 +113,19 @@ def calibrate(
         record, coefficients = {"coefficients": {}}, {}
     overrides = {}
     for name in COEFFICIENTS:
-        value = getattr(cfg, name)
+        value = getattr(reward, name)
         if value is not None:
-            overrides[name] = [float(v) for v in (value * cfg.n_agents if len(value) == 1 else value)]
+            overrides[name] = [float(v) for v in (value * n_agents if len(value) == 1 else value)]
     coefficients.update(overrides)
-    if cfg.ablations:
+    if reward.ablations:
         from udpo.algorithms.udpo import Coefficients
 
-        coefficients = Coefficients.from_dict(coefficients).without(*cfg.ablations).to_dict()
+        coefficients = Coefficients.from_dict(coefficients).without(*reward.ablations).to_dict()
     record["coefficients"] = coefficients
     record["explicit"] = sorted(overrides)
-    record["ablations"] = list(cfg.ablations)
+    record["ablations"] = list(reward.ablations)
     if set(COEFFICIENTS) <= coefficients.keys():
-        record["ordering"] = reward_ordering(coefficients, cfg.rounds, cfg.reward_scope).to_dict()
+        record["ordering"] = reward_ordering(coefficients, rounds, reward.reward_scope).to_dict()
     return record, trajectories
 
 

@@ -10,7 +10,8 @@ from functools import partial
 
 import numpy as np
 
-from udpo.config import ConfigError, TrainConfig
+from udpo.config import ConfigError
+from udpo.config.groups import DebateArgs, ModelArgs, OptimizerArgs, RunArgs
 from udpo.env.debate import AgentSpec, DebateConfig
 from udpo.env.tasks import get_task
 from udpo.env.tasks.base import Question, Task
@@ -58,8 +59,7 @@ def split_warmup(
 
 @dataclass
 class TrainingData:
-    """task; train_set, warmup_set, eval_set; schedule of train_set; total_iterations; warmup_steps (of
-    the learning-rate schedule, in optimizer steps)."""
+    """task; train_set, warmup_set, eval_set; schedule of train_set; total_iterations."""
 
     task: Task
     train_set: list[Question]
@@ -67,38 +67,43 @@ class TrainingData:
     eval_set: list[Question]
     schedule: QuestionSchedule
     total_iterations: int
-    warmup_steps: int
+
+    @property
+    def questions(self) -> list[Question]:
+        """Every question of the run: training, warm-up and evaluation."""
+        return [*self.train_set, *self.warmup_set, *self.eval_set]
 
 
-def load_training_data(config: TrainConfig, world: int) -> TrainingData:
-    """The run's questions, checked against the processes that share each iteration's debates and
-    against the model's context (:func:`check_context`)."""
-    task = get_task(config.task, **(config.task_options or {}))
+def load_training_data(
+    debate: DebateArgs, optim: OptimizerArgs, run: RunArgs, world: int, *, calibrates: bool
+) -> TrainingData:
+    """The run's questions (the task and splits of ``debate``; the evaluation set, seed and warm-up share
+    of ``run``; the iterations ``optim`` makes of them), checked against the processes that share each
+    iteration's debates. ``calibrates``: whether a warm-up share is held out (not when every coefficient
+    is given); every algorithm holds out the same warm-up questions, so all train on the same ones."""
+    task = get_task(debate.task, **(debate.task_options or {}))
     train_all = task.load(
-        config.train_split, config.data_path, limit=config.max_train_questions, seed=config.seed
+        debate.train_split, debate.data_path, limit=debate.max_train_questions, seed=run.seed
     )
     eval_set = (
         task.load(
-            config.eval_split,
-            config.data_path,
-            limit=config.eval_questions,
-            seed=config.seed if config.eval_question_seed is None else config.eval_question_seed,
+            debate.eval_split,
+            debate.data_path,
+            limit=run.eval_questions,
+            seed=run.seed if run.eval_question_seed is None else run.eval_question_seed,
         )
-        if config.eval_questions
+        if run.eval_questions
         else []
     )
-    # every algorithm holds out the same warm-up questions, so all train on the same ones
-    fraction = 0.0 if config.coefficients_explicit else config.warmup_fraction
-    warmup_set, train_set = split_warmup(train_all, fraction, config.seed)
-    total = config.max_iterations or math.ceil(
-        config.num_train_epochs * len(train_set) / config.questions_per_iteration
+    warmup_set, train_set = split_warmup(train_all, run.warmup_fraction if calibrates else 0.0, run.seed)
+    total = optim.max_iterations or math.ceil(
+        optim.num_train_epochs * len(train_set) / optim.questions_per_iteration
     )
-    check_context(config, task, [*train_set, *warmup_set, *eval_set])
-    debates = config.questions_per_iteration * config.debates_per_question
-    if debates < world * (config.gradient_accumulation_steps or 1):  # auto: at least 1
+    debates = optim.questions_per_iteration * optim.debates_per_question
+    if debates < world * (optim.gradient_accumulation_steps or 1):  # auto: at least 1
         raise ValueError(
             f"questions_per_iteration x debates_per_question = {debates} debates cannot be shared by "
-            f"{world} processes with gradient_accumulation_steps={config.gradient_accumulation_steps} "
+            f"{world} processes with gradient_accumulation_steps={optim.gradient_accumulation_steps} "
             f"micro-batches each; raise questions_per_iteration"
         )
     return TrainingData(
@@ -106,35 +111,34 @@ def load_training_data(config: TrainConfig, world: int) -> TrainingData:
         train_set=train_set,
         warmup_set=warmup_set,
         eval_set=eval_set,
-        schedule=QuestionSchedule(train_set, config.questions_per_iteration, config.seed),
+        schedule=QuestionSchedule(train_set, optim.questions_per_iteration, run.seed),
         total_iterations=total,
-        warmup_steps=config.warmup_for(total * config.update_epochs),
     )
 
 
-def agent_profiles(config: TrainConfig) -> list[str | None]:
+def agent_profiles(debate: DebateArgs) -> list[str | None]:
     """Each agent's system prompt (None: the task's default): ``profiles`` repeated over the N agents."""
-    profiles = config.profiles or [None]
-    return [profiles[i % len(profiles)] for i in range(config.n_agents)]
+    profiles: list[str | None] = list(debate.profiles or [None])
+    return [profiles[i % len(profiles)] for i in range(debate.n_agents)]
 
 
-def debate_config(config: TrainConfig, agents: list[AgentSpec]) -> DebateConfig:
+def debate_config(debate: DebateArgs, agents: list[AgentSpec]) -> DebateConfig:
     """The run's debate settings for ``agents``."""
     from udpo.env.backends.base import SamplingParams
 
     sampling = SamplingParams(
-        temperature=config.temperature, top_p=config.top_p, max_tokens=config.max_tokens
+        temperature=debate.temperature, top_p=debate.top_p, max_tokens=debate.max_tokens
     )
     return DebateConfig(
-        n_agents=config.n_agents,
-        rounds=config.rounds,
+        n_agents=debate.n_agents,
+        rounds=debate.rounds,
         sampling=sampling,
         agents=agents,
-        batch_size=config.debate_batch_size,
+        batch_size=debate.debate_batch_size,
     )
 
 
-def check_context(config: TrainConfig, task: Task, questions: Sequence[Question]) -> None:
+def check_context(model: ModelArgs, debate: DebateArgs, task: Task, questions: Sequence[Question]) -> None:
     """Refuse, before any model loads, a debate whose last round could outgrow the engine's context
     (the prompt carries every earlier answer of the agent and its peers at up to max_tokens each)."""
     from transformers import AutoConfig, AutoTokenizer
@@ -143,30 +147,29 @@ def check_context(config: TrainConfig, task: Task, questions: Sequence[Question]
     from udpo.env.debate import worst_case_prompt_tokens
     from udpo.env.models import resolve_model
 
-    cfg = config
-    if cfg.backend == "openai" or not questions:
+    if model.backend == "openai" or not questions:
         return  # a remote server's context is its own business
     longest = sorted(questions, key=lambda q: len(task.prompt(q)), reverse=True)[:5]
-    debate = debate_config(cfg, [AgentSpec(profile=p) for p in agent_profiles(cfg)])
-    for base in dict.fromkeys(cfg.agent_models or [cfg.model]):
+    settings = debate_config(debate, [AgentSpec(profile=p) for p in agent_profiles(debate)])
+    for base in dict.fromkeys(model.agent_models or [model.model]):
         path = resolve_model(base)
         tokenizer = AutoTokenizer.from_pretrained(path)
-        if cfg.backend == "vllm":
-            limit, name = cfg.vllm_max_model_len, "vllm_max_model_len"
+        if model.backend == "vllm":
+            limit, name = model.vllm_max_model_len, "vllm_max_model_len"
         else:
             limit = getattr(AutoConfig.from_pretrained(path), "max_position_embeddings", None)
             name = f"{base}'s max_position_embeddings"
         if not limit:
             continue
-        encode = partial(chat_prompt_ids, tokenizer, template_kwargs=cfg.chat_template_kwargs)
+        encode = partial(chat_prompt_ids, tokenizer, template_kwargs=debate.chat_template_kwargs)
         for q in longest:
             need = worst_case_prompt_tokens(
-                task, q, debate, encode, reads_pool=cfg.protocol == "interventions"
+                task, q, settings, encode, reads_pool=debate.protocol == "interventions"
             )
             if need > limit:
                 raise ConfigError(
-                    f"a debate of question {q.id} can reach {need} tokens (n_agents={cfg.n_agents}, "
-                    f"rounds={cfg.rounds}, max_tokens={cfg.max_tokens}: the last round carries every earlier "
-                    f"answer), more than {name}={limit}; lower max_tokens or rounds"
-                    + (", or raise vllm_max_model_len" if cfg.backend == "vllm" else "")
+                    f"a debate of question {q.id} can reach {need} tokens (n_agents={debate.n_agents}, "
+                    f"rounds={debate.rounds}, max_tokens={debate.max_tokens}: the last round carries every "
+                    f"earlier answer), more than {name}={limit}; lower max_tokens or rounds"
+                    + (", or raise vllm_max_model_len" if model.backend == "vllm" else "")
                 )

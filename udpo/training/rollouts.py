@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from udpo.config import TrainConfig
+from udpo.config.groups import DebateArgs, ModelArgs, RunArgs
 from udpo.env.backends.base import Backend
 from udpo.env.debate import AgentSpec, DebateConfig, DebateEnv
 from udpo.env.progress import DebateProgress
@@ -24,13 +24,12 @@ from udpo.training import checkpoint_store as ckpt
 from udpo.training import distributed as dist
 
 from .data import agent_profiles, debate_config
-from .errors import explain_oom
 
 #: on GPUs, the share of device memory a vLLM engine takes beside the trainer when none is configured
 COLOCATED_GPU_SHARE = 0.3
 
 
-def colocated_engine_options(config: TrainConfig, world: int, cuda: bool) -> dict[str, Any]:
+def colocated_engine_options(model: ModelArgs, world: int, cuda: bool) -> dict[str, Any]:
     """Memory and placement of a vLLM engine that shares its device with the trainer.
 
     On GPUs every process starts one engine on its own device: with ``external_launcher`` vLLM runs the
@@ -39,7 +38,7 @@ def colocated_engine_options(config: TrainConfig, world: int, cuda: bool) -> dic
     of the device (default ``COLOCATED_GPU_SHARE``, leaving the rest to the trainer's weights, optimizer
     and activations). On CPU the KV cache is sized in GiB (``vllm_kv_cache_gib``, default a tenth of RAM).
     """
-    share, kv = config.vllm_gpu_memory_utilization, config.vllm_kv_cache_gib
+    share, kv = model.vllm_gpu_memory_utilization, model.vllm_kv_cache_gib
     if cuda and share is None and kv is None:
         share = COLOCATED_GPU_SHARE
     options: dict[str, Any] = {"gpu_memory_utilization": share, "kv_cache_gib": kv}
@@ -51,39 +50,43 @@ def colocated_engine_options(config: TrainConfig, world: int, cuda: bool) -> dic
 class Rollouts:
     """Debates with the policy's current adapters.
 
-    backend: a running engine of kind ``config.backend`` to use instead of starting one (it is never
-    closed here); otherwise one is started for the policy. engine: the DeepSpeed engine of a ZeRO-3 run,
-    whose weights ``hf`` rollouts gather once per debate call (:func:`udpo.training.distributed.whole_model`)."""
+    model: the engine's settings (backend, vLLM's sizes); debate: the team, its sampling and protocol; run:
+    the seeds, the run folder (adapter files for the engine) and the progress line. backend: a running
+    engine of kind ``model.backend`` to use instead of starting one (it is never closed here); otherwise
+    one is started for the policy. engine: the DeepSpeed engine of a ZeRO-3 run, whose weights ``hf``
+    rollouts gather once per debate call (:func:`udpo.training.distributed.whole_model`)."""
 
     def __init__(
         self,
-        config: TrainConfig,
+        model: ModelArgs,
+        debate: DebateArgs,
+        run: RunArgs,
         task: Task,
         policy,
         rank: int,
         world: int,
-        run_dir: Path,
         backend: Backend | None = None,
         engine=None,
     ):
-        self.config, self.task, self.policy = config, task, policy
-        self.engine = engine if config.backend == "hf" else None
+        self.model, self.debate_settings, self.run = model, debate, run
+        self.task, self.policy = task, policy
+        self.engine = engine if model.backend == "hf" else None
         self.rank, self.world, self.main = rank, world, rank == 0
-        self.run_dir = run_dir
+        self.run_dir = Path(run.output_dir)
         self.own_backend = backend is None
         self.backend = backend if backend is not None else self._make_backend()
         self._protocol: Protocol | None = None
         self._sync_dirs: list[Path] = []
         # one line that moves during every debate of the run (warm-up, rollouts, evaluations), drawn
         # below the iteration bar on the main process when ``progress`` is on
-        self.line = DebateProgress(desc="rollout", enabled=config.progress and self.main, leave=False)
+        self.line = DebateProgress(desc="rollout", enabled=run.progress and self.main, leave=False)
 
     def _make_backend(self) -> Backend:
-        cfg = self.config
+        cfg, debate = self.model, self.debate_settings
         if cfg.backend == "hf":
             return self.policy.rollout_backend(
-                max_batch=max(cfg.debate_batch_size * cfg.n_agents, 1),
-                chat_template_kwargs=cfg.chat_template_kwargs,
+                max_batch=max(debate.debate_batch_size * debate.n_agents, 1),
+                chat_template_kwargs=debate.chat_template_kwargs,
             )
         from udpo.env.backends import backend_from_settings
         from udpo.env.models import resolve_model
@@ -100,32 +103,30 @@ class Rollouts:
                 max_loras=cfg.vllm_max_loras or len(dict.fromkeys(self.policy.adapter_names)),
                 max_lora_rank=lora_rank_slot(cfg.lora_r),
                 max_model_len=cfg.vllm_max_model_len,
-                seed=cfg.seed + self.rank,
-                chat_template_kwargs=cfg.chat_template_kwargs,
+                seed=self.run.seed + self.rank,
+                chat_template_kwargs=debate.chat_template_kwargs,
                 **colocated_engine_options(cfg, self.world, torch.cuda.is_available()),
             )
         # an OpenAI-compatible vLLM server that loads adapters at run time from this file system
         return backend_from_settings(
-            "openai", base_url=cfg.base_url, chat_template_kwargs=cfg.chat_template_kwargs
+            "openai", base_url=cfg.base_url, chat_template_kwargs=debate.chat_template_kwargs
         )
 
     def agent_specs(self) -> list[AgentSpec]:
         """The debate's agents: profile, adapter (served name) and base model of each."""
-        cfg, names = self.config, self.policy.adapter_names
+        models, names = self.model.agent_models, self.policy.adapter_names
         return [
-            AgentSpec(
-                profile=profile, adapter=names[i], model=cfg.agent_models[i] if cfg.agent_models else None
-            )
-            for i, profile in enumerate(agent_profiles(cfg))
+            AgentSpec(profile=profile, adapter=names[i], model=models[i] if models else None)
+            for i, profile in enumerate(agent_profiles(self.debate_settings))
         ]
 
     def debate_config(self) -> DebateConfig:
-        return debate_config(self.config, self.agent_specs())
+        return debate_config(self.debate_settings, self.agent_specs())
 
     def protocol(self) -> Protocol:
         """The protocol of rollouts and evaluations (``protocol``, ``protocol_options``), built on first use."""
         if self._protocol is None:
-            self._protocol = build_protocol(self.config.protocol_config(), self.task, self.backend)
+            self._protocol = build_protocol(self.debate_settings.protocol_config(), self.task, self.backend)
         return self._protocol
 
     def debate(
@@ -141,10 +142,9 @@ class Rollouts:
         env = DebateEnv(
             self.task, self.backend, self.debate_config(), protocol=protocol or self.protocol(), meta=meta
         )
-        with explain_oom(self.config):
-            self.line.reset(desc=" ".join(str(meta[k]) for k in ("phase", "iteration") if k in meta))
-            with dist.whole_model(self.engine):
-                local = env.run([questions[i] for i in idx], progress=self.line)
+        self.line.reset(desc=" ".join(str(meta[k]) for k in ("phase", "iteration") if k in meta))
+        with dist.whole_model(self.engine):
+            local = env.run([questions[i] for i in idx], progress=self.line)
         return dist.gather_in_order(local, idx, len(questions))
 
     @contextmanager
@@ -154,7 +154,7 @@ class Rollouts:
         devices = [torch.cuda.current_device()] if torch.cuda.is_available() else []
         py, np_state = random.getstate(), np.random.get_state()
         with torch.random.fork_rng(devices=devices):
-            seed = self.config.eval_seed + self.rank
+            seed = self.run.eval_seed + self.rank
             torch.manual_seed(seed)
             random.seed(seed)
             np.random.seed(seed)
@@ -166,7 +166,7 @@ class Rollouts:
 
     def sync_adapters(self, k: int) -> None:
         """Give the rollout engine the current adapters (hf: nothing to do, it serves the live model)."""
-        if self.config.backend == "hf":
+        if self.model.backend == "hf":
             return
         folder = self.run_dir / "sync" / f"rank{self.rank}" / ckpt.checkpoint_name(k)
         with self.policy.full_adapters():

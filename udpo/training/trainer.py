@@ -44,6 +44,7 @@ from udpo.algorithms import algorithm_class, build_algorithm
 from udpo.algorithms.base import RolloutBatch, fill_behavior_logprobs
 from udpo.algorithms.reward_functions import RewardFunction, load_reward_functions
 from udpo.config import TrainConfig
+from udpo.config.groups import AlgorithmArgs, DebateArgs, ModelArgs, OptimizerArgs, RewardArgs, RunArgs
 from udpo.env.backends.base import Backend
 from udpo.env.backends.hf import pick_dtype
 from udpo.env.debate import DebateConfig
@@ -58,7 +59,7 @@ from udpo.training import checkpoint_store as ckpt
 from udpo.training import distributed as dist
 from udpo.training.callbacks import EvalCallback, TrainerCallback, split_callbacks
 from udpo.training.checkpointing import APPEND_ONLY, TRAIN_FILE
-from udpo.training.data import QuestionSchedule, load_training_data, split_warmup
+from udpo.training.data import QuestionSchedule, check_context, load_training_data, split_warmup
 from udpo.training.errors import TrainingError, explain_oom
 from udpo.training.memory import PhasePeaks
 from udpo.training.rollouts import Rollouts
@@ -197,28 +198,41 @@ class Trainer:
                 if reward_functions is not None
                 else load_reward_functions(config.reward_functions, config.reward_weights)
             )
-            self.data = load_training_data(config, self.world)
+            self.data = load_training_data(
+                config.group(DebateArgs),
+                config.group(OptimizerArgs),
+                config.group(RunArgs),
+                self.world,
+                calibrates=not config.coefficients_explicit,
+            )
+            check_context(
+                config.group(ModelArgs), config.group(DebateArgs), self.data.task, self.data.questions
+            )
 
             set_seed(config.seed)  # identical initialization on every process
             self._build_policy()
             config = self.config  # the update's auto sizes filled in
             set_seed(config.seed + self.rank)  # different sampling per process from here on
+            total_steps = self.data.total_iterations * config.update_epochs
             self.updater = Updater(
-                config,
+                config.group(OptimizerArgs),
+                config.group(AlgorithmArgs),
                 self.policy,
                 self.accelerator,
-                total_steps=self.data.total_iterations * config.update_epochs,
-                warmup_steps=self.data.warmup_steps,
+                total_steps=total_steps,
+                warmup_steps=config.warmup_for(total_steps),
+                temperature=config.temperature,
                 critic=self.critic,
                 deepspeed=self.deepspeed,
             )
             self.rollouts = Rollouts(
-                config,
+                config.group(ModelArgs),
+                config.group(DebateArgs),
+                config.group(RunArgs),
                 self.data.task,
                 self.policy,
                 self.rank,
                 self.world,
-                self.run_dir,
                 backend,
                 engine=self.updater.engine,
             )
@@ -278,7 +292,14 @@ class Trainer:
         calibration record."""
         cfg = self.config
         self.calibration = record
-        self.algorithm = build_algorithm(cfg, record, self.critic, self.reward_functions)
+        self.algorithm = build_algorithm(
+            cfg.group(AlgorithmArgs),
+            cfg.group(RewardArgs),
+            record,
+            self.critic,
+            self.reward_functions,
+            cfg.seed,
+        )
         if cfg.replay:
             from udpo.training.replay import ReplayBuffer
 
@@ -320,12 +341,23 @@ class Trainer:
     def debate(
         self, questions: Sequence[Question], meta: dict[str, Any], protocol: Protocol | None = None
     ) -> list[Trajectory]:
-        return self.rollouts.debate(questions, meta, protocol=protocol)
+        with explain_oom(self.config):
+            return self.rollouts.debate(questions, meta, protocol=protocol)
 
     def calibrate(self) -> tuple[dict[str, Any], list[Trajectory]]:
         """The calibration record of this run and its warm-up debates
         (:func:`udpo.training.calibration.calibrate`)."""
-        return calibration.calibrate(self.config, self.data.warmup_set, self.debate, self.run_dir, self.main)
+        cfg = self.config
+        return calibration.calibrate(
+            cfg.group(RewardArgs),
+            cfg.group(AlgorithmArgs),
+            self.data.warmup_set,
+            self.debate,
+            self.run_dir,
+            self.main,
+            n_agents=cfg.n_agents,
+            rounds=cfg.rounds,
+        )
 
     def evaluate(self, iteration: int) -> dict[str, Any]:
         """Held-out Standard-MAD evaluation with the current adapters, then the eval callbacks, all on the

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from udpo.algorithms.base import LOG_RATIO_CLAMP, Algorithm, RolloutBatch
-from udpo.config import TrainConfig
+from udpo.config.groups import AlgorithmArgs, OptimizerArgs
 from udpo.training import distributed as dist
 
 #: on_non_finite(iteration, what, metrics): stop the run (save the last good state, raise)
@@ -39,20 +39,27 @@ NonFinite = Callable[[int, str, dict[str, Any]], None]
 class Updater:
     """Owns the optimizer (one parameter group per adapter, plus ``critic``) and its schedule.
 
-    params: every trainable parameter, summed over processes before each step. ``accelerator``: the
-    run's (autocast, DeepSpeed's backward)."""
+    optim: the optimizer's settings (and the update's sizes); algorithm: the update's epochs, the critic's
+    settings, where behavior log-probs come from. params: every trainable parameter, summed over processes
+    before each step. ``accelerator``: the run's (autocast, DeepSpeed's backward). temperature: the
+    sampling temperature, at which the policy scores log-probs in training."""
 
     def __init__(
         self,
-        config: TrainConfig,
+        optim: OptimizerArgs,
+        algorithm: AlgorithmArgs,
         policy,
         accelerator,
         total_steps: int,
         warmup_steps: int,
+        *,
+        temperature: float,
         critic=None,
         deepspeed: bool = False,
     ):
-        self.config, self.policy, self.accelerator = config, policy, accelerator
+        self.optim, self.algorithm = optim, algorithm
+        self.policy, self.accelerator, self.temperature = policy, accelerator, temperature
+        self.n_agents = len(policy.adapter_names)
         self.deepspeed = deepspeed
         self.rank, self.world = accelerator.process_index, accelerator.num_processes
         adapters = list(dict.fromkeys(policy.adapter_names))  # distinct adapters, agent order
@@ -60,7 +67,7 @@ class Updater:
             {"params": policy.parameters_of(policy.adapter_names.index(a)), "adapter": a} for a in adapters
         ]
         #: the critic's peak learning rate (docs/algorithms.md, "The baselines": default 10 x the actors')
-        self.critic_lr = config.critic_learning_rate or 10 * config.learning_rate
+        self.critic_lr = algorithm.critic_learning_rate or 10 * optim.learning_rate
         if critic is not None:
             groups.append({"params": critic.parameters(), "adapter": "critic", "lr": self.critic_lr})
         self.params = [p for g in groups for p in g["params"]]
@@ -69,15 +76,15 @@ class Updater:
         dist.broadcast_parameters(self.params)  # identical start on every process
         self.optimizer = torch.optim.AdamW(
             groups,
-            lr=config.learning_rate,
-            betas=(config.adam_beta1, config.adam_beta2),
-            eps=config.adam_epsilon,
-            weight_decay=config.weight_decay,
+            lr=optim.learning_rate,
+            betas=(optim.adam_beta1, optim.adam_beta2),
+            eps=optim.adam_epsilon,
+            weight_decay=optim.weight_decay,
         )
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer,
             functools.partial(
-                lr_factor, warmup=warmup_steps, total=total_steps, kind=config.lr_scheduler_type
+                lr_factor, warmup=warmup_steps, total=total_steps, kind=optim.lr_scheduler_type
             ),
         )
         self.steps = 0
@@ -98,14 +105,12 @@ class Updater:
         if clipping != "auto" and float(clipping) > 0:
             raise ValueError(
                 f"the DeepSpeed config sets gradient_clipping {clipping}: UDPO clips each adapter's gradient "
-                f"norm itself (max_grad_norm={self.config.max_grad_norm}); set gradient_clipping to 0"
+                f"norm itself (max_grad_norm={self.optim.max_grad_norm}); set gradient_clipping to 0"
             )
         ds_config["gradient_clipping"] = 0.0
         (base,) = self.policy.models
         # every backward (one per agent and micro-batch) accumulates; the engine steps after the last one
-        self.accelerator.gradient_accumulation_steps = (
-            self.config.n_agents * self.config.gradient_accumulation_steps
-        )
+        self.accelerator.gradient_accumulation_steps = self.n_agents * self.optim.gradient_accumulation_steps
         model, self.optimizer, self.scheduler = self.accelerator.prepare(
             self.policy.models[base], self.optimizer, self.scheduler
         )
@@ -114,7 +119,7 @@ class Updater:
     def micro_batches(self, local: list[int], total: int) -> list[list[int]]:
         """This process's debates split into ``gradient_accumulation_steps`` micro-batches (of ``total``
         debates over all processes: every process decides alike, from the smallest shard)."""
-        ga, smallest = self.config.gradient_accumulation_steps, total // self.world
+        ga, smallest = self.optim.gradient_accumulation_steps, total // self.world
         if smallest < ga:
             raise ValueError(
                 f"gradient_accumulation_steps={ga} is more than the {smallest} debates per update that the "
@@ -124,11 +129,10 @@ class Updater:
 
     def scoring(self) -> dict[str, Any]:
         """How the policy scores log-probs in training: the sampling temperature and the pass sizes."""
-        cfg = self.config
         return {
-            "temperature": cfg.temperature,
-            "batch_size": cfg.logprob_batch_size,
-            "token_budget": cfg.logprob_token_budget,
+            "temperature": self.temperature,
+            "batch_size": self.optim.logprob_batch_size,
+            "token_budget": self.optim.logprob_token_budget,
         }
 
     def update(
@@ -149,18 +153,18 @@ class Updater:
         behavior log-probs: they are written into the stored trajectories (what replay keeps) and shared
         with the other processes.
         """
-        cfg, total = self.config, len(batch.trajectories)
+        settings, total = self.algorithm, len(batch.trajectories)
         local = dist.shard(total, self.rank, self.world)
         chunks = self.micro_batches(local, total)
         self.policy.forward_stats.reset()
         with self.accelerator.autocast():
             reference = self._reference_logprobs(algorithm, batch, local)
-        recompute = cfg.behavior_logprobs == "recompute" and fresh_count > 0
+        recompute = settings.behavior_logprobs == "recompute" and fresh_count > 0
         stats: dict[str, list[float]] = {}
         mismatch: list[torch.Tensor] = []  # per fresh debate and agent: log pi_trainer - log pi_engine
 
-        for epoch in range(cfg.update_epochs):
-            for agent in range(cfg.n_agents):
+        for epoch in range(settings.update_epochs):
+            for agent in range(self.n_agents):
                 for chunk in chunks:
                     sub = batch.select(chunk)
                     prompts, completions = sub.agent_sequences(agent)
@@ -192,7 +196,7 @@ class Updater:
                 _share_behavior(batch, [g for g in local if g < fresh_count])
             stats.update(self.step(iteration, on_non_finite, groups=self.actor_groups))
         if algorithm.critic is not None:
-            for _ in range(cfg.critic_epochs):
+            for _ in range(settings.critic_epochs):
                 self._critic_pass(algorithm, chunks, total, stats, iteration, on_non_finite)
         means = {key: float(np.mean(v)) for key, v in stats.items()}
         means.update(mismatch_stats(mismatch))
@@ -200,7 +204,7 @@ class Updater:
         means["update/empty_passes"] = float(self.policy.forward_stats.empty_passes)
         means = dist.mean_over_processes(means)
         for key in {k.split("/", 1)[1] for k in means if k.startswith("agent_")}:
-            values = [means[f"agent_{i}/{key}"] for i in range(cfg.n_agents) if f"agent_{i}/{key}" in means]
+            values = [means[f"agent_{i}/{key}"] for i in range(self.n_agents) if f"agent_{i}/{key}" in means]
             means[f"update/{key}"] = float(np.mean(values))
         return means
 
@@ -281,7 +285,7 @@ class Updater:
     ) -> dict[tuple[int, int], torch.Tensor]:
         """(agent, batch position) -> the agent's reference log-probs in that debate, for ``debates`` and every
         agent whose loss needs them, from one :meth:`~udpo.training.policy.MultiAgentPolicy.reference_logprobs` call."""
-        agents = [i for i in range(self.config.n_agents) if algorithm.needs_reference(i)]
+        agents = [i for i in range(self.n_agents) if algorithm.needs_reference(i)]
         sub = batch.select(debates)
         sequences = [sub.agent_sequences(i) for i in agents]
         flat = self.policy.reference_logprobs(
@@ -321,7 +325,7 @@ class Updater:
         if not self.deepspeed:
             dist.sum_gradients([p for g in groups for p in self.groups[g]])
         norms = {}
-        limit = self.config.max_grad_norm if self.config.max_grad_norm > 0 else float("inf")
+        limit = self.optim.max_grad_norm if self.optim.max_grad_norm > 0 else float("inf")
         for adapter in groups:
             params = self.groups[adapter]
             grads = [self._grad(p) for p in params]
