@@ -453,5 +453,5 @@ def test_attacker_model_that_cannot_start_is_a_clear_error(tmp_path):
 
 
 def test_attacker_base_url_needs_the_openai_backend():
-    with pytest.raises(ValueError, match="attacker_base_url is only used by attacker_backend 'openai'"):
+    with pytest.raises(ValueError, match="attacker_base_url is only used by a server backend"):
         AttackConfig(name="autotransform", attacker="m", attacker_base_url="http://127.0.0.1:1/v1")

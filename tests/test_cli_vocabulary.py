@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -243,3 +244,34 @@ def test_a_removed_flag_is_refused_not_read_as_the_start_of_another(old, capsys)
     with pytest.raises(SystemExit):
         build_parser().parse_args([*BASE[command], old, "1"])
     assert f"unrecognized arguments: {old} 1" in capsys.readouterr().err
+
+
+# --- backend capabilities ---------------------------------------------------------------------------------
+def test_each_backend_class_declares_the_capabilities_its_name_gives():
+    import importlib
+
+    import udpo.env.backends as backends
+
+    for name, (module, cls, _) in backends._BACKENDS.items():
+        assert getattr(importlib.import_module(module), cls).capabilities is backends.backend_capabilities(
+            name
+        )
+    assert backends.backend_capabilities("hf").serves_live_model
+    assert backends.backend_capabilities("openai").remote
+    with pytest.raises(ValueError, match="unknown backend 'tgi'"):
+        backends.backend_capabilities("tgi")
+
+
+def test_only_the_backends_compare_a_backend_name():
+    """Engine knowledge stays in udpo.env.backends: elsewhere code asks what a backend can do."""
+    name = r"""["'](?:hf|vllm|openai|scripted)["']"""
+    compare = re.compile(rf"(?:==|!=)\s*{name}|{name}\s*(?:==|!=)|backend\s+(?:not\s+)?in\s+[(\[{{]")
+    found = [
+        f"{path.relative_to(ROOT)}:{n}: {line.strip()}"
+        for folder in ("udpo", "env", "rewards")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if "backends" not in path.relative_to(ROOT).parts
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if compare.search(line)
+    ]
+    assert not found, "ask backend_capabilities(name) instead:\n" + "\n".join(found)

@@ -91,7 +91,7 @@ def test_missing_recipe_file():
         ({"reference": "lagged"}, "needs ref_update_interval >= 1"),
         ({"ref_update_interval": 5}, "only applies to reference: lagged"),
         ({"backend": "openai"}, "needs base_url"),
-        ({"base_url": "http://x"}, "only used by backend: openai"),
+        ({"base_url": "http://x"}, "only used by a server backend"),
         ({"shared_adapter": True, "n_agents": 2, "agent_models": ["a/b", "c/d"]}, "needs one base model"),
         ({"agent_models": ["a/b"]}, "agent_models needs n_agents=3 entries"),
         ({"report_to": ["mlflow"]}, "unknown tracker"),

@@ -65,7 +65,7 @@ BAD = [
     ),
     (["eval", "--task", "arithmetic", "--checkpoint", "RUN_DIR"], "has no team.json"),
     (["detect", "--word-limit", "0"], "argument --word-limit: must be >= 1"),
-    (["detect", "--judge-model", "j"], "--judge-model need --backend openai"),
+    (["detect", "--judge-model", "j"], "--judge-model need a backend that serves several models"),
     (["uncertainty", "--task", "commonsenseqa", "--aspects", "0"], "argument --aspects: must be >= 1"),
     (
         [

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from udpo.env.attacks import AttackConfig, apply_attack
-from udpo.env.backends.base import Backend, ChatRequest, ScoreRequest
+from udpo.env.backends.base import Backend, Capabilities, ChatRequest, ScoreRequest
 from udpo.env.backends.scripted import ScriptedBackend
 from udpo.env.debate import AgentSpec, DebateConfig, DebateEnv
 from udpo.env.protocols import (
@@ -102,6 +102,7 @@ class TableScorer(Backend):
     Records every call's requests."""
 
     name = "table"
+    capabilities = Capabilities(returns_logits=True)
 
     def __init__(self, alone: dict[str, float], conditional: dict, constant: float | None = None):
         self.alone, self.conditional, self.constant, self.calls = alone, conditional, constant, []

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..backends import Backend, SamplingParams, backend_from_settings
+from ..backends import Backend, SamplingParams, backend_capabilities, backend_from_settings
 from ..debate import AgentSpec, DebateConfig
 from ..protocols.base import Stage
 from ..protocols.rewrite import AssignProfiles, MessageRewrite
@@ -75,9 +75,10 @@ class AttackConfig:
             raise ValueError(f"attack max_tokens must be >= 1, got {self.max_tokens}")
         if not self.attacker:
             raise ValueError("attack attacker must be 'base', 'builtin' or a model name")
-        if self.attacker_base_url and self.attacker_backend != "openai":
+        if self.attacker_base_url and not backend_capabilities(self.attacker_backend).remote:
             raise ValueError(
-                f"attacker_base_url is only used by attacker_backend 'openai' (got {self.attacker_backend!r})"
+                f"attacker_base_url is only used by a server backend such as 'openai' (attacker_backend is "
+                f"{self.attacker_backend!r})"
             )
 
     def describe(self) -> dict[str, Any]:

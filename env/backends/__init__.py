@@ -4,23 +4,38 @@ from __future__ import annotations
 
 import importlib
 
-from .base import Backend, BackendError, ChatRequest, Completion, SamplingParams, ScoreRequest
+from .base import Backend, BackendError, Capabilities, ChatRequest, Completion, SamplingParams, ScoreRequest
 
+#: name -> (module, class, what the engine can do): the capabilities are read here, without importing the
+#: engine (torch, vLLM), and each class declares the same object as its own
 _BACKENDS = {
-    "hf": ("udpo.env.backends.hf", "HFBackend"),
-    "vllm": ("udpo.env.backends.vllm", "VLLMBackend"),
-    "openai": ("udpo.env.backends.openai", "OpenAIBackend"),
-    "scripted": ("udpo.env.backends.scripted", "ScriptedBackend"),
+    "hf": ("udpo.env.backends.hf", "HFBackend", Capabilities(serves_live_model=True, returns_logits=True)),
+    "vllm": ("udpo.env.backends.vllm", "VLLMBackend", Capabilities(fixed_context=True)),
+    "openai": (
+        "udpo.env.backends.openai",
+        "OpenAIBackend",
+        Capabilities(remote=True, serves_several_models=True),
+    ),
+    "scripted": ("udpo.env.backends.scripted", "ScriptedBackend", Capabilities()),
 }
 
 BACKEND_NAMES = tuple(_BACKENDS)
 
 
-def make_backend(name: str, **kwargs) -> Backend:
-    """Build the backend ``name`` (one of BACKEND_NAMES) with its keyword arguments."""
+def _entry(name: str) -> tuple[str, str, Capabilities]:
     if name not in _BACKENDS:
         raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKEND_NAMES)}")
-    module, cls = _BACKENDS[name]
+    return _BACKENDS[name]
+
+
+def backend_capabilities(name: str) -> Capabilities:
+    """What the backend ``name`` (one of BACKEND_NAMES) can do, for code that has only its name."""
+    return _entry(name)[2]
+
+
+def make_backend(name: str, **kwargs) -> Backend:
+    """Build the backend ``name`` (one of BACKEND_NAMES) with its keyword arguments."""
+    module, cls, _ = _entry(name)
     return getattr(importlib.import_module(module), cls)(**kwargs)
 
 
@@ -70,10 +85,12 @@ def backend_from_settings(
 __all__ = [
     "Backend",
     "BackendError",
+    "Capabilities",
     "ChatRequest",
     "Completion",
     "SamplingParams",
     "ScoreRequest",
+    "backend_capabilities",
     "make_backend",
     "backend_from_settings",
     "BACKEND_NAMES",

@@ -24,6 +24,29 @@ class BackendError(RuntimeError):
 
 
 @dataclass(frozen=True)
+class Capabilities:
+    """What an inference engine can do. Code outside the backends asks these instead of comparing a
+    backend's name: a backend class declares its own (:attr:`Backend.capabilities`), and
+    ``udpo.env.backends.backend_capabilities(name)`` gives them where only a setting names the backend.
+
+    serves_live_model: it samples a model object of this process (the trainer's own policy), so an
+        update reaches it without adapter files to sync.
+    returns_logits: it exposes full-vocabulary logits under forced decoding (token entropies, which
+        the DIG and DIGRA protocols score).
+    remote: it is a server at ``base_url`` that runs nothing on this machine and names its own model.
+    fixed_context: its context length is a size chosen when it starts (vLLM's ``max_model_len``), not
+        the model's own.
+    serves_several_models: one backend answers for several base models (a role per model).
+    """
+
+    serves_live_model: bool = False
+    returns_logits: bool = False
+    remote: bool = False
+    fixed_context: bool = False
+    serves_several_models: bool = False
+
+
+@dataclass(frozen=True)
 class SamplingParams:
     """How to sample one completion.
 
@@ -103,6 +126,7 @@ class Backend(abc.ABC):
     """Batch chat generation with per-request LoRA adapters."""
 
     name: str = "base"
+    capabilities: Capabilities = Capabilities()
 
     @abc.abstractmethod
     def generate(self, requests: list[ChatRequest]) -> list[Completion]:

@@ -18,6 +18,7 @@ from functools import partial
 import torch
 
 from ..progress import active_progress
+from . import backend_capabilities
 from .attention import use_grouped_sdpa
 from .base import Backend, BackendError, ChatRequest, Completion, SamplingParams, ScoreRequest
 from .chat import chat_prompt_ids, prompt_ids_of
@@ -161,6 +162,7 @@ class HFBackend(Backend):
     """
 
     name = "hf"
+    capabilities = backend_capabilities(name)
 
     def __init__(
         self,

@@ -34,6 +34,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 import httpx
 
 from ..progress import DebateProgress, active_progress
+from . import backend_capabilities
 from .base import Backend, BackendError, ChatRequest, Completion
 
 #: answers worth another try: request timeout, conflict, too early, rate limit, server errors
@@ -76,6 +77,7 @@ class OpenAIBackend(Backend):
     """
 
     name = "openai"
+    capabilities = backend_capabilities(name)
 
     def __init__(
         self,

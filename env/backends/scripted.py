@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..progress import report_tokens
+from . import backend_capabilities
 from .base import Backend, ChatRequest, Completion
 
 
@@ -16,6 +17,7 @@ class ScriptedBackend(Backend):
     """
 
     name = "scripted"
+    capabilities = backend_capabilities(name)
 
     def __init__(self, script: Callable[[ChatRequest, int], str] | list[str]):
         self._script = script

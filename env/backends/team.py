@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 
-from .base import Backend, BackendError, ChatRequest, Completion, ScoreRequest
+from .base import Backend, BackendError, Capabilities, ChatRequest, Completion, ScoreRequest
 
 
 class TeamBackend(Backend):
@@ -18,6 +18,12 @@ class TeamBackend(Backend):
         if not backends:
             raise ValueError("TeamBackend needs at least one backend")
         self.backends = backends
+        members = [b.capabilities for b in backends.values()]
+        self.capabilities = Capabilities(
+            serves_live_model=all(c.serves_live_model for c in members),
+            returns_logits=all(c.returns_logits for c in members),
+            serves_several_models=True,
+        )
 
     def generate(self, requests: list[ChatRequest]) -> list[Completion]:
         return self._routed(requests, lambda backend, rows: backend.generate(rows))

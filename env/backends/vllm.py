@@ -28,6 +28,7 @@ import os
 from pathlib import Path
 
 from ..progress import report_tokens
+from . import backend_capabilities
 from .base import Backend, BackendError, ChatRequest, Completion, SamplingParams
 from .chat import chat_prompt_ids, prompt_ids_of
 
@@ -118,6 +119,7 @@ class VLLMBackend(Backend):
     """
 
     name = "vllm"
+    capabilities = backend_capabilities(name)
 
     def __init__(
         self,

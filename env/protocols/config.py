@@ -190,7 +190,7 @@ def build_protocol(config: ProtocolConfig, task: Task, backend: Backend) -> Prot
 
 def _digra(config: ProtocolConfig, task: Task, backend: Backend) -> DIGRATopology:
     if config.entropy_model is None:
-        if type(backend).token_entropies is Backend.token_entropies:
+        if not backend.capabilities.returns_logits:
             raise ValueError(
                 f"protocol {config.name} scores entropies by forced decoding, which the {backend.name} backend "
                 f"cannot do (no logits); set the protocol option entropy_model to an hf model"

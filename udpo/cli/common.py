@@ -6,10 +6,17 @@ import argparse
 import json
 import random
 import sys
+import typing
 
 import numpy as np
 
-from udpo.env.backends import BACKEND_NAMES, Backend, SamplingParams, backend_from_settings
+from udpo.config.groups import ModelArgs
+from udpo.env.backends import (
+    Backend,
+    SamplingParams,
+    backend_capabilities,
+    backend_from_settings,
+)
 from udpo.env.backends.base import DTYPE_NAMES
 from udpo.env.backends.openai import read_api_key_file
 from udpo.env.debate import DebateConfig
@@ -90,7 +97,7 @@ def add_backend_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--backend",
         default="hf",
-        choices=[b for b in BACKEND_NAMES if b != "scripted"],
+        choices=typing.get_args(typing.get_type_hints(ModelArgs)["backend"]),  # the engines training takes
         help="hf: transformers, CPU or GPU (default); vllm: offline engine; openai: a server at --base-url",
     )
     g.add_argument("--device", default=None, help="hf: torch device (default: cuda if available, else cpu)")
@@ -360,15 +367,20 @@ def check_run_args(args: argparse.Namespace) -> None:
     from udpo.env.models import check_model
 
     get_task(args.task).check_split(args.split)
-    if args.backend != "openai":
+    if not on_server(args):
         check_model(args.model or DEFAULT_MODEL)
+
+
+def on_server(args: argparse.Namespace) -> bool:
+    """Whether ``--backend`` is a server (openai): it names its own model and runs nothing here."""
+    return backend_capabilities(args.backend).remote
 
 
 def runs_on_cpu(args: argparse.Namespace) -> bool:
     """Whether the model of this command runs on this machine's CPU: the hf backend on ``--device cpu``
-    or, without ``--device``, on a machine torch sees no GPU on; vllm likewise (its CPU build). An openai
-    server is taken to have a GPU. Imports torch when it has to ask."""
-    if args.backend == "openai":
+    or, without ``--device``, on a machine torch sees no GPU on; vllm likewise (its CPU build). A server
+    (openai) is taken to have a GPU. Imports torch when it has to ask."""
+    if on_server(args):
         return False
     device = getattr(args, "device", None)
     if device is not None:
@@ -411,22 +423,22 @@ def load_questions(args: argparse.Namespace) -> tuple[Task, list[Question]]:
 def backend_from_args(args: argparse.Namespace) -> Backend:
     """The backend of ``--backend`` with the shared settings (``udpo.env.backends.backend_from_settings``,
     the builder training's rollout engines use too)."""
-    openai = args.backend == "openai"
+    server = on_server(args)
     return backend_from_settings(
         args.backend,
-        model=args.model if openai else args.model or DEFAULT_MODEL,  # openai: None is the server's model
+        model=model_name(args),
         dtype=args.dtype,
         device=args.device,
         seed=args.seed,
         base_url=args.base_url,
-        api_key=read_api_key_file(args.api_key_file) if openai and args.api_key_file else None,  # None: env
+        api_key=read_api_key_file(args.api_key_file) if server and args.api_key_file else None,  # None: env
         chat_template_kwargs=args.chat_template_kwargs,
     )
 
 
 def model_name(args: argparse.Namespace) -> str | None:
-    """The model a run used, for its metadata (None: the openai server's default)."""
-    return args.model or (None if args.backend == "openai" else DEFAULT_MODEL)
+    """The model a run uses (None: a server's own default)."""
+    return args.model or (None if on_server(args) else DEFAULT_MODEL)
 
 
 def debate_config_from_args(args: argparse.Namespace) -> DebateConfig:

@@ -6,7 +6,7 @@ import argparse
 import json
 
 from udpo.analysis.detection import comparison_table, format_table, load_summary, summarize_detection
-from udpo.env.backends import SamplingParams
+from udpo.env.backends import SamplingParams, backend_capabilities
 from udpo.env.debate import AgentSpec
 from udpo.env.protocols.error_detection import PROTOCOLS, DetectionConfig, binary_labels, make_detector
 from udpo.env.runs import previous_debates, run_to_folder
@@ -76,9 +76,12 @@ def role_models(args: argparse.Namespace) -> list[str | None]:
     models = [m.strip() for m in args.debater_models.split(",")] if args.debater_models else [None, None]
     if len(models) != 2:
         raise ValueError(f"--debater-models needs two comma-separated names, got {args.debater_models!r}")
-    if (args.debater_models or args.judge_model) and args.backend != "openai":
+    if (args.debater_models or args.judge_model) and not backend_capabilities(
+        args.backend
+    ).serves_several_models:
         raise ValueError(
-            "--debater-models and --judge-model need --backend openai (the hf and vllm backends serve one model)"
+            f"--debater-models and --judge-model need a backend that serves several models, such as openai "
+            f"(the {args.backend} backend serves one)"
         )
     return models
 

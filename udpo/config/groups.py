@@ -7,7 +7,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from udpo.env.backends.base import Capabilities
 
 #: the names of udpo.algorithms.ALGORITHMS (a test keeps them equal): the config is checked before torch loads
 ALGORITHMS = ("udpo", "mappo", "rmaac")
@@ -119,6 +122,13 @@ class ModelArgs:
     vllm_max_model_len: int = _f(4096, "vLLM: prompt + completion tokens per request.")
     vllm_max_loras: int | None = _f(None, "vLLM: adapters resident at once (default: one per agent).")
 
+    @property
+    def backend_capabilities(self) -> Capabilities:
+        """What the rollout engine ``backend`` can do, asked instead of its name."""
+        from udpo.env.backends import backend_capabilities  # the registry alone: no engine is imported
+
+        return backend_capabilities(self.backend)
+
     def check(self) -> None:
         """The rules on these fields alone (ConfigError naming the field)."""
         from udpo.env.backends.base import DTYPE_NAMES as DTYPES  # without torch: checked before it loads
@@ -141,12 +151,15 @@ class ModelArgs:
             raise ConfigError(f"vllm_kv_cache_gib must be a finite number > 0, got {kv}")
         if self.agent_models is not None and self.shared_adapter and len(set(self.agent_models)) > 1:
             raise ConfigError("shared_adapter: true needs one base model; agent_models lists several")
-        if self.backend == "openai" and not self.base_url:
+        server = self.backend_capabilities.remote
+        if server and not self.base_url:
             raise ConfigError(
-                "backend: openai needs base_url (an OpenAI-compatible server that loads LoRA adapters)"
+                f"backend: {self.backend} needs base_url (an OpenAI-compatible server that loads LoRA adapters)"
             )
-        if self.base_url and self.backend != "openai":
-            raise ConfigError(f"base_url is only used by backend: openai (backend is {self.backend!r})")
+        if self.base_url and not server:
+            raise ConfigError(
+                f"base_url is only used by a server backend: openai (backend is {self.backend!r})"
+            )
 
 
 @dataclass

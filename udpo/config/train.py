@@ -83,7 +83,7 @@ class TrainConfig(RunArgs, OptimizerArgs, AlgorithmArgs, RewardArgs, DebateArgs,
                 f"adversary_budget must be in 0..n_agents-1 = 0..{n - 1}, got {self.adversary_budget}"
             )
         minimum = self.max_tokens * (self.rounds * n + 1)
-        if self.backend == "vllm" and minimum > self.vllm_max_model_len:
+        if self.backend_capabilities.fixed_context and minimum > self.vllm_max_model_len:
             raise ConfigError(
                 f"vllm_max_model_len={self.vllm_max_model_len} cannot hold a debate of n_agents={n}, "
                 f"rounds={self.rounds}, max_tokens={self.max_tokens}: the last round's prompt carries the "
@@ -117,7 +117,8 @@ class TrainConfig(RunArgs, OptimizerArgs, AlgorithmArgs, RewardArgs, DebateArgs,
                 "set debates_per_question >= 2 or use baseline: batch"
             )
         protocol = self.protocol_config()
-        if protocol.name in ("dig", "digra") and self.backend != "hf" and protocol.entropy_model is None:
+        logits = self.backend_capabilities.returns_logits
+        if protocol.name in ("dig", "digra") and not logits and protocol.entropy_model is None:
             raise ConfigError(
                 f"protocol: {protocol.name} scores entropies from logits, which backend {self.backend!r} "
                 f"does not give; set protocol_options: {{entropy_model: <hf model>}} or backend: hf"

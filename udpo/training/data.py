@@ -147,14 +147,15 @@ def check_context(model: ModelArgs, debate: DebateArgs, task: Task, questions: S
     from udpo.env.debate import worst_case_prompt_tokens
     from udpo.env.models import resolve_model
 
-    if model.backend == "openai" or not questions:
-        return  # a remote server's context is its own business
+    if model.backend_capabilities.remote or not questions:
+        return  # a server's context is its own business
     longest = sorted(questions, key=lambda q: len(task.prompt(q)), reverse=True)[:5]
     settings = debate_config(debate, [AgentSpec(profile=p) for p in agent_profiles(debate)])
     for base in dict.fromkeys(model.agent_models or [model.model]):
         path = resolve_model(base)
         tokenizer = AutoTokenizer.from_pretrained(path)
-        if model.backend == "vllm":
+        fixed = model.backend_capabilities.fixed_context  # vLLM: the context it starts with
+        if fixed:
             limit, name = model.vllm_max_model_len, "vllm_max_model_len"
         else:
             limit = getattr(AutoConfig.from_pretrained(path), "max_position_embeddings", None)
@@ -171,5 +172,5 @@ def check_context(model: ModelArgs, debate: DebateArgs, task: Task, questions: S
                     f"a debate of question {q.id} can reach {need} tokens (n_agents={debate.n_agents}, "
                     f"rounds={debate.rounds}, max_tokens={debate.max_tokens}: the last round carries every "
                     f"earlier answer), more than {name}={limit}; lower max_tokens or rounds"
-                    + (", or raise vllm_max_model_len" if model.backend == "vllm" else "")
+                    + (", or raise vllm_max_model_len" if fixed else "")
                 )

@@ -70,7 +70,7 @@ class Rollouts:
     ):
         self.model, self.debate_settings, self.run = model, debate, run
         self.task, self.policy = task, policy
-        self.engine = engine if model.backend == "hf" else None
+        self.engine = engine if model.backend_capabilities.serves_live_model else None
         self.rank, self.world, self.main = rank, world, rank == 0
         self.run_dir = Path(run.output_dir)
         self.own_backend = backend is None
@@ -83,7 +83,7 @@ class Rollouts:
 
     def _make_backend(self) -> Backend:
         cfg, debate = self.model, self.debate_settings
-        if cfg.backend == "hf":
+        if cfg.backend_capabilities.serves_live_model:
             return self.policy.rollout_backend(
                 max_batch=max(debate.debate_batch_size * debate.n_agents, 1),
                 chat_template_kwargs=debate.chat_template_kwargs,
@@ -91,25 +91,24 @@ class Rollouts:
         from udpo.env.backends import backend_from_settings
         from udpo.env.models import resolve_model
 
-        if cfg.backend == "vllm":
-            from udpo.env.backends.vllm import lora_rank_slot
-
+        if cfg.backend_capabilities.remote:  # a vLLM server that loads adapters from this file system
             return backend_from_settings(
-                "vllm",
-                model=resolve_model(cfg.model),
-                # the trainer's own dtype (``dtype: auto`` resolved), not vLLM's "auto" (the checkpoint's):
-                # the engine samples in the precision the trainer recomputes the log-probs in
-                dtype=str(self.policy.dtype).removeprefix("torch."),
-                max_loras=cfg.vllm_max_loras or len(dict.fromkeys(self.policy.adapter_names)),
-                max_lora_rank=lora_rank_slot(cfg.lora_r),
-                max_model_len=cfg.vllm_max_model_len,
-                seed=self.run.seed + self.rank,
-                chat_template_kwargs=debate.chat_template_kwargs,
-                **colocated_engine_options(cfg, self.world, torch.cuda.is_available()),
+                cfg.backend, base_url=cfg.base_url, chat_template_kwargs=debate.chat_template_kwargs
             )
-        # an OpenAI-compatible vLLM server that loads adapters at run time from this file system
+        from udpo.env.backends.vllm import lora_rank_slot  # the one engine started here: vLLM
+
         return backend_from_settings(
-            "openai", base_url=cfg.base_url, chat_template_kwargs=debate.chat_template_kwargs
+            cfg.backend,
+            model=resolve_model(cfg.model),
+            # the trainer's own dtype (``dtype: auto`` resolved), not vLLM's "auto" (the checkpoint's):
+            # the engine samples in the precision the trainer recomputes the log-probs in
+            dtype=str(self.policy.dtype).removeprefix("torch."),
+            max_loras=cfg.vllm_max_loras or len(dict.fromkeys(self.policy.adapter_names)),
+            max_lora_rank=lora_rank_slot(cfg.lora_r),
+            max_model_len=cfg.vllm_max_model_len,
+            seed=self.run.seed + self.rank,
+            chat_template_kwargs=debate.chat_template_kwargs,
+            **colocated_engine_options(cfg, self.world, torch.cuda.is_available()),
         )
 
     def agent_specs(self) -> list[AgentSpec]:
@@ -166,7 +165,7 @@ class Rollouts:
 
     def sync_adapters(self, k: int) -> None:
         """Give the rollout engine the current adapters (hf: nothing to do, it serves the live model)."""
-        if self.model.backend == "hf":
+        if self.model.backend_capabilities.serves_live_model:
             return
         folder = self.run_dir / "sync" / f"rank{self.rank}" / ckpt.checkpoint_name(k)
         with self.policy.full_adapters():
