@@ -26,7 +26,7 @@ def test_collectives_use_the_cpu_under_gloo_and_the_current_gpu_under_nccl(monke
 
 def test_micro_batches_are_decided_alike_on_every_process():
     def split(local: list[int], total: int, ga: int, world: int) -> list[list[int]]:
-        updater = SimpleNamespace(optim=SimpleNamespace(gradient_accumulation_steps=ga), world=world)
+        updater = SimpleNamespace(micro_batch_count=ga, world=world)
         return Updater.micro_batches(updater, local, total)
 
     # 5 debates on 2 processes: 3 and 2; both split theirs in 2 (the same number of backward passes)

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +23,7 @@ class SentenceEmbedder:
 
     def __init__(self, model: str | None = None, device: str | None = None):
         self.model_path, self.device = model, device
-        self._model = None
+        self._model: Any = None  # a SentenceTransformer, loaded on first use
         self._cache: dict[str, np.ndarray] = {}
 
     @property

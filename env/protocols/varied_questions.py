@@ -28,6 +28,7 @@ import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from ..backends.base import Backend, SamplingParams
 from ..debate import AgentSpec
@@ -132,7 +133,7 @@ class QuestionGenerator:
             [(aspect_questions_prompt(self.per_aspect), f"Question: {s.query}\nAspect: {a}") for s, a in keys]
         )
         for (s, _), text in zip(keys, written, strict=True):
-            s.raw.setdefault("aspect_questions", []).append(text)
+            cast(list, s.raw.setdefault("aspect_questions", [])).append(text)
             kept = [x for x in list_lines(text, self.per_aspect) if keeps_query(x, s.query)]
             s.aspect_questions.append(kept)
         rewritten = self._ask([(paraphrase_prompt(self.per_aspect), s.query) for s in sets])

@@ -29,7 +29,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -37,6 +37,9 @@ from torch import Tensor
 
 from udpo.config.groups import AlgorithmArgs, RewardArgs
 from udpo.env.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from udpo.algorithms.critic import Critic
 from udpo.rewards import debate_metrics
 
 from .base import (
@@ -134,6 +137,7 @@ class ActorCritic(Algorithm):
     keeps the value targets for :meth:`critic_loss` of the same batch."""
 
     needs_critic = True
+    critic: Critic
 
     def __init__(self, critic, config: ActorCriticConfig | None = None):
         self.critic = critic
@@ -253,7 +257,7 @@ class ActorCritic(Algorithm):
                 [kl_estimate(lp, ref, cfg.kl_loss) for lp, ref in zip(logp, ref_logp, strict=True)],
                 cfg.loss_aggregation,
             )
-            if cfg.eta > 0
+            if cfg.eta > 0 and ref_logp is not None  # given whenever eta > 0 (checked above)
             else torch.zeros_like(l_clip)
         )
         objective = (batch.weights.to(l_clip.device) * l_clip).mean() - cfg.eta * l_anchor.mean()

@@ -31,13 +31,16 @@ import abc
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from udpo.config.groups import AlgorithmArgs, RewardArgs
 from udpo.env.trajectory import Trajectory, Turn
+
+if TYPE_CHECKING:
+    from udpo.algorithms.critic import Critic
 
 LOG_RATIO_CLAMP = 20.0
 
@@ -386,7 +389,9 @@ class Algorithm(abc.ABC):
     #: whether the run must build a critic (a value head with its own adapter) and pass it to ``from_config``
     needs_critic = False
     #: a critic-based algorithm's critic (its parameters train with :meth:`critic_loss`); None otherwise
-    critic = None
+    critic: Critic | None = None
+    #: a critic-based algorithm's explained variance of its values on the last batch (nan otherwise)
+    explained_variance = float("nan")
 
     @classmethod
     @abc.abstractmethod
@@ -472,7 +477,7 @@ def loss_metrics(
         negative = torch.cat([a.expand_as(r) for r, a in zip(rho, A, strict=True)]) < 0
         rho = torch.cat(rho)
     else:
-        negative = A < 0
+        negative = shown < 0  # rho per debate: so is A
     if not rho.numel():
         rho, negative = torch.ones(1), torch.zeros(1, dtype=torch.bool)
     if not shown.numel():

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -97,13 +97,13 @@ class Coefficients:
     ) -> Coefficients:
         """The same coefficients for every agent (defaults: the base values of docs/metrics.md without
         calibration)."""
-        return cls(*([v] * n_agents for v in (alpha, beta, gamma, lambda_, eta)))
+        return cls(*((v,) * n_agents for v in (alpha, beta, gamma, lambda_, eta)))
 
     @classmethod
     def from_calibration(cls, calibration: Calibration) -> Coefficients:
         """The agent-tailored coefficients of :func:`udpo.rewards.calibrate`."""
         c = calibration
-        return cls(c.alpha, c.beta, c.gamma, c.lambda_, c.eta)
+        return cls(*(tuple(map(float, v)) for v in (c.alpha, c.beta, c.gamma, c.lambda_, c.eta)))
 
     @classmethod
     def from_dict(cls, d: Mapping) -> Coefficients:
@@ -142,7 +142,7 @@ def task_rewards(trajectories: Sequence[Trajectory], kind: str = "correct", seed
 def compute_rewards(
     trajectories: Sequence[Trajectory],
     coefficients: Coefficients,
-    scope: str = "trajectory",
+    scope: Literal["trajectory", "agent"] = "trajectory",
     functions: Sequence[RewardFunction] = (),
     task_reward: str = "correct",
     seed: int = 0,
@@ -211,7 +211,7 @@ class UDPO(Algorithm):
         self,
         coefficients: Coefficients,
         config: UDPOLossConfig | None = None,
-        scope: str = "trajectory",
+        scope: Literal["trajectory", "agent"] = "trajectory",
         functions: Sequence[RewardFunction] = (),
         task_reward: str = "correct",
         seed: int = 0,
@@ -288,7 +288,7 @@ class UDPO(Algorithm):
             )
         # eq. 8: l_anchor, the per-token KL loss summed over the debate's tokens (the KL of trajectory
         # distributions, on the trajectory ratio's scale) or averaged over them, [M]
-        if eta > 0:
+        if eta > 0 and ref_logp is not None:  # given whenever eta > 0 (checked above)
             l_anchor = aggregate(
                 [kl_estimate(lp, ref, cfg.kl_loss) for lp, ref in zip(logp, ref_logp, strict=True)],
                 cfg.loss_aggregation,
@@ -317,7 +317,9 @@ def _checked_inputs(
     behavior = batch.behavior_logprobs(agent, device=logp[0].device)
     if need_reference and ref_logp is None:
         raise ValueError(f"agent {agent} has eta > 0: the loss needs reference log-probs")
-    given = [("log-probs", logp)] + ([("reference log-probs", ref_logp)] if need_reference else [])
+    given = [("log-probs", logp)] + (
+        [("reference log-probs", ref_logp)] if need_reference and ref_logp is not None else []
+    )
     for name, values in given:
         if len(values) != len(behavior):
             raise ValueError(f"got {name} for {len(values)} debates, the batch has {len(behavior)}")

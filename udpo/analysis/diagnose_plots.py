@@ -140,7 +140,7 @@ def selective_figure(summary: dict[str, Any]) -> Figure:
     for ax in list(axes.flat)[len(runs) :]:
         fig.delaxes(ax)
     fig.legend(
-        *axes[0, 0].get_legend_handles_labels(), loc="outside lower center", ncols=2 * cols, fontsize=9
+        *fig.axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=2 * cols, fontsize=9
     )
     fig.suptitle("Selective prediction: keep the k% least uncertain debates", fontsize=11)
     return fig

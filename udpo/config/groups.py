@@ -4,6 +4,7 @@ its own fields: :class:`ModelArgs`, :class:`DebateArgs`, :class:`RewardArgs`, :c
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -65,6 +66,13 @@ def _check_ranges(
         value = getattr(config, name)
         if value is not None and (not value or not all(v.strip() for v in value)):
             raise ConfigError(f"{name} needs at least one entry and no empty entries, got {value}")
+
+
+def mapping(value: dict | str | None) -> dict:
+    """The value of a mapping field (``task_options``, ``chat_template_kwargs``, ``protocol_options``): {}
+    for None; a JSON string (what the command line gives before ``TrainConfig`` coerces it) parsed."""
+    parsed = json.loads(value) if isinstance(value, str) else value
+    return dict(parsed or {})
 
 
 def _check_spec_shapes(name: str, specs: Sequence[str]) -> None:
@@ -256,7 +264,7 @@ class DebateArgs:
             raise ConfigError(str(e)) from None
         except (TypeError, ValueError) as e:
             raise ConfigError(f"task: {e}") from None
-        options = self.task_options or {}
+        options = mapping(self.task_options)
         unknown = [k for k in options if k not in takes]
         if unknown:
             raise ConfigError(

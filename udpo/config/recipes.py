@@ -187,7 +187,7 @@ def reference_markdown() -> str:
             "|---|---|---|",
         ]
         for f in fields(group):
-            default = f.default_factory() if f.default_factory is not MISSING else f.default  # type: ignore[misc]
+            default = f.default_factory() if f.default_factory is not MISSING else f.default
             shown = "null" if default is None else default
             rows.append(f"| `{f.name}` | `{shown}` | {f.metadata['help']} |")
         parts.append("\n".join(rows))

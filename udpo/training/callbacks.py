@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     from udpo.training.trainer import Trainer
@@ -42,14 +42,15 @@ def split_callbacks(
     callbacks: Sequence[TrainerCallback | EvalCallback],
 ) -> tuple[list[TrainerCallback], list[EvalCallback]]:
     """(hook objects, eval callbacks) of a mixed list; anything else is a TypeError naming it."""
-    hooks, evals = [], []
+    hooks: list[TrainerCallback] = []
+    evals: list[EvalCallback] = []
     for c in callbacks:
         if isinstance(c, TrainerCallback):
             hooks.append(c)
         elif isinstance(c, type) and issubclass(c, TrainerCallback):
             raise TypeError(f"callbacks: pass an instance of {c.__name__}, not the class")
         elif callable(c):
-            evals.append(c)
+            evals.append(cast(EvalCallback, c))  # a function, or an object with __call__
         else:
             raise TypeError(
                 f"callbacks: {c!r:.80} is neither a TrainerCallback nor a function (trainer, iteration)"

@@ -299,9 +299,9 @@ def verify(
     folders = list(team.adapter_paths(ckpt).values())
     if reference:
         folders += [str(ckpt / "reference" / Path(f).name) for f in folders]
-    for folder in folders:
+    for adapter in folders:
         try:
-            check_adapter_folder(folder)
+            check_adapter_folder(adapter)
         except ValueError as e:
             raise CheckpointError(str(e)) from None
     if not deepspeed:

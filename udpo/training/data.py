@@ -11,7 +11,7 @@ from functools import partial
 import numpy as np
 
 from udpo.config import ConfigError
-from udpo.config.groups import DebateArgs, ModelArgs, OptimizerArgs, RunArgs
+from udpo.config.groups import DebateArgs, ModelArgs, OptimizerArgs, RunArgs, mapping
 from udpo.env.debate import AgentSpec, DebateConfig
 from udpo.env.tasks import get_task
 from udpo.env.tasks.base import Question, Task
@@ -81,7 +81,7 @@ def load_training_data(
     of ``run``; the iterations ``optim`` makes of them), checked against the processes that share each
     iteration's debates. ``calibrates``: whether a warm-up share is held out (not when every coefficient
     is given); every algorithm holds out the same warm-up questions, so all train on the same ones."""
-    task = get_task(debate.task, **(debate.task_options or {}))
+    task = get_task(debate.task, **mapping(debate.task_options))
     train_all = task.load(
         debate.train_split, debate.data_path, limit=debate.max_train_questions, seed=run.seed
     )
@@ -118,7 +118,7 @@ def load_training_data(
 
 def agent_profiles(debate: DebateArgs) -> list[str | None]:
     """Each agent's system prompt (None: the task's default): ``profiles`` repeated over the N agents."""
-    profiles: list[str | None] = list(debate.profiles or [None])
+    profiles: list[str | None] = [*debate.profiles] if debate.profiles else [None]
     return [profiles[i % len(profiles)] for i in range(debate.n_agents)]
 
 
@@ -154,6 +154,7 @@ def check_context(model: ModelArgs, debate: DebateArgs, task: Task, questions: S
     for base in dict.fromkeys(model.agent_models or [model.model]):
         path = resolve_model(base)
         tokenizer = AutoTokenizer.from_pretrained(path)
+        limit: int | None
         fixed = model.backend_capabilities.fixed_context  # vLLM: the context it starts with
         if fixed:
             limit, name = model.vllm_max_model_len, "vllm_max_model_len"
@@ -162,7 +163,9 @@ def check_context(model: ModelArgs, debate: DebateArgs, task: Task, questions: S
             name = f"{base}'s max_position_embeddings"
         if not limit:
             continue
-        encode = partial(chat_prompt_ids, tokenizer, template_kwargs=debate.chat_template_kwargs)
+        encode = partial(
+            chat_prompt_ids, tokenizer, template_kwargs=mapping(debate.chat_template_kwargs) or None
+        )
         for q in longest:
             need = worst_case_prompt_tokens(
                 task, q, settings, encode, reads_pool=debate.protocol == "interventions"

@@ -513,7 +513,7 @@ class MultiAgentPolicy:
         :class:`TeamBackend` routing each request by its ``model`` field (the agent's base model name).
         ``kwargs`` go to each HFBackend (e.g. ``max_batch``).
         """
-        backends = {
+        backends: dict[str, Backend] = {
             base: HFBackend(
                 model_obj=self.models[base], tokenizer=self.tokenizers[base], device=self.device, **kwargs
             )

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from udpo.config.groups import DebateArgs, ModelArgs, RunArgs
+from udpo.config.groups import DebateArgs, ModelArgs, RunArgs, mapping
 from udpo.env.backends.base import Backend
 from udpo.env.debate import AgentSpec, DebateConfig, DebateEnv
 from udpo.env.progress import DebateProgress
@@ -83,17 +83,18 @@ class Rollouts:
 
     def _make_backend(self) -> Backend:
         cfg, debate = self.model, self.debate_settings
+        template_kwargs = mapping(debate.chat_template_kwargs) or None
         if cfg.backend_capabilities.serves_live_model:
             return self.policy.rollout_backend(
                 max_batch=max(debate.debate_batch_size * debate.n_agents, 1),
-                chat_template_kwargs=debate.chat_template_kwargs,
+                chat_template_kwargs=template_kwargs,
             )
         from udpo.env.backends import backend_from_settings
         from udpo.env.models import resolve_model
 
         if cfg.backend_capabilities.remote:  # a vLLM server that loads adapters from this file system
             return backend_from_settings(
-                cfg.backend, base_url=cfg.base_url, chat_template_kwargs=debate.chat_template_kwargs
+                cfg.backend, base_url=cfg.base_url, chat_template_kwargs=template_kwargs
             )
         from udpo.env.backends.vllm import lora_rank_slot  # the one engine started here: vLLM
 
@@ -107,7 +108,7 @@ class Rollouts:
             max_lora_rank=lora_rank_slot(cfg.lora_r),
             max_model_len=cfg.vllm_max_model_len,
             seed=self.run.seed + self.rank,
-            chat_template_kwargs=debate.chat_template_kwargs,
+            chat_template_kwargs=template_kwargs,
             **colocated_engine_options(cfg, self.world, torch.cuda.is_available()),
         )
 

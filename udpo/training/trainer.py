@@ -35,13 +35,13 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from udpo.algorithms import algorithm_class, build_algorithm
-from udpo.algorithms.base import RolloutBatch, fill_behavior_logprobs
+from udpo.algorithms.base import Algorithm, RolloutBatch, fill_behavior_logprobs
 from udpo.algorithms.reward_functions import RewardFunction, load_reward_functions
 from udpo.config import TrainConfig
 from udpo.config.groups import AlgorithmArgs, DebateArgs, ModelArgs, OptimizerArgs, RewardArgs, RunArgs
@@ -66,6 +66,9 @@ from udpo.training.rollouts import Rollouts
 from udpo.training.state import TrainingState
 from udpo.training.tracking import Timer, Tracker, accelerate_trackers, progress_bar
 from udpo.training.update import Updater
+
+if TYPE_CHECKING:
+    from udpo.training.replay import ReplayBuffer
 
 __all__ = [
     "EvalCallback",
@@ -240,8 +243,9 @@ class Trainer:
             if self._lock is not None:
                 self._lock.close()
             raise
-        self.algorithm = None  # built once the coefficients are known (calibration or checkpoint)
-        self.replay = None
+        # built once the coefficients are known (calibration or checkpoint)
+        self.algorithm: Algorithm | None = None
+        self.replay: ReplayBuffer | None = None
         self.tracker: Tracker | None = None
         self.calibration: dict[str, Any] | None = None
         self.state = TrainingState()  # where the run stands; what a checkpoint gives back on resume
@@ -308,6 +312,14 @@ class Trainer:
                 bases.get(k, 1 / 3) for k in ("alpha_base", "beta_base", "gamma_base")
             )
             self.replay = ReplayBuffer(cfg.replay_capacity, cfg.replay_eta, cfg.replay_beta, base)
+
+    def _algorithm(self) -> Algorithm:
+        """The algorithm, once :meth:`use_calibration` has built it."""
+        if self.algorithm is None:
+            raise RuntimeError(
+                "no algorithm yet: use_calibration() builds it (from calibration or a checkpoint)"
+            )
+        return self.algorithm
 
     # ------------------------------------------------------------------------------------------
     # what eval callbacks and tests use
@@ -385,7 +397,7 @@ class Trainer:
         self, trajectories: list[Trajectory], weights: Sequence[float] | None = None
     ) -> RolloutBatch:
         """The algorithm's rewards and the per-agent turns of a list of debates."""
-        rewards, terms = self.algorithm.rewards(trajectories)
+        rewards, terms = self._algorithm().rewards(trajectories)
         return RolloutBatch.from_trajectories(
             trajectories,
             rewards=rewards,
@@ -398,14 +410,15 @@ class Trainer:
     ) -> dict[str, float]:
         """One update on ``batch`` (:meth:`udpo.training.update.Updater.update`)."""
         return self.updater.update(
-            self.algorithm, batch, advantages, fresh_count, iteration, self._fail_non_finite
+            self._algorithm(), batch, advantages, fresh_count, iteration, self._fail_non_finite
         )
 
     def run_iteration(self, k: int) -> dict[str, Any]:
         """Rollout, reward, update, sync for iteration ``k``; returns its metrics."""
         cfg, timer, peaks = self.config, Timer(), PhasePeaks()
         questions = [q for q in self.schedule.for_iteration(k) for _ in range(cfg.debates_per_question)]
-        adversary = self.algorithm.adversary_stage(self.task)  # rmaac perturbs what agents read in training
+        algorithm = self._algorithm()
+        adversary = algorithm.adversary_stage(self.task)  # rmaac perturbs what agents read in training
         protocol = self.debate_protocol().with_stages(adversary) if adversary is not None else None
         with timer("rollout"), peaks("rollout"):
             fresh = self.debate(questions, {"phase": "train", "iteration": k}, protocol=protocol)
@@ -420,7 +433,7 @@ class Trainer:
                 fill_behavior_logprobs(
                     batch, self.policy, **self.updater.scoring()
                 )  # engines that return none
-            advantages = self.algorithm.advantages(batch)
+            advantages = algorithm.advantages(batch)
         with timer("update"), explain_oom(cfg), peaks("update"):
             update_stats = self.update(batch, advantages, fresh_count=len(fresh), iteration=k)
         with timer("sync"):
@@ -432,7 +445,7 @@ class Trainer:
             "epoch": round(self.schedule.epoch_of(k), 4),
             "lr": self.updater.scheduler.get_last_lr()[0],
             **{f"train/{key}": v for key, v in summarize(fresh).items() if key != "n_questions"},
-            **self.algorithm.batch_metrics(batch, advantages),
+            **algorithm.batch_metrics(batch, advantages),
             **(self.replay.stats() if self.replay is not None else {}),
             **update_stats,
             "debates": len(fresh),
@@ -524,7 +537,7 @@ class Trainer:
                 )
                 if self.critic is not None and warmup:  # critic_warmup_epochs: a warm start
                     fitted = self.updater.warm_start_critic(
-                        self.algorithm,
+                        self._algorithm(),
                         self.rollout_batch(warmup),
                         cfg.critic_warmup_epochs,
                         self._fail_non_finite,

@@ -88,7 +88,7 @@ class Updater:
             ),
         )
         self.steps = 0
-        self.engine = None  # the DeepSpeed engine (wrapping the base model) under DeepSpeed
+        self.engine: Any = None  # the DeepSpeed engine (wrapping the base model) under DeepSpeed
         if deepspeed:
             self._prepare_deepspeed(critic)
 
@@ -110,7 +110,7 @@ class Updater:
         ds_config["gradient_clipping"] = 0.0
         (base,) = self.policy.models
         # every backward (one per agent and micro-batch) accumulates; the engine steps after the last one
-        self.accelerator.gradient_accumulation_steps = self.n_agents * self.optim.gradient_accumulation_steps
+        self.accelerator.gradient_accumulation_steps = self.n_agents * self.micro_batch_count
         model, self.optimizer, self.scheduler = self.accelerator.prepare(
             self.policy.models[base], self.optimizer, self.scheduler
         )
@@ -119,13 +119,21 @@ class Updater:
     def micro_batches(self, local: list[int], total: int) -> list[list[int]]:
         """This process's debates split into ``gradient_accumulation_steps`` micro-batches (of ``total``
         debates over all processes: every process decides alike, from the smallest shard)."""
-        ga, smallest = self.optim.gradient_accumulation_steps, total // self.world
+        ga, smallest = self.micro_batch_count, total // self.world
         if smallest < ga:
             raise ValueError(
                 f"gradient_accumulation_steps={ga} is more than the {smallest} debates per update that the "
                 f"least busy of {self.world} process(es) has; lower it or raise questions_per_iteration"
             )
         return [chunk.tolist() for chunk in np.array_split(np.asarray(local), ga)]
+
+    @property
+    def micro_batch_count(self) -> int:
+        """``gradient_accumulation_steps``, sized by :mod:`udpo.training.autosize` before the updater is built."""
+        steps = self.optim.gradient_accumulation_steps
+        if steps is None:
+            raise ValueError("gradient_accumulation_steps is not sized yet (udpo.training.autosize.resolve)")
+        return steps
 
     def scoring(self) -> dict[str, Any]:
         """How the policy scores log-probs in training: the sampling temperature and the pass sizes."""
