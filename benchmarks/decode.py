@@ -13,7 +13,7 @@ model (transformers compiles its decode step as a CUDA graph on GPU; on CPU it r
 figure the GPU path is measured against.
 
 Every path gets one untimed call first (compilation, capture, buffer allocation: its seconds are printed
-as "first call"), then the best of ``--repeats`` timed calls. Prints tokens/s and ms per step for each,
+as "first call"), then the best of ``--repeats`` timed calls, the paths alternating. Prints tokens/s and ms per step for each,
 the stacked/eager ratio, and each path's ratio to the anchor; the CPU's name and the torch threads
 (set explicitly) head the output.
 """
@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import platform
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -33,6 +34,7 @@ from udpo.env.models import resolve_model
 
 #: the trainer's default adapter shape
 LORA = {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
+ANCHOR = "generate(static)"
 WORDS = [
     "what",
     "is",
@@ -106,10 +108,11 @@ def load(model: str, dtype: torch.dtype, device: str, adapters: int):
     return peft_model.to(device).eval(), names
 
 
-def timed(call, repeats: int) -> tuple[float, float, int]:
-    """(first call's seconds, best timed call's seconds, tokens of that call)."""
+def side_by_side(calls: dict[str, Callable[[], int]], repeats: int) -> dict[str, tuple[float, float, int]]:
+    """Per call: (first call's seconds, best timed call's seconds, tokens of that call). The timed calls
+    alternate (every call once per repeat), so a change of load on the machine meets all of them."""
 
-    def once() -> tuple[float, int]:
+    def once(call: Callable[[], int]) -> tuple[float, int]:
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         start = time.perf_counter()
@@ -118,13 +121,16 @@ def timed(call, repeats: int) -> tuple[float, float, int]:
             torch.cuda.synchronize()
         return time.perf_counter() - start, tokens
 
-    first, _ = once()
-    runs = [once() for _ in range(repeats)]
-    seconds, tokens = min(runs)
-    return first, seconds, tokens
+    first = {name: once(call)[0] for name, call in calls.items()}
+    runs: dict[str, list[tuple[float, int]]] = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, call in calls.items():
+            runs[name].append(once(call))
+    return {name: (first[name], *min(runs[name])) for name in calls}
 
 
-def backend_run(model, tokenizer, device, path, names, args) -> Measure:
+def backend_call(model, tokenizer, device, path, names, args) -> Callable[[], int]:
+    """One ``generate`` call of the batch through an HFBackend decoding with ``path``; its tokens."""
     backend = HFBackend(model_obj=model, tokenizer=tokenizer, device=device, decode=path, max_batch=args.rows)
     sampling = SamplingParams(temperature=1.0, max_tokens=args.max_tokens, seed=args.seed)
     slots = names or [None]
@@ -132,15 +138,10 @@ def backend_run(model, tokenizer, device, path, names, args) -> Measure:
         ChatRequest(messages, sampling, adapter=slots[k % len(slots)])
         for k, messages in enumerate(prompts(args.rows, args.prompt_tokens, args.seed))
     ]
-
-    def call() -> int:
-        return sum(len(c.completion_ids) for c in backend.generate(requests))
-
-    first, seconds, tokens = timed(call, args.repeats)
-    return Measure(path, len(names), tokens, seconds, args.max_tokens, first)
+    return lambda: sum(len(c.completion_ids) for c in backend.generate(requests))
 
 
-def anchor_run(model, tokenizer, device, args) -> Measure:
+def anchor_call(model, tokenizer, device, args) -> Callable[[], int]:
     """``generate`` with a static cache, sampling exactly ``max_tokens`` per row (no early stop)."""
     texts = [
         tokenizer.apply_chat_template(m, add_generation_prompt=True, tokenize=False)
@@ -153,13 +154,12 @@ def anchor_run(model, tokenizer, device, args) -> Measure:
         min_new_tokens=args.max_tokens, cache_implementation="static", pad_token_id=tokenizer.pad_token_id
     )
 
+    @torch.no_grad()
     def call() -> int:
         out = model.generate(**batch, **kwargs)
         return (out.shape[1] - batch["input_ids"].shape[1]) * out.shape[0]
 
-    with torch.no_grad():
-        first, seconds, tokens = timed(call, args.repeats)
-    return Measure("generate(static)", 0, tokens, seconds, args.max_tokens, first)
+    return call
 
 
 def main() -> None:
@@ -196,13 +196,17 @@ def main() -> None:
     results: list[Measure] = []
     for k in sorted({args.adapters, 0}, reverse=True):
         model, names = load(args.model, dtype, device, k)
-        for path in paths:
-            measure = backend_run(model, tokenizer, device, path, names, args)
-            measure.path = f"{path} ({pick_decode(path, device)})" if path == "auto" else path
-            results.append(measure)
+        calls = {
+            f"{path} ({pick_decode(path, device)})" if path == "auto" else path: backend_call(
+                model, tokenizer, device, path, names, args
+            )
+            for path in paths
+        }
         if k == 0 and args.anchor:
-            results.append(anchor_run(model, tokenizer, device, args))
-        del model
+            calls[ANCHOR] = anchor_call(model, tokenizer, device, args)
+        for name, (first, seconds, tokens) in side_by_side(calls, args.repeats).items():
+            results.append(Measure(name, len(names), tokens, seconds, args.max_tokens, first))
+        del model, calls
     print(
         f"\n{'path':<18} {'adapters':>8} {'tokens':>7} {'seconds':>8} {'tok/s':>9} {'ms/step':>8} {'first call':>10}"
     )
@@ -216,7 +220,7 @@ def main() -> None:
         if ("stacked", k) in by and ("eager", k) in by:
             ratio = by["stacked", k].tokens_per_s / by["eager", k].tokens_per_s
             print(f"stacked / eager, {k} adapters: {ratio:.2f}x")
-    anchor = by.get(("generate(static)", 0))
+    anchor = by.get((ANCHOR, 0))
     if anchor is not None:
         for m in results:
             if m is not anchor:

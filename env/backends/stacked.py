@@ -55,7 +55,7 @@ class StackedAdapters:
         self.layers = _lora_layers(model)
         self.names = sorted({n for layer in self.layers for n in layer.lora_A})
         self.signature = _signature(self.layers)
-        self.index = torch.zeros(capacity, dtype=torch.long, device=_device(model))
+        self.index = _static(torch.zeros(capacity, dtype=torch.long, device=_device(model)))
         self.stacks: dict[int, _Stack] = {}
         slots = {name: k + 1 for k, name in enumerate(self.names)}
         for layer in self.layers:
@@ -67,9 +67,9 @@ class StackedAdapters:
             n_slots, width_in = len(self.names) + 1, first.shape[1]
             width_out = layer.lora_B[own[0]].weight.shape[0]
             stack = _Stack(
-                a=first.new_zeros(n_slots, rank, width_in),
-                bt=first.new_zeros(n_slots, rank, width_out),
-                columns=torch.arange(n_slots, device=first.device).repeat_interleave(rank),
+                a=_static(first.new_zeros(n_slots, rank, width_in)),
+                bt=_static(first.new_zeros(n_slots, rank, width_out)),
+                columns=_static(torch.arange(n_slots, device=first.device).repeat_interleave(rank)),
                 sources=[
                     (slots[n], layer.lora_A[n].weight, layer.lora_B[n].weight, float(layer.scaling[n]))
                     for n in own
@@ -112,7 +112,7 @@ class StackedAdapters:
         ``capacity``, the padded batch) through slot 0. The index keeps its storage unless it must grow."""
         capacity = max(capacity or len(slots), len(slots))
         if capacity > len(self.index):
-            self.index = self.index.new_zeros(capacity)
+            self.index = _static(self.index.new_zeros(capacity))
         self.index[len(slots) :].zero_()
         self.index[: len(slots)].copy_(slots)
 
@@ -157,6 +157,12 @@ def _signature(layers: list) -> tuple:
         )
         for layer in layers
     )
+
+
+def _static(t: torch.Tensor) -> torch.Tensor:
+    """``t``, marked as keeping its storage: a compiled step then reads it in place (no copy per replay)."""
+    torch._dynamo.mark_static_address(t)
+    return t
 
 
 def _device(model) -> torch.device:

@@ -117,9 +117,8 @@ class StaticDecoder:
             size = 2 * len(cache.layers) * cache.layers[0].keys.numel() * layer.element_size()
             ones = torch.ones(key[0], 1, dtype=torch.long, device=layer.device)
             buf = _Buffers(cache, ones.new_ones(key), ones, ones.clone(), size)
-            if self.graph:
-                for t in (buf.mask, buf.tokens, buf.positions):
-                    torch._dynamo.mark_static_address(t)
+            for t in (buf.mask, buf.tokens, buf.positions):  # read in place by a compiled step
+                torch._dynamo.mark_static_address(t)
         self.buffers[key] = buf  # the newest last
         while sum(b.nbytes for b in self.buffers.values()) > self.max_bytes and len(self.buffers) > 1:
             self.buffers.pop(next(iter(self.buffers)))
