@@ -31,7 +31,7 @@ def debates(policy: MultiAgentPolicy, args: argparse.Namespace) -> list:
         n_agents=args.agents,
         rounds=args.rounds,
         sampling=SamplingParams(temperature=0.7, max_tokens=args.max_tokens, seed=0),
-        batch_size=args.questions,
+        debate_batch_size=args.questions,
     )
     env = DebateEnv(task, policy.rollout_backend(), config)
     return env.run(task.load("test")[: args.questions], progress=False)

@@ -118,7 +118,7 @@ def main() -> None:
     task = get_task(args.task)
     questions = task.load(limit=args.questions)
     sampling = SamplingParams(temperature=0.7, max_tokens=args.max_tokens)
-    config = DebateConfig(args.agents, args.rounds, sampling, batch_size=args.questions)
+    config = DebateConfig(args.agents, args.rounds, sampling, debate_batch_size=args.questions)
     with make_backend("hf", model=args.model) as inner:
         backend = Counting(inner)
         standard = run("standard", task, questions, backend, config, args.seed)

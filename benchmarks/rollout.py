@@ -101,7 +101,7 @@ def fresh_cache(backend: Backend) -> None:
 def debate(backend: Backend, questions, config: DebateConfig, per_agent: bool) -> tuple[Measure, CallLog]:
     fresh_cache(backend)
     log = CallLog(backend, one_at_a_time=per_agent)
-    cfg = DebateConfig(**{**config.__dict__, "batch_size": 1 if per_agent else len(questions)})
+    cfg = DebateConfig(**{**config.__dict__, "debate_batch_size": 1 if per_agent else len(questions)})
     env = DebateEnv(Arithmetic(difficulty=1), log, cfg)
     start = time.perf_counter()
     trajectories = env.run(questions, progress=False)

@@ -92,22 +92,25 @@ class DebateConfig:
     """n_agents: N. rounds: T, debate rounds after round 0. sampling: default per-agent sampling.
     agents: per-agent specs (default N plain agents). early_stop: end a debate once every agent
     gives the same parsed answer (later rounds carry the answers forward).
-    batch_size: questions debated together; all their requests of a round form one backend call."""
+    debate_batch_size: questions debated together; all their requests of a round form one backend call.
+
+    These defaults, with :class:`SamplingParams`' for sampling, are the only ones: the training config's
+    fields (``udpo.config.DebateArgs``) and the commands' flags take theirs from here."""
 
     n_agents: int = 3
     rounds: int = 2
     sampling: SamplingParams = field(default_factory=SamplingParams)
     agents: list[AgentSpec] | None = None
     early_stop: bool = False
-    batch_size: int = 16
+    debate_batch_size: int = 16
 
     def __post_init__(self) -> None:
         if self.n_agents < 1:
             raise ValueError(f"n_agents must be >= 1, got {self.n_agents}")
         if self.rounds < 0:
             raise ValueError(f"rounds must be >= 0, got {self.rounds}")
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.debate_batch_size < 1:
+            raise ValueError(f"debate_batch_size must be >= 1, got {self.debate_batch_size}")
         check_debate_size(self.n_agents, self.rounds, self.sampling.max_tokens)
         if self.agents is None:
             self.agents = [AgentSpec() for _ in range(self.n_agents)]
@@ -156,7 +159,7 @@ class DebateEnv:
         several runs on one line, or a line under the training bar).
         """
         out: list[Trajectory] = []
-        bs = self.config.batch_size
+        bs = self.config.debate_batch_size
         reporter, owned = as_progress(progress)
         budget = (
             max((a.sampling or self.config.sampling).max_tokens for a in self.agents) if self.agents else 0

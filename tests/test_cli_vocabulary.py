@@ -226,7 +226,7 @@ def test_backend_from_settings_gives_each_backend_the_settings_it_takes(built):
 
 
 def test_the_commands_build_their_backend_as_before(built):
-    """What ``backend_from_args`` gave each backend before it went through backend_from_settings."""
+    """What ``backend_from_args`` gives each backend (a setting left None leaves the backend's default)."""
     from udpo.cli.common import backend_from_args
 
     parse = build_parser().parse_args
@@ -235,7 +235,7 @@ def test_the_commands_build_their_backend_as_before(built):
     hf, vllm, openai = (kw for _, kw in built)
     assert hf == {"model": "smollm2-135m-instruct", "dtype": "fp32"}  # device None: the backend picks
     assert vllm == {"model": "smollm2-135m-instruct", "dtype": "fp32", "seed": 5}
-    assert openai == {"model": "smollm2-135m-instruct", "base_url": "http://127.0.0.1:8000/v1"}
+    assert openai == {"model": "smollm2-135m-instruct"}  # base_url None: the backend's default address
 
 
 @pytest.mark.parametrize("old", ["--compromised", "--baseline", "--out", "--agents"])
@@ -275,3 +275,46 @@ def test_only_the_backends_compare_a_backend_name():
         if compare.search(line)
     ]
     assert not found, "ask backend_capabilities(name) instead:\n" + "\n".join(found)
+
+
+# --- one home per default ---------------------------------------------------------------------------------
+#: the options of ``udpo debate`` generated from config fields (their help and default the field's)
+GENERATED = (
+    "data_path",
+    "model",
+    "backend",
+    "dtype",
+    "base_url",
+    "chat_template_kwargs",
+    "n_agents",
+    "rounds",
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "debate_batch_size",
+)
+
+
+def test_debate_and_backend_flags_take_their_defaults_and_help_from_the_config_fields():
+    from udpo.config import DebateArgs, ModelArgs
+    from udpo.env.backends import SamplingParams
+    from udpo.env.debate import DebateConfig
+    from udpo.env.models import DEFAULT_MODEL
+
+    assert (DebateArgs.n_agents, DebateArgs.rounds, DebateArgs.debate_batch_size) == (
+        DebateConfig.n_agents,
+        DebateConfig.rounds,
+        DebateConfig.debate_batch_size,
+    )
+    sampling = (SamplingParams.temperature, SamplingParams.top_p, SamplingParams.max_tokens)
+    assert (DebateArgs.temperature, DebateArgs.top_p, DebateArgs.max_tokens) == sampling
+    assert ModelArgs.model == DEFAULT_MODEL
+    args = build_parser().parse_args(BASE["debate"])
+    fields = {f.name: f for group in (DebateArgs, ModelArgs) for f in dataclasses.fields(group)}
+    generated = [a for a in options(commands()["debate"]) if a.dest in GENERATED]
+    assert sorted(a.dest for a in generated) == sorted(GENERATED)
+    for action in generated:
+        field = fields[action.dest]
+        assert action.help.startswith(field.metadata["help"]), action.dest
+        if action.dest not in ("base_url", "max_tokens"):  # the openai backend's address; by device and task
+            assert getattr(args, action.dest) == field.default, action.dest

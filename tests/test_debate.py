@@ -34,7 +34,7 @@ class BoxedTask(Task):
 def test_one_backend_call_per_round_with_every_question_and_agent():
     task = BoxedTask(n=3)
     backend = ScriptedBackend(lambda req, k: "\\boxed{0}")
-    env = DebateEnv(task, backend, DebateConfig(n_agents=4, rounds=2, batch_size=8))
+    env = DebateEnv(task, backend, DebateConfig(n_agents=4, rounds=2, debate_batch_size=8))
     trajs = env.run(task.load(), progress=False)
     assert len(backend.calls) == 3  # rounds 0, 1, 2
     assert all(len(call) == 3 * 4 for call in backend.calls)
@@ -45,7 +45,7 @@ def test_one_backend_call_per_round_with_every_question_and_agent():
 def test_batch_size_splits_questions():
     task = BoxedTask(n=5)
     backend = ScriptedBackend(["\\boxed{1}"])
-    DebateEnv(task, backend, DebateConfig(n_agents=2, rounds=1, batch_size=2)).run(
+    DebateEnv(task, backend, DebateConfig(n_agents=2, rounds=1, debate_batch_size=2)).run(
         task.load(), progress=False
     )
     assert [len(c) for c in backend.calls] == [4, 4, 4, 4, 2, 2]

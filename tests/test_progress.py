@@ -38,7 +38,7 @@ def test_a_debate_reports_every_round_turn_and_token():
         return "I think it is \\boxed{3}."
 
     progress, out = line()
-    env = DebateEnv(TASK, ScriptedBackend(script), DebateConfig(n_agents=3, rounds=2, batch_size=2))
+    env = DebateEnv(TASK, ScriptedBackend(script), DebateConfig(n_agents=3, rounds=2, debate_batch_size=2))
     trajectories = env.run(questions(3), progress=progress)
     tokens = sum(len(turn.completion_ids) for t in trajectories for row in t.turns for turn in row)
     assert progress.turns_total == progress.turns_done == 3 * 3 * 3

@@ -58,7 +58,16 @@ def test_digra_debate_with_injection_and_the_woozle_report(tmp_path, capsys):
     """``udpo debate --protocol digra`` on 2 Du et al. items, N = 3, T = 1, agent 0 injected wrong."""
     run = tmp_path / "digra"
     args = ["debate", "--task", "du-arithmetic", "--limit", "2", "--n-agents", "3", "--rounds", "1"]
-    args += ["--max-tokens", "16", "--protocol", "digra", "--inject", "wrong,own,own", "--output-dir", str(run)]
+    args += [
+        "--max-tokens",
+        "16",
+        "--protocol",
+        "digra",
+        "--inject",
+        "wrong,own,own",
+        "--output-dir",
+        str(run),
+    ]
     assert main(args) == 0, capsys.readouterr().err
     trajectories = read_jsonl(run / "trajectories.jsonl")
     assert len(trajectories) == 2
@@ -91,7 +100,7 @@ def test_interventions_debate_with_real_embeddings_and_refutation(tiny_hf):
     embedder = SentenceEmbedder()
     assert embedder([questions[0].text]).shape == (1, 384)  # all-MiniLM-L6-v2 from the package
     stage = Interventions(task, embedder=embedder, refuter=Refuter(tiny_hf, _greedy(24)))
-    config = DebateConfig(n_agents=3, rounds=1, sampling=_greedy(16, temperature=0.7), batch_size=2)
+    config = DebateConfig(n_agents=3, rounds=1, sampling=_greedy(16, temperature=0.7), debate_batch_size=2)
     trajectories = DebateEnv(task, tiny_hf, config, protocol=[stage]).run(questions, progress=False)
     for t in trajectories:
         reads = [turn.reads for row in t.turns for turn in row if turn.round == 1]

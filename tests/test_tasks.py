@@ -413,7 +413,9 @@ def test_scripted_debate_parses_every_turn(name, shared_data):
         return say(q, q.gold if right else wrong(q))
 
     profiles = [f"{task.default_profile} You are agent {i}." for i in range(3)]
-    config = DebateConfig(n_agents=3, rounds=2, agents=[AgentSpec(profile=p) for p in profiles], batch_size=2)
+    config = DebateConfig(
+        n_agents=3, rounds=2, agents=[AgentSpec(profile=p) for p in profiles], debate_batch_size=2
+    )
     trajectories = DebateEnv(task, ScriptedBackend(script), config).run(questions, progress=False)
     assert len(trajectories) == len(questions)
     for traj, q in zip(trajectories, questions, strict=True):

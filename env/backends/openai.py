@@ -61,6 +61,10 @@ def read_api_key_file(path: str | os.PathLike) -> str:
     return key
 
 
+#: the server an OpenAIBackend talks to when no ``base_url`` is given (``vllm serve``'s default address)
+DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
+
+
 class OpenAIBackend(Backend):
     """Chat completions over HTTP.
 
@@ -81,7 +85,7 @@ class OpenAIBackend(Backend):
 
     def __init__(
         self,
-        base_url: str = "http://127.0.0.1:8000/v1",
+        base_url: str = DEFAULT_BASE_URL,
         model: str | None = None,
         api_key: str | None = None,
         max_concurrency: int = 32,

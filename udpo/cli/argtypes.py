@@ -11,13 +11,16 @@ here.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
+import typing
 from collections.abc import Callable
 from pathlib import Path
 
 __all__ = [
     "BooleanOption",
     "at_least",
+    "config_option",
     "existing_file",
     "existing_path",
     "field_option",
@@ -152,6 +155,26 @@ def field_option(group, name: str, **kwargs) -> argparse.Action:
     if kwargs.get("action") is argparse.BooleanOptionalAction:
         kwargs["action"] = BooleanOption
     return group.add_argument(*flags, **kwargs)
+
+
+def config_option(
+    group, config: type, name: str, *, default_text: str | None = None, **kwargs
+) -> argparse.Action:
+    """Add the option of the config field ``name`` of ``config`` (a dataclass of ``udpo.config``): named
+    by :func:`field_option`, its default the field's and its help the field's (``metadata["help"]``, what
+    ``udpo train --help`` and docs/training.md show), ending "(default: ...)" unless it says so already
+    (``default_text``: the words shown instead of the default). A ``Literal`` field's values become its
+    choices. ``kwargs`` go to ``add_argument`` and win (a command's own default, a checking ``type=``)."""
+    spec = next(f for f in dataclasses.fields(config) if f.name == name)
+    kwargs.setdefault("default", spec.default)
+    help_text = kwargs.pop("help", spec.metadata["help"])
+    shown = default_text if default_text is not None else kwargs["default"]
+    if shown is not None and "default" not in help_text:
+        help_text = f"{help_text} (default: {shown})"
+    hint = typing.get_type_hints(config)[name]
+    if typing.get_origin(hint) is typing.Literal:
+        kwargs.setdefault("choices", typing.get_args(hint))
+    return field_option(group, name, help=help_text.replace("%", "%%"), **kwargs)
 
 
 class BooleanOption(argparse.BooleanOptionalAction):

@@ -6,11 +6,10 @@ import argparse
 import json
 import random
 import sys
-import typing
 
 import numpy as np
 
-from udpo.config.groups import ModelArgs
+from udpo.config.groups import DebateArgs, ModelArgs
 from udpo.env.backends import (
     Backend,
     SamplingParams,
@@ -18,13 +17,14 @@ from udpo.env.backends import (
     backend_from_settings,
 )
 from udpo.env.backends.base import DTYPE_NAMES
-from udpo.env.backends.openai import read_api_key_file
+from udpo.env.backends.openai import DEFAULT_BASE_URL, read_api_key_file
 from udpo.env.debate import DebateConfig
 from udpo.env.models import DEFAULT_MODEL
 from udpo.env.protocols import PROTOCOL_NAMES, ProtocolConfig
 from udpo.env.tasks import TASK_NAMES, Question, Task, get_task
 
 from .argtypes import (
+    config_option,
     existing_file,
     field_option,
     finite_float,
@@ -50,10 +50,11 @@ CPU_MAX_TOKENS = {
 #: CPU cap of a task not listed above
 CPU_MAX_TOKENS_OTHER = 128
 #: completion cap on a GPU or an OpenAI-compatible server when ``--max-tokens`` is not given
-GPU_MAX_TOKENS = 256
-MAX_TOKENS_HELP = (
-    "completion length cap per reply (default: 256 on a GPU or server; on CPU 96 for arithmetic, "
-    "du-arithmetic, commonsenseqa and truthfulqa, 192 for gsm8k, 128 for realmistake)"
+GPU_MAX_TOKENS = SamplingParams.max_tokens
+#: what ``--max-tokens`` defaults to when a command picks it by device and task
+MAX_TOKENS_DEFAULT = (
+    f"{GPU_MAX_TOKENS} on a GPU or server; on CPU 96 for arithmetic, du-arithmetic, commonsenseqa and "
+    f"truthfulqa, 192 for gsm8k, 128 for realmistake"
 )
 
 
@@ -79,36 +80,18 @@ def add_task_args(p: argparse.ArgumentParser, default_task: str | None = None) -
         + (f" (default: {default_task})" if default_task else ""),
     )
     g.add_argument("--split", default="test", help="data split (default: test)")
-    field_option(
-        g,
-        "data_path",
-        default=None,
-        help="data file, folder in the shared/data layout, or Hub name",
-    )
+    config_option(g, DebateArgs, "data_path")
     g.add_argument("--limit", type=positive_int, default=None, help="debate only the first K questions")
     g.add_argument("--seed", type=seed, default=0, help="seed for data shuffles and sampling (default: 0)")
 
 
 def add_backend_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model and backend")
-    g.add_argument(
-        "--model", default=DEFAULT_MODEL, help=f"alias, folder or Hub id (default: {DEFAULT_MODEL})"
-    )
-    g.add_argument(
-        "--backend",
-        default="hf",
-        choices=typing.get_args(typing.get_type_hints(ModelArgs)["backend"]),  # the engines training takes
-        help="hf: transformers, CPU or GPU (default); vllm: offline engine; openai: a server at --base-url",
-    )
+    config_option(g, ModelArgs, "model")
+    config_option(g, ModelArgs, "backend")
     g.add_argument("--device", default=None, help="hf: torch device (default: cuda if available, else cpu)")
-    g.add_argument(
-        "--dtype",
-        default="auto",
-        choices=("auto", *DTYPE_NAMES),
-        metavar="DTYPE",
-        help="auto (bf16 on GPU and on CPUs with bf16 matrix units, else fp32), bf16, fp16 or fp32 (default: auto)",
-    )
-    field_option(g, "base_url", default="http://127.0.0.1:8000/v1", help="openai: server URL")
+    config_option(g, ModelArgs, "dtype", choices=("auto", *DTYPE_NAMES), metavar="DTYPE")
+    config_option(g, ModelArgs, "base_url", default_text=DEFAULT_BASE_URL)
     g.add_argument(
         "--api-key-file",
         type=existing_file,
@@ -117,14 +100,7 @@ def add_backend_args(p: argparse.ArgumentParser) -> None:
         help="openai: file whose first line is the API key (default: $UDPO_API_KEY, else $OPENAI_API_KEY)",
     )
     g.add_argument("--api-key", nargs="?", action=RefuseSecret, help=argparse.SUPPRESS)
-    field_option(
-        g,
-        "chat_template_kwargs",
-        type=json_object,
-        default=None,
-        metavar="JSON",
-        help="extra chat-template variables, e.g. '{\"enable_thinking\": false}' for Qwen3",
-    )
+    config_option(g, DebateArgs, "chat_template_kwargs", type=json_object, metavar="JSON")
 
 
 class RefuseSecret(argparse.Action):
@@ -148,89 +124,57 @@ def json_object(text: str) -> dict:
     return value
 
 
-#: what --rounds, --temperature and --top-p default to
-DEBATE_DEFAULTS = {"rounds": 2, "temperature": 0.7, "top_p": 1.0}
+#: the check of each debate flag, made as the command line is parsed (the range its field allows)
+DEBATE_FLAG_TYPES = {
+    "n_agents": positive_int,
+    "rounds": nonnegative_int,
+    "temperature": nonnegative_float,
+    "top_p": top_p,
+    "max_tokens": positive_int,
+    "debate_batch_size": positive_int,
+}
+
+
+def debate_option(g: argparse._ArgumentGroup, name: str, from_team: bool = False, **kwargs) -> None:
+    """The flag of the debate setting ``name`` (a field of ``DebateArgs``: its name, default and help).
+    ``from_team``: it defaults to None, filled from a trained team (its size, its training settings)."""
+    if from_team:
+        shown = kwargs.pop("default_text", getattr(DebateArgs, name))
+        kwargs |= {"default": None, "default_text": f"the trained team's, else {shown}"}
+    config_option(g, DebateArgs, name, type=DEBATE_FLAG_TYPES[name], **kwargs)
 
 
 def add_debate_args(p: argparse.ArgumentParser, from_team: bool = False) -> None:
-    """The debate flags. ``from_team``: they default to None, to be taken from a trained team's settings
-    (:func:`debate_settings_from_team`), else :data:`DEBATE_DEFAULTS`."""
+    """The debate flags, generated from the fields of ``DebateArgs`` (``from_team``: rounds and sampling
+    default to a trained team's settings, :func:`debate_settings_from_team`)."""
     g = p.add_argument_group("debate")
-    field_option(
-        g,
-        "n_agents",
-        type=positive_int,
-        metavar="N",
-        default=None if from_team else 3,
-        help="number of agents N (default: the team's, else 3)"
-        if from_team
-        else "number of agents N (default: 3)",
-    )
-    g.add_argument(
-        "--rounds",
-        type=nonnegative_int,
-        default=None if from_team else DEBATE_DEFAULTS["rounds"],
-        help=f"debate rounds T after the initial answer (default: {_default_text('rounds', from_team)})",
-    )
+    debate_option(g, "n_agents", from_team, metavar="N")
+    debate_option(g, "rounds", from_team)
     add_sampling_args(g, from_team)
-    field_option(
-        g,
-        "debate_batch_size",
-        type=positive_int,
-        default=16,
-        help="questions debated together (default: 16)",
-    )
+    debate_option(g, "debate_batch_size")
     g.add_argument("--early-stop", action="store_true", help="stop a debate once all agents agree")
 
 
 def add_sampling_args(g: argparse._ArgumentGroup, from_team: bool = False) -> None:
-    """--temperature, --top-p and --max-tokens (default None: :func:`resolve_max_tokens` picks one);
-    ``from_team`` as for :func:`add_debate_args`."""
-    g.add_argument(
-        "--temperature",
-        type=nonnegative_float,
-        default=None if from_team else DEBATE_DEFAULTS["temperature"],
-        help=f"sampling temperature (default: {_default_text('temperature', from_team)})",
-    )
-    field_option(
-        g,
-        "top_p",
-        type=top_p,
-        default=None if from_team else DEBATE_DEFAULTS["top_p"],
-        help=f"nucleus sampling mass in (0, 1] (default: {_default_text('top_p', from_team)})",
-    )
-    field_option(
-        g,
-        "max_tokens",
-        type=positive_int,
-        default=None,
-        metavar="N",
-        help=MAX_TOKENS_HELP.replace("(default: ", "(default: the team's training setting, else ")
-        if from_team
-        else MAX_TOKENS_HELP,
-    )
-
-
-def _default_text(key: str, from_team: bool) -> str:
-    return (
-        f"the team's training setting, else {DEBATE_DEFAULTS[key]}"
-        if from_team
-        else str(DEBATE_DEFAULTS[key])
-    )
+    """--temperature, --top-p and --max-tokens (default None: :func:`resolve_max_tokens` picks one by
+    device and task); ``from_team`` as for :func:`add_debate_args`."""
+    debate_option(g, "temperature", from_team)
+    debate_option(g, "top_p", from_team)
+    debate_option(g, "max_tokens", from_team, default=None, default_text=MAX_TOKENS_DEFAULT, metavar="N")
 
 
 def debate_settings_from_team(args: argparse.Namespace, team) -> str | None:
     """Fill the debate flags left unset (None) from the trained team's ``debate`` settings (team.json),
-    the rest from :data:`DEBATE_DEFAULTS` (max tokens: :func:`resolve_max_tokens`); returns the line that
+    the rest from their fields' defaults (max tokens: :func:`resolve_max_tokens`); returns the line that
     says what came from the team (None when nothing did)."""
     taken = []
     for key, value in (team.debate if team is not None else {}).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
             taken.append(f"{key} {value}")
-    for key, value in DEBATE_DEFAULTS.items():
+    for key in ("rounds", "temperature", "top_p"):
         if getattr(args, key) is None:
-            setattr(args, key, value)
+            setattr(args, key, getattr(DebateArgs, key))
     if not taken:
         return None
     return f"as the team was trained: {', '.join(taken)} (flags override)"
@@ -448,5 +392,5 @@ def debate_config_from_args(args: argparse.Namespace) -> DebateConfig:
         rounds=args.rounds,
         sampling=sampling,
         early_stop=args.early_stop,
-        batch_size=args.debate_batch_size,
+        debate_batch_size=args.debate_batch_size,
     )

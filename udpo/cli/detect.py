@@ -11,13 +11,14 @@ from udpo.env.debate import AgentSpec
 from udpo.env.protocols.error_detection import PROTOCOLS, DetectionConfig, binary_labels, make_detector
 from udpo.env.runs import previous_debates, run_to_folder
 
-from .argtypes import existing_path, field_option, nonnegative_int, positive_int
+from .argtypes import existing_path, field_option, positive_int
 from .common import (
     add_backend_args,
     add_sampling_args,
     add_task_args,
     backend_from_args,
     check_run_args,
+    debate_option,
     load_questions,
     resolve_max_tokens,
     say,
@@ -38,20 +39,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_task_args(p, default_task="realmistake")
     add_backend_args(p)
     g = p.add_argument_group("protocol")
-    g.add_argument(
-        "--rounds", type=nonnegative_int, default=2, help="debate rounds after the first answers (default: 2)"
-    )
+    debate_option(g, "rounds", default=DetectionConfig.rounds)
     add_sampling_args(g)
     g.add_argument(
-        "--word-limit", type=positive_int, default=150, help="words asked per debate turn (default: 150)"
-    )
-    field_option(
-        g,
-        "debate_batch_size",
+        "--word-limit",
         type=positive_int,
-        default=16,
-        help="items handled together (default: 16)",
+        default=DetectionConfig.word_limit,
+        help="words asked per debate turn (default: %(default)s)",
     )
+    debate_option(g, "debate_batch_size", default=DetectionConfig.batch_size)
     g.add_argument(
         "--debater-models",
         default=None,

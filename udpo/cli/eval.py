@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from udpo.analysis.attack_eval import check_out_dir, compromised_sets, evaluate_attacks, format_table
+from udpo.config.groups import DebateArgs
 from udpo.env.attacks import ATTACK_NAMES, AttackConfig
 from udpo.env.protocols import ProtocolConfig, build_protocol
 from udpo.training.run_lock import held
@@ -152,7 +153,9 @@ def check(args: argparse.Namespace) -> tuple[Any, AttackConfig, list[list[int]],
     sets, the protocol, the output folder. Returns (team or None, attack, compromised sets, protocol)."""
     team = _load_team(args)
     check_run_args(args)
-    n_agents = args.n_agents if args.n_agents is not None else (team.n_agents if team else 3)
+    n_agents = (
+        args.n_agents if args.n_agents is not None else (team.n_agents if team else DebateArgs.n_agents)
+    )
     if team is not None and n_agents != team.n_agents:
         raise ValueError(
             f"--n-agents {n_agents} but the checkpoint {args.checkpoint} has {team.n_agents} agents"

@@ -16,6 +16,7 @@ from .common import (
     add_task_args,
     backend_from_args,
     check_run_args,
+    debate_option,
     load_questions,
     resolve_max_tokens,
     say,
@@ -40,41 +41,40 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_task_args(p)
     add_backend_args(p)
     g = p.add_argument_group("method")
-    field_option(
-        g,
-        "n_agents",
-        type=positive_int,
-        default=5,
-        help="DiverseAgentEntropy: agents n (default: 5)",
-    )
+    debate_option(g, "n_agents", default=DAEConfig.n_agents, help="DiverseAgentEntropy: agents n")
     g.add_argument(
-        "--max-rounds", type=positive_int, default=4, help="DiverseAgentEntropy: round cap R* (default: 4)"
+        "--max-rounds",
+        type=positive_int,
+        default=DAEConfig.max_rounds,
+        help="DiverseAgentEntropy: round cap R* (default: %(default)s)",
     )
     g.add_argument(
         "--aspects",
         type=positive_int,
-        default=5,
-        help="DiverseAgentEntropy: perspectives asked for (default: 5)",
+        default=DAEConfig.n_aspects,
+        help="DiverseAgentEntropy: perspectives asked for (default: %(default)s)",
     )
     g.add_argument(
         "--per-aspect",
         type=positive_int,
-        default=3,
-        help="DiverseAgentEntropy: questions per perspective (default: 3)",
+        default=DAEConfig.per_aspect,
+        help="DiverseAgentEntropy: questions per perspective (default: %(default)s)",
     )
-    g.add_argument("--samples", type=positive_int, default=5, help="self-consistency: samples k (default: 5)")
     g.add_argument(
-        "--min-votes", type=positive_int, default=3, help="self-consistency: SC(m/k) majority m (default: 3)"
+        "--samples",
+        type=positive_int,
+        default=SCConfig.samples,
+        help="self-consistency: samples k (default: %(default)s)",
+    )
+    g.add_argument(
+        "--min-votes",
+        type=positive_int,
+        default=SCConfig.min_votes,
+        help="self-consistency: SC(m/k) majority m (default: %(default)s)",
     )
     g.add_argument("--cluster-judge", action="store_true", help="also merge answers an LLM judges equivalent")
     add_sampling_args(g)
-    field_option(
-        g,
-        "debate_batch_size",
-        type=positive_int,
-        default=8,
-        help="questions handled together (default: 8)",
-    )
+    debate_option(g, "debate_batch_size", default=DAEConfig.batch_size)
     field_option(
         p, "output_dir", default="runs/uncertainty", help="output folder (default: runs/uncertainty)"
     )

@@ -10,6 +10,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from udpo.env.backends.base import SamplingParams
+from udpo.env.debate import DebateConfig
+from udpo.env.models import DEFAULT_MODEL
+
 if TYPE_CHECKING:
     from udpo.env.backends.base import Capabilities
 
@@ -92,7 +96,7 @@ def _check_spec_shapes(name: str, specs: Sequence[str]) -> None:
 class ModelArgs:
     """The team's model and the engine that samples it: base model, dtype, LoRA, backend."""
 
-    model: str = _f("smollm2-135m-instruct", "Base model: alias, local folder or Hub id.")
+    model: str = _f(DEFAULT_MODEL, "Base model: alias, local folder or Hub id.")
     agent_models: list[str] | None = _f(
         None, "Heterogeneous teams: one base model per agent (N entries); default: `model` for all."
     )
@@ -115,8 +119,9 @@ class ModelArgs:
     shared_adapter: bool = _f(False, "All agents share one adapter (parameter sharing) instead of one each.")
     backend: Literal["hf", "vllm", "openai"] = _f(
         "hf",
-        "Rollout engine. hf: the policy's own model (on-policy, no sync). vllm: a local engine that gets "
-        "new LoRA ids after each update. openai: an OpenAI-compatible server that can load LoRA adapters.",
+        "Inference engine. hf: transformers in this process (in training, the policy's own model: on-policy, "
+        "no sync). vllm: a vLLM engine (in training it gets new LoRA ids after each update). openai: an "
+        "OpenAI-compatible server at base_url (in training, one that can load LoRA adapters).",
     )
     base_url: str | None = _f(None, "Server URL for backend: openai.")
     vllm_gpu_memory_utilization: float | None = _f(
@@ -190,19 +195,21 @@ class DebateArgs:
     train_split: str = _f("train", "Split the training and warm-up questions come from.")
     eval_split: str = _f("test", "Split of the held-out evaluation questions.")
     max_train_questions: int | None = _f(None, "Use at most this many training questions (default: all).")
-    n_agents: int = _f(3, "N: agents per debate.")
-    rounds: int = _f(2, "T: debate rounds after the independent round 0.")
+    n_agents: int = _f(DebateConfig.n_agents, "N: agents per debate.")
+    rounds: int = _f(DebateConfig.rounds, "T: debate rounds after the independent round 0.")
     profiles: list[str] | None = _f(
         None, "Agent system prompts: one for every agent or N entries (default: the task's profile)."
     )
-    temperature: float = _f(0.7, "Sampling temperature of rollouts and evaluation (0: greedy).")
+    temperature: float = _f(SamplingParams.temperature, "Sampling temperature of every debate (0: greedy).")
     top_p: float = _f(
-        1.0,
+        SamplingParams.top_p,
         "Nucleus sampling mass in (0, 1]. The trainer's log-probs are those of logits / temperature over the "
         "whole vocabulary, as in TRL and verl: below 1 they ignore the truncation.",
     )
-    max_tokens: int = _f(256, "Maximum new tokens per response.")
-    debate_batch_size: int = _f(16, "Questions debated together (one backend call per round).")
+    max_tokens: int = _f(SamplingParams.max_tokens, "Maximum new tokens per response.")
+    debate_batch_size: int = _f(
+        DebateConfig.debate_batch_size, "Questions debated together (one backend call per round)."
+    )
     chat_template_kwargs: dict | str | None = _f(
         None,
         "Extra arguments of the model's chat template, e.g. {enable_thinking: false} for Qwen3 (JSON on the "

@@ -134,7 +134,7 @@ def debate_config(debate: DebateArgs, agents: list[AgentSpec]) -> DebateConfig:
         rounds=debate.rounds,
         sampling=sampling,
         agents=agents,
-        batch_size=debate.debate_batch_size,
+        debate_batch_size=debate.debate_batch_size,
     )
 
 
