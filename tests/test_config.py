@@ -5,13 +5,15 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
 from udpo.cli import main as udpo_main
 from udpo.config import ConfigError, TrainConfig, parse_config, reference_markdown
-from udpo.config.groups import AlgorithmArgs, RewardArgs
+from udpo.config.groups import AlgorithmArgs, OptimizerArgs, RewardArgs
+from udpo.config.train import GROUPS
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -244,6 +246,17 @@ def test_field_groups_partition_the_config_and_check_their_own_fields():
             group(**bad).check()
     with pytest.raises(ConfigError, match="alpha needs 1 value"):  # n_agents (debate) x alpha (rewards)
         TrainConfig(n_agents=3, alpha=[0.1, 0.2])
+
+
+def test_a_group_holds_its_own_fields_and_no_others():
+    """What the trainer hands each part: one group's fields, as that group's dataclass."""
+    config = TrainConfig(learning_rate=3e-4, rounds=1, lora_r=4)
+    optim = config.group(OptimizerArgs)
+    assert type(optim) is OptimizerArgs and optim.learning_rate == 3e-4
+    assert {f.name for f in fields(optim)} == {f.name for f in fields(OptimizerArgs)}
+    assert not hasattr(optim, "rounds") and not hasattr(optim, "lora_r")
+    sizes = [len(fields(group)) for group in GROUPS]
+    assert sum(sizes) == len(fields(TrainConfig))  # every field in exactly one group
 
 
 def test_algorithm_registry_matches_the_config_and_declares_needs():

@@ -8,6 +8,7 @@ import shutil
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -16,10 +17,14 @@ from udpo.training import checkpoint_store as ckpt
 from udpo.training import distributed as dist
 from udpo.training.errors import TrainingError
 from udpo.training.state import TrainingState
-from udpo.training.team import DEBATE_SETTINGS, save_team
+from udpo.training.team import save_team
 
 if TYPE_CHECKING:
-    from udpo.training.trainer import Trainer
+    from udpo.algorithms.critic import Critic
+    from udpo.config import TrainConfig
+    from udpo.training.policy import MultiAgentPolicy
+    from udpo.training.replay import ReplayBuffer
+    from udpo.training.update import Updater
 
 TRAIN_FILE = "trajectories/train.jsonl"
 METRICS_FILE = "metrics.jsonl"
@@ -37,32 +42,63 @@ RESUMABLE_CHANGES = {
 }
 
 
-def verify(trainer: Trainer, path: Path) -> None:
+@dataclass
+class RunParts:
+    """What a checkpoint is written from and read into besides the :class:`TrainingState`: the run (its
+    settings, folder and processes) and the parts whose state it holds, named here so that the checkpoint
+    format does not hang on the trainer's attributes.
+
+    replay: None until the calibration builds it (:func:`load` returns a checkpoint's replay state in
+    :attr:`TrainingState.replay`). team: what team.json records besides the adapters (``task``,
+    ``profiles``, ``debate`` of :func:`~udpo.training.team.save_team`). accelerator: a DeepSpeed run's,
+    which reads the checkpoints of earlier versions."""
+
+    config: TrainConfig
+    run_dir: Path
+    rank: int
+    world: int
+    policy: MultiAgentPolicy
+    updater: Updater
+    critic: Critic | None
+    replay: ReplayBuffer | None
+    total_iterations: int
+    team: dict[str, Any]
+    deepspeed: bool = False
+    accelerator: Any = None
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+
+def verify(
+    path: Path, config: TrainConfig, *, deepspeed: bool, critic: bool, updater: Updater | None = None
+) -> None:
     """Check the checkpoint at ``path`` whole before anything is loaded (CheckpointError names the file):
     before the model loads against the adapters' headers, and again when loading, parameter by parameter
-    against the run's optimizer and schedule (none under DeepSpeed, which keeps its own)."""
-    cfg = trainer.config
-    updater = None if trainer.deepspeed else getattr(trainer, "updater", None)  # built after the first check
+    against the run's optimizer and schedule (none under DeepSpeed, which keeps its own). ``critic``:
+    whether the run has one; ``updater``: the run's, once built (the first check comes before it)."""
+    live = None if deepspeed else updater
     ckpt.verify(
         path,
-        replay=cfg.replay,
-        reference=cfg.reference == "lagged",
-        deepspeed=trainer.deepspeed,
-        optimizer=updater and updater.optimizer,
-        scheduler=updater and updater.scheduler,
+        replay=config.replay,
+        reference=config.reference == "lagged",
+        deepspeed=deepspeed,
+        optimizer=live and live.optimizer,
+        scheduler=live and live.scheduler,
     )
-    if trainer.critic_needed and not (path / "critic").is_dir():
-        raise ckpt.CheckpointError(f"{path} has no critic/ (not written by a {cfg.algorithm} run)")
+    if critic and not (path / "critic").is_dir():
+        raise ckpt.CheckpointError(f"{path} has no critic/ (not written by a {config.algorithm} run)")
 
 
-def check_run_dir(trainer: Trainer) -> None:
+def check_run_dir(config: TrainConfig, *, deepspeed: bool, critic: bool) -> None:
     """Before anything loads: the paths the config names, the checkpoint to resume (whole), and a run
     directory that holds a run only with ``resume``. A directory whose run was stopped before its first
     checkpoint holds nothing to resume: a new start replaces what that attempt wrote."""
-    cfg, run_dir = trainer.config, trainer.run_dir
-    cfg.check_paths()
-    if cfg.resume is not None:
-        verify(trainer, ckpt.resolve(run_dir, cfg.resume))
+    run_dir = Path(config.output_dir)
+    config.check_paths()
+    if config.resume is not None:
+        verify(ckpt.resolve(run_dir, config.resume), config, deepspeed=deepspeed, critic=critic)
     elif ckpt.list_checkpoints(run_dir):
         raise TrainingError(
             f"output_dir {run_dir} already holds a run (checkpoints); pass --resume latest to "
@@ -83,9 +119,9 @@ def _interrupted_start(run_dir: Path) -> bool:
     return all(b'"kind"' in line and b'"iteration"' in line for line in whole if line.strip())
 
 
-def save(trainer: Trainer, iteration: int) -> Path:
-    """Write checkpoint ``iteration`` atomically (all processes call this)."""
-    t, cfg = trainer, trainer.config
+def save(state: TrainingState, iteration: int, parts: RunParts) -> Path:
+    """Write checkpoint ``iteration`` of a run at ``state`` atomically (all processes call this)."""
+    t, cfg = parts, parts.config
     rng_states = dist.gather_objects(ckpt.rng_state())
     final = ckpt.checkpoints_dir(t.run_dir) / ckpt.checkpoint_name(iteration)
     staging = ckpt.staging_dir(t.run_dir, iteration) if t.main else None
@@ -97,7 +133,9 @@ def save(trainer: Trainer, iteration: int) -> Path:
     with t.policy.full_adapters():  # every process: ZeRO-3 gathers the adapters to write them
         if t.main:
             assert staging is not None
-            _write_team(t, staging, iteration)
+            save_team(t.policy, staging, iteration=iteration, **t.team)
+            if cfg.reference == "lagged":
+                t.policy.save_adapters(staging / "reference", reference=True)
     if t.main:
         assert staging is not None
         if t.critic is not None:
@@ -108,49 +146,31 @@ def save(trainer: Trainer, iteration: int) -> Path:
         ckpt.save_state(staging / "rng", rng_states)
         if t.replay is not None:
             ckpt.save_state(staging / "replay", t.replay.state_dict())
-        write_json(staging / "calibration.json", t.calibration)
-        state = {
-            **t.state.to_dict(),
+        write_json(staging / "calibration.json", state.calibration)
+        record = {
+            **state.to_dict(),
             "iteration": iteration,  # the loop's, or the one before it (a run stopped by a non-finite value)
             "optimizer_steps": t.updater.steps,
-            "total_iterations": t.data.total_iterations,
+            "total_iterations": t.total_iterations,
             "world_size": t.world,
             "files": ckpt.file_marks(t.run_dir, list(APPEND_ONLY)),
             "config": cfg.to_dict(),
         }
-        write_json(staging / ckpt.STATE, state)
+        write_json(staging / ckpt.STATE, record)
         ckpt.commit(t.run_dir, staging, iteration)
         ckpt.prune(t.run_dir, cfg.save_total_limit)
     dist.barrier()
     return final
 
 
-def team_settings(t: Trainer) -> dict[str, Any]:
-    """What team.json records of a run besides its adapters and iteration: the task's name, each agent's
-    profile and the debate settings the team trains with (``task``, ``profiles``, ``debate`` of
-    :func:`~udpo.training.team.save_team`)."""
-    cfg = t.config
-    return {
-        "task": cfg.task,
-        "profiles": [s.profile for s in t.rollouts.agent_specs()],
-        "debate": {key: getattr(cfg, key) for key in DEBATE_SETTINGS},
-    }
-
-
-def _write_team(t: Trainer, staging: Path, iteration: int) -> None:
-    """The team (manifest and adapters) and, with a lagged reference, its snapshots (main process)."""
-    save_team(t.policy, staging, iteration=iteration, **team_settings(t))
-    if t.config.reference == "lagged":
-        t.policy.save_adapters(staging / "reference", reference=True)
-
-
-def load(trainer: Trainer, path: Path) -> TrainingState:
-    """Restore everything :func:`save` wrote into the trainer's parts (policy, critic, optimizer, schedule,
-    algorithm, replay, generators), rewind the append-only files, and return where the run stands.
+def load(path: Path, parts: RunParts) -> TrainingState:
+    """Restore what :func:`save` wrote into the run's parts (policy, critic, optimizer, schedule,
+    generators), rewind the append-only files, and return where the run stands, with the calibration
+    record (the algorithm and replay buffer are built from it) and the replay buffer's state.
 
     A file that does not fit this run is a CheckpointError naming it."""
-    t = trainer
-    verify(t, path)
+    t = parts
+    verify(path, t.config, deepspeed=t.deepspeed, critic=t.critic is not None, updater=t.updater)
     state = ckpt.read_state(path)
     changed = sorted(
         k
@@ -181,10 +201,11 @@ def load(trainer: Trainer, path: Path) -> TrainingState:
         with names_file(path / "scheduler.json"):
             t.updater.scheduler.load_state_dict(ckpt.load_state(path / "scheduler"))
     with names_file(path / "calibration.json"):
-        t.use_calibration(ckpt.read_json(path / "calibration.json"))  # builds the replay buffer
-    if t.replay is not None:
+        calibration = ckpt.read_json(path / "calibration.json")
+    replay = None
+    if t.config.replay:
         with names_file(path / "replay.json"):
-            t.replay.load_state_dict(ckpt.load_state(path / "replay"))
+            replay = ckpt.load_state(path / "replay")
     with names_file(path / "rng.json"):
         rng_states = ckpt.load_state(path / "rng")
         ckpt.set_rng_state(rng_states[t.rank % len(rng_states)])
@@ -200,24 +221,25 @@ def load(trainer: Trainer, path: Path) -> TrainingState:
             if int(folder.name.split("_")[1]) > iteration:
                 shutil.rmtree(folder)
     dist.barrier()
-    t.rollouts.sync_adapters(iteration)
-    return TrainingState.from_dict(state, last_evaluation=legacy)
+    loaded = TrainingState.from_dict(state, last_evaluation=legacy)
+    loaded.calibration, loaded.replay = calibration, replay
+    return loaded
 
 
-def record_evaluation(trainer: Trainer, iteration: int) -> None:
+def record_evaluation(state: TrainingState, iteration: int, run_dir: Path, main: bool) -> None:
     """Checkpoint ``iteration`` was written before its evaluation; take the evaluation into its state
-    (the metrics line, the history) so that resuming there does not evaluate again. Main process."""
-    t = trainer
-    if not t.main:
+    (the metrics line, the ``state``'s history) so that resuming there does not evaluate again. Main
+    process."""
+    if not main:
         return
-    path = ckpt.checkpoints_dir(t.run_dir) / ckpt.checkpoint_name(iteration)
-    state = ckpt.read_state(path)
-    state.update(
-        files=ckpt.file_marks(t.run_dir, list(APPEND_ONLY)),
-        history=t.state.history,
+    path = ckpt.checkpoints_dir(run_dir) / ckpt.checkpoint_name(iteration)
+    record = ckpt.read_state(path)
+    record.update(
+        files=ckpt.file_marks(run_dir, list(APPEND_ONLY)),
+        history=state.history,
         last_evaluation=iteration,
     )
-    write_json(path / ckpt.STATE, state)
+    write_json(path / ckpt.STATE, record)
 
 
 @contextmanager

@@ -1,4 +1,5 @@
-"""Where a run stands: the part of a checkpoint's ``state.json`` the training loop reads back on resume."""
+"""Where a run stands: what a checkpoint saves of the training loop (its ``state.json`` and
+``calibration.json``) and gives back on resume (:mod:`udpo.training.checkpointing`)."""
 
 from __future__ import annotations
 
@@ -10,11 +11,17 @@ from typing import Any
 class TrainingState:
     """iteration: the last finished iteration (0 before the first). history: the "before" and "after"
     held-out evaluation summaries. last_evaluation: the iteration of the newest logged evaluation (None:
-    none yet; a run stopped between a checkpoint and its evaluation evaluates again on resume)."""
+    none yet; a run stopped between a checkpoint and its evaluation evaluates again on resume).
+    calibration: the calibration record the algorithm is built from (None before calibration). replay: a
+    checkpoint's replay-buffer state, for the buffer the calibration builds (None otherwise).
+
+    :meth:`to_dict` is the state.json part (calibration and replay have files of their own)."""
 
     iteration: int = 0
     history: dict[str, dict[str, Any]] = field(default_factory=dict)
     last_evaluation: int | None = None
+    calibration: dict[str, Any] | None = None
+    replay: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {"iteration": self.iteration, "history": self.history, "last_evaluation": self.last_evaluation}

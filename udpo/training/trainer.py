@@ -64,6 +64,7 @@ from udpo.training.errors import TrainingError, explain_oom
 from udpo.training.memory import PhasePeaks
 from udpo.training.rollouts import Rollouts
 from udpo.training.state import TrainingState
+from udpo.training.team import DEBATE_SETTINGS
 from udpo.training.tracking import Timer, Tracker, accelerate_trackers, progress_bar
 from udpo.training.update import Updater
 
@@ -195,7 +196,7 @@ class Trainer:
         self.critic_needed = algorithm_class(config.algorithm).needs_critic
         self._lock = run_lock.acquire_on_main(self.run_dir, self.main)  # released by close(), or on failure
         try:
-            checkpointing.check_run_dir(self)
+            checkpointing.check_run_dir(config, deepspeed=self.deepspeed, critic=self.critic_needed)
             self.reward_functions = (
                 list(reward_functions)
                 if reward_functions is not None
@@ -247,7 +248,6 @@ class Trainer:
         self.algorithm: Algorithm | None = None
         self.replay: ReplayBuffer | None = None
         self.tracker: Tracker | None = None
-        self.calibration: dict[str, Any] | None = None
         self.state = TrainingState()  # where the run stands; what a checkpoint gives back on resume
 
     # ------------------------------------------------------------------------------------------
@@ -295,7 +295,7 @@ class Trainer:
         """Build the algorithm (and the replay buffer, whose priority uses the base weights) from a
         calibration record."""
         cfg = self.config
-        self.calibration = record
+        self.state.calibration = record
         self.algorithm = build_algorithm(
             cfg.group(AlgorithmArgs),
             cfg.group(RewardArgs),
@@ -486,10 +486,55 @@ class Trainer:
             f"max_grad_norm clipping; continue with --resume {saved}"
         )
 
+    @property
+    def calibration(self) -> dict[str, Any] | None:
+        """The calibration record the algorithm was built from (``state.calibration``)."""
+        return self.state.calibration
+
+    def team_settings(self) -> dict[str, Any]:
+        """What team.json records of the run besides its adapters and iteration: the task's name, each
+        agent's profile and the debate settings the team trains with (``task``, ``profiles``, ``debate``
+        of :func:`~udpo.training.team.save_team`)."""
+        cfg = self.config
+        return {
+            "task": cfg.task,
+            "profiles": [s.profile for s in self.rollouts.agent_specs()],
+            "debate": {key: getattr(cfg, key) for key in DEBATE_SETTINGS},
+        }
+
+    def _checkpoint_parts(self) -> checkpointing.RunParts:
+        """The run and the parts a checkpoint is written from and read into."""
+        return checkpointing.RunParts(
+            config=self.config,
+            run_dir=self.run_dir,
+            rank=self.rank,
+            world=self.world,
+            policy=self.policy,
+            updater=self.updater,
+            critic=self.critic,
+            replay=self.replay,
+            total_iterations=self.data.total_iterations,
+            team=self.team_settings(),
+            deepspeed=self.deepspeed,
+            accelerator=self.accelerator,
+        )
+
     def save_checkpoint(self, iteration: int) -> Path:
-        path = checkpointing.save(self, iteration)
+        path = checkpointing.save(self.state, iteration, self._checkpoint_parts())
         self._call("on_save", iteration, path)
         return path
+
+    def _resume(self, path: Path) -> None:
+        """Restore checkpoint ``path`` (:func:`udpo.training.checkpointing.load`), build the algorithm and
+        the replay buffer from its calibration, fill the buffer, and hand the adapters to the engine."""
+        self.state = checkpointing.load(path, self._checkpoint_parts())
+        with checkpointing.names_file(path / "calibration.json"):
+            self.use_calibration(self.state.calibration or {})
+        if self.replay is not None:
+            with checkpointing.names_file(path / "replay.json"):
+                self.replay.load_state_dict(self.state.replay or {})
+        self.state.replay = None  # the buffer holds it now
+        self.rollouts.sync_adapters(self.state.iteration)
 
     def _call(self, hook: str, *args: Any) -> None:
         """Call ``hook`` of every TrainerCallback."""
@@ -507,7 +552,7 @@ class Trainer:
         dist.barrier()
         resumed = ckpt.resolve(self.run_dir, cfg.resume) if cfg.resume is not None else None
         if resumed is not None:
-            self.state = checkpointing.load(self, resumed)
+            self._resume(resumed)
         elif (
             self.main
         ):  # a start stopped before checkpoint 0 left its metrics (see checkpointing.check_run_dir)
@@ -552,7 +597,7 @@ class Trainer:
             ):
                 # stopped while evaluating at its checkpoint (or resumed past the end of a shortened run)
                 self.state.history["after"] = self._evaluate_and_log(self.state.iteration)
-                checkpointing.record_evaluation(self, self.state.iteration)
+                checkpointing.record_evaluation(self.state, self.state.iteration, self.run_dir, self.main)
             self._call("on_train_begin")
             for k in range(self.state.iteration + 1, total + 1):
                 metrics = self.run_iteration(k)
@@ -569,7 +614,7 @@ class Trainer:
                 if self._evaluation_due(k, total):
                     self.state.history["after"] = self._evaluate_and_log(k)
                     if saved:
-                        checkpointing.record_evaluation(self, k)
+                        checkpointing.record_evaluation(self.state, k, self.run_dir, self.main)
         finally:
             bar.close()
         self.tracker.close()
