@@ -166,7 +166,7 @@ class Team:
         temperature: float | None = None,
         top_p: float | None = None,
         protocol: Protocol | Sequence[Stage] | None = None,
-        batch_size: int = 16,
+        debate_batch_size: int = DebateConfig.debate_batch_size,
         seed: int | None = None,
         progress: bool = True,
     ) -> DebateResult:
@@ -182,7 +182,7 @@ class Team:
 
         rounds, max_tokens, temperature, top_p: default the settings the team was trained with, else
         2 rounds and :class:`~udpo.env.backends.base.SamplingParams`' defaults. protocol: a Protocol or
-        stages (default Standard MAD). batch_size: questions debated together. seed: seeds Python,
+        stages (default Standard MAD). debate_batch_size: questions debated together. seed: seeds Python,
         NumPy and torch first, for a repeatable sample. progress: a line that moves with the debates.
         """
         task, items = self._questions(questions, task)
@@ -196,13 +196,13 @@ class Team:
             rounds=chosen.get("rounds", DebateConfig.rounds),
             sampling=sampling,
             agents=self.manifest.agent_specs(),
-            batch_size=batch_size,
+            debate_batch_size=debate_batch_size,
         )
         if seed is not None:
             from transformers import set_seed
 
             set_seed(seed)
-        with self.policy.rollout_backend(max_batch=batch_size * self.n_agents) as backend:
+        with self.policy.rollout_backend(max_batch=debate_batch_size * self.n_agents) as backend:
             env = DebateEnv(task, backend, config, protocol=protocol)
             return DebateResult(env.run(items, progress=progress))
 
