@@ -143,6 +143,38 @@ def test_buffers_are_reused_and_adapter_updates_reach_them(policy):
                 p.copy_(s)
 
 
+def test_the_compiled_step_is_one_graph_across_calls_and_adapter_updates(policy):
+    """What CUDA-graph replay relies on, checked with dynamo alone on CPU: the decode step traces into a
+    single graph (``fullgraph``), and calls with other prompts, another row count of the same bucket and
+    updated adapter weights reuse it (no recompilation, hence no recapture)."""
+    model = policy.models[policy.base_model]
+    pad = policy.tokenizer.pad_token_id
+    graphs = []
+
+    def count(graph, inputs):
+        graphs.append(graph)
+        return graph.forward
+
+    decoder = StaticDecoder(model)
+    decoder.step = torch.compile(decoder._forward, backend=count, fullgraph=True, dynamic=False)
+    kwargs = dict(max_new_tokens=5, temperature=1.0, top_p=1.0, stops=set())
+    saved = [p.detach().clone() for p in policy.trainable_parameters()]
+    try:
+        for seed, lengths in ((0, [4, 7, 5, 7, 3]), (1, [6, 2, 5, 8, 4, 6])):  # 5 and 6 rows: bucket 6
+            ids, attention = batch(pad, lengths, seed=seed)
+            adapters = NAMES[: len(lengths)]
+            assert_same(*both(model, decoder, seed, input_ids=ids, attention=attention, adapters=adapters,
+                              **kwargs))  # fmt: skip
+            with torch.no_grad():
+                for p in policy.trainable_parameters():
+                    p.mul_(1.2)
+    finally:
+        with torch.no_grad():
+            for p, s in zip(policy.trainable_parameters(), saved, strict=True):
+                p.copy_(s)
+    assert len(graphs) == 1
+
+
 def test_buckets():
     assert [bucket(n) for n in (1, 2, 3, 5, 7, 9, 96, 97, 130)] == [1, 2, 3, 6, 8, 12, 96, 128, 192]
     assert bucket(10, 64) == 64 and bucket(100, 64) == 128
@@ -171,7 +203,7 @@ def test_backend_debates_alike_on_both_paths(tiny_model, tiny_lora_adapters):
         for name, path in tiny_lora_adapters.items():
             backend.load_adapter(name, path)
         sampling = SamplingParams(temperature=0.8, top_p=0.95, max_tokens=10, seed=7)
-        runs.append(debate(backend, sampling, Arithmetic().load("test", seed=0)[:2], prefix_cache=True))
+        runs.append(debate(backend, sampling, Arithmetic().load("test", seed=0)[:1], prefix_cache=True))
         assert (backend._static is not None) == (mode == "stacked")
         backend.close()
     for e, s in zip(*runs, strict=True):
