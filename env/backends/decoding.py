@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -284,7 +285,7 @@ def prompt_pass(
     prefixes: Sequence[RowKV | None] | None,
     answer_columns: int,
     **kwargs,
-) -> tuple[object, torch.Tensor, torch.Tensor, torch.Tensor, int]:
+) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor, int]:
     """Run the prompts (after their reused ``prefixes``) into a fresh static cache of ``P + S +
     answer_columns`` columns (reused prefixes, prompts, answers).
 

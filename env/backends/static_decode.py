@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -56,7 +57,7 @@ class _Buffers:
     """One shape's fixed inputs: the static cache, its 0/1 mask ``[rows, columns]``, the fed tokens and
     their position ids ``[rows, 1]``."""
 
-    cache: object
+    cache: Any  # a transformers StaticCache
     mask: torch.Tensor
     tokens: torch.Tensor
     positions: torch.Tensor
@@ -104,7 +105,7 @@ class StaticDecoder:
             self.stack.refresh()
         return self.stack
 
-    def _buffers(self, rows: int, columns: int, like: object) -> _Buffers:
+    def _buffers(self, rows: int, columns: int, like: Any) -> _Buffers:
         """The buffers of the bucket holding ``rows x columns``, allocated like the cache ``like``."""
         from transformers import StaticCache
 

@@ -26,6 +26,7 @@ import contextlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from ..progress import report_tokens
 from . import backend_capabilities
@@ -188,7 +189,7 @@ class VLLMBackend(Backend):
                 f"vLLM could not start an engine for {self.path}: {type(e).__name__}: {e}"
             ) from e
         self.tokenizer = self.llm.get_tokenizer()
-        self._loras: dict[str, object] = {}  # name -> vllm.lora.request.LoRARequest
+        self._loras: dict[str, Any] = {}  # name -> vllm.lora.request.LoRARequest
         self._next_lora_id = 1
 
     # adapters -------------------------------------------------------------------------------

@@ -227,7 +227,7 @@ def _run(args: argparse.Namespace) -> int:
             config,
             attack,
             sets,
-            base_model=model_name(args) or backend.model,  # openai: the server's model
+            base_model=model_name(args) or getattr(backend, "model", None),  # openai: the server's model
             out_dir=args.output_dir,
             meta=meta,
             resume=args.resume,

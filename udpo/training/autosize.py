@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 #: what auto means without a GPU: the settings' fixed defaults before they were sized
-CPU_DEFAULTS = {
+CPU_DEFAULTS: dict[str, Any] = {
     "logprob_token_budget": 4096,
     "gradient_accumulation_steps": 1,
     "gradient_checkpointing": False,
@@ -130,7 +130,7 @@ class UpdatePlan:
             f"{name}={str(getattr(self, name)).lower()}{' (auto)' if name in auto else ''}"
             for name in CPU_DEFAULTS
         )
-        if self.free_bytes is None:
+        if self.free_bytes is None or self.peak_bytes is None:  # on a CPU
             return f"update sizes: {sizes}"
         return (
             f"update sizes: {sizes}; estimated activations {self.peak_bytes / 2**30:.1f} GiB of "
