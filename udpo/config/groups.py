@@ -124,6 +124,12 @@ class ModelArgs:
         "OpenAI-compatible server at base_url (in training, one that can load LoRA adapters).",
     )
     base_url: str | None = _f(None, "Server URL for backend: openai.")
+    hf_decode: Literal["auto", "eager", "stacked", "graph"] = _f(
+        "auto",
+        "hf backend's decode path: auto (graph on CUDA, eager elsewhere), eager (finished rows leave the "
+        "batch), stacked (all rows in one fixed-shape step, adapters stacked) or graph (stacked, replayed "
+        "as a CUDA graph; CUDA only).",
+    )
     vllm_gpu_memory_utilization: float | None = _f(
         None,
         "vLLM: share of GPU memory for weights and KV cache (training default 0.3: the engine shares "

@@ -88,6 +88,7 @@ class Rollouts:
             return self.policy.rollout_backend(
                 max_batch=max(debate.debate_batch_size * debate.n_agents, 1),
                 chat_template_kwargs=template_kwargs,
+                decode=cfg.hf_decode,
             )
         from udpo.env.backends import backend_from_settings
         from udpo.env.models import resolve_model
