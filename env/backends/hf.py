@@ -354,11 +354,19 @@ class HFBackend(Backend):
         key = (id(self.model), tuple(self.adapters))
         if key != self._static_for:
             self._static_for, self._static = key, None
+            mode = mode_asked = self.decode
+            if mode == "graph" and hasattr(next(self.model.parameters()), "ds_id"):
+                # ZeRO-3 partitions the weights and gathers them into new storage for every rollout: a
+                # captured graph would read the old addresses
+                mode = "stacked"
             if StaticDecoder.supported(self.model):
-                self._static = StaticDecoder(
-                    self.model, graph=self.decode == "graph", max_bytes=2 * self.kv_bytes
+                self._static = StaticDecoder(self.model, graph=mode == "graph", max_bytes=2 * self.kv_bytes)
+                why = (
+                    " (not graph: ZeRO-3 gathers the weights afresh for every rollout)"
+                    if mode != mode_asked
+                    else ""
                 )
-                _log_once(f"hf backend: {self.decode} decoding on {self.device}")
+                _log_once(f"hf backend: {mode} decoding on {self.device}{why}")
             else:
                 _log_once(f"hf backend: eager decoding ({self.decode} cannot run this model's layers)")
         return self._static
