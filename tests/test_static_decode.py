@@ -85,13 +85,15 @@ def test_stacked_decoding_samples_the_eager_loops_tokens(policy, temperature, to
         first = model(input_ids=ids, attention_mask=attention).logits[:, -1].mean(0)
     stops = set(first.topk(1500).indices.tolist())  # likely tokens end rows early, at different steps
     decoder = StaticDecoder(model)
+    reported: list[int] = []  # progress: tokens sampled, reported by both loops
     eager, stacked = both(
         model, decoder, seed=11, input_ids=ids, attention=attention, max_new_tokens=20,
-        temperature=temperature, top_p=top_p, stops=stops, adapters=NAMES,
+        temperature=temperature, top_p=top_p, stops=stops, adapters=NAMES, on_tokens=reported.append,
     )  # fmt: skip
     lengths = {len(r.tokens) for r in eager}
     assert len(lengths) > 1 and {r.finish_reason for r in eager} == {"stop", "length"}
     assert_same(eager, stacked)
+    assert sum(reported) == 2 * sum(len(r.tokens) for r in eager)
 
 
 def test_shared_prompts_reused_prefixes_and_kept_kv_match_the_eager_loop(policy):
