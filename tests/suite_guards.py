@@ -1,14 +1,18 @@
 """The test suite's own rules, checked while it runs (a pytest plugin; ``tests/conftest.py`` loads it).
 
-**Tiers.** A test that loads the real model (SmolLM2-135M-Instruct), starts an inference engine or starts a
-multi-process job is marked ``slow``; the fast tier (``-m "not slow"``) loads no real weights. Two guards
-hold the line for the real model:
+**Tiers.** A test that loads the real model (SmolLM2-135M-Instruct), starts an inference engine, starts
+another process (a Python interpreter: a command, a multi-process job, a nested pytest; or a browser), or
+trains for many iterations is marked ``slow``; the fast tier (``-m "not slow"``) loads no real weights and
+starts no process. Three guards hold the line:
 
 - the fixtures that hand out the real model (:data:`REAL_MODEL_FIXTURES`) refuse an unmarked test before
   anything is set up;
 - an unmarked test runs with ``UDPO_CACHE`` pointing at a weightless copy of the default model's folder
   (its config and tokenizer, and a ``model.safetensors`` whose header names the rule), so loading the
-  default model fails, in the test's own process and in every subprocess it starts.
+  default model fails, in the test's own process and in every subprocess it starts;
+- an unmarked test that starts a Python interpreter or a browser (:data:`GUARDED_PROGRAMS`) through
+  ``subprocess`` fails at that call, with :data:`PROCESS_WORD` in the error (other programs, such as the
+  ``ldconfig`` that ``ctypes.util.find_library`` runs, are left alone).
 
 **Order.** Files with more slow tests run first: under ``-n 2 --dist loadfile`` (with pyproject's
 ``--no-loadscope-reorder``) the long files start early and the short ones fill in around them, instead
@@ -25,6 +29,8 @@ import json
 import os
 import shutil
 import struct
+import subprocess
+import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -35,6 +41,10 @@ import pytest
 REAL_MODEL_FIXTURES = frozenset({"model_path", "hf_backend", "lora_adapters", "vllm_backend", "vllm_server"})
 #: what a failed load of the weightless copy says (a safetensors dtype that cannot exist)
 GUARD_WORD = "UNMARKED_TEST_LOADED_THE_REAL_MODEL_MARK_IT_SLOW"
+#: what an unmarked test that starts a guarded program is told
+PROCESS_WORD = "UNMARKED_TEST_STARTED_A_PROCESS_MARK_IT_SLOW"
+#: programs an unmarked test may not start: interpreters, the project's commands, launchers and browsers
+GUARDED_PROGRAMS = ("python", "udpo", "train_udpo", "torchrun", "accelerate", "deepspeed", "chrom", "vllm")
 #: seconds one test file may take by default
 FILE_BUDGET_S = 480.0
 #: the cache the session started with: where the real model lives (read before any test changes it)
@@ -55,7 +65,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "slow: loads the real model, starts an engine or a multi-process job")
+    config.addinivalue_line(
+        "markers", "slow: loads the real model, starts an engine or another process, or trains at length"
+    )
 
 
 def is_slow(item: pytest.Item) -> bool:
@@ -118,9 +130,48 @@ def weightless_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return cache
 
 
+def guarded_program(args) -> str | None:
+    """The program ``subprocess.Popen(args)`` would start, when an unmarked test may not start it."""
+    first = args if isinstance(args, str | bytes | os.PathLike) else (list(args) or [""])[0]
+    first = os.fsdecode(first)
+    if isinstance(args, str):  # a shell line or a bare program name: its first word
+        first = (first.split() or [""])[0]
+    name = Path(first).name.lower()
+    if first == sys.executable or name.startswith(GUARDED_PROGRAMS):
+        return name
+    return None
+
+
+def _refusing_popen_init(popen_init, nodeid: str):
+    def init(self, args, *rest, **kwargs):
+        name = guarded_program(args)
+        if name is not None:
+            raise RuntimeError(
+                f"{PROCESS_WORD}: {nodeid} starts {name!r} but is not marked slow: mark it "
+                "@pytest.mark.slow, or call the code in this process"
+            )
+        popen_init(self, args, *rest, **kwargs)
+
+    return init
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    """An unmarked test, its fixtures of every scope included, may not start a guarded program."""
+    if is_slow(item):
+        yield
+        return
+    popen_init = subprocess.Popen.__init__
+    subprocess.Popen.__init__ = _refusing_popen_init(popen_init, item.nodeid)  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        subprocess.Popen.__init__ = popen_init  # type: ignore[method-assign]
+
+
 @pytest.fixture(autouse=True)
 def _no_real_weights_unless_slow(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Unmarked tests (and their subprocesses) see the weightless cache."""
+    """Unmarked tests (and any process they start anyway) see the weightless cache."""
     if not is_slow(request.node):
         monkeypatch.setenv("UDPO_CACHE", str(request.getfixturevalue("weightless_cache")))
 
@@ -129,10 +180,15 @@ def _no_real_weights_unless_slow(request: pytest.FixtureRequest, monkeypatch: py
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
     report = outcome.get_result()
-    if report.failed and not is_slow(item) and GUARD_WORD in str(report.longrepr):
-        report.sections.append(
-            ("real-model guard", f"{item.nodeid} is not marked slow but loaded the real model's weights")
-        )
+    if report.failed and not is_slow(item):
+        if GUARD_WORD in str(report.longrepr):
+            report.sections.append(
+                ("real-model guard", f"{item.nodeid} is not marked slow but loaded the real model's weights")
+            )
+        if PROCESS_WORD in str(report.longrepr):
+            report.sections.append(
+                ("process guard", f"{item.nodeid} is not marked slow but started a process")
+            )
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

@@ -30,6 +30,7 @@ def brevity(trajectory, agent: int) -> float:
 
 
 # --- exports ---------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_public_names_are_exported_lazily():
     code = "import sys, udpo; assert 'torch' not in sys.modules; print(sorted(udpo.__all__))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

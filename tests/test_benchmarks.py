@@ -1,7 +1,7 @@
 """Every script under benchmarks/ still imports against the current package and parses its options.
 
 The benchmarks are run by hand (docs record their output), so nothing else notices when a rename leaves
-one behind: each is started with ``--help``, FutureWarnings turned into errors.
+one behind: each is started with ``--help``, FutureWarnings turned into errors (slow: a process each).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ def test_there_are_benchmarks():
     assert len(SCRIPTS) >= 5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.stem)
 def test_benchmark_starts(script):
     done = subprocess.run(

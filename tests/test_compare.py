@@ -237,6 +237,7 @@ def test_task_only_trains_udpo_on_the_correctness_reward_alone(tmp_path, monkeyp
     assert "| task_only | 0.500 [" in (tmp_path / "out" / "table.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_real_compare_of_three_methods(tiny_model, tmp_path):
     """Standard MAD, UDPO and MAPPO on the tiny model (the real trainer, rollouts and checkpoints), one
     seed, one iteration each; then ``udpo compare`` again keeps every finished run and rewrites the

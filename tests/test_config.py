@@ -170,6 +170,7 @@ def test_every_shipped_recipe_parses():
             parse_config(["--config", str(recipe)])
 
 
+@pytest.mark.slow
 def test_paper_grid_is_up_to_date():
     result = subprocess.run(
         [sys.executable, str(REPO / "recipes" / "make_grid.py"), "--check"], capture_output=True, text=True

@@ -326,6 +326,7 @@ def test_bad_input_errors_name_the_problem(tmp_path, capsys):
     assert "has no trajectories.jsonl" in _diagnose_error(capsys, [str(tmp_path), "--out", out])
 
 
+@pytest.mark.slow
 def test_degenerate_runs_give_nulls_not_crashes(tmp_path):
     # every debate right and unanimous (constant metrics, no failures), with two team shapes in one file
     record = {"question": "x", "gold": "A", "prediction": "A", "correct": True, "turns": [], "meta": {}}

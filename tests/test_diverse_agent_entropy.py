@@ -214,6 +214,7 @@ def test_configs_refuse_impossible_settings():
         SCConfig(samples=5, min_votes=6)
 
 
+@pytest.mark.slow
 def test_runs_on_a_tiny_model_and_diagnose(tmp_path, tokenizer_path):
     """DiverseAgentEntropy (3 agents, 1 round) and self-consistency on 2 CommonsenseQA questions through
     ``udpo uncertainty``, on a tiny random model that favours "(", ")" and the option letters (some of its

@@ -117,6 +117,7 @@ def fresh_python(code: str, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_bad_arguments_fail_before_torch_is_imported(tmp_path):
     run = tmp_path / "run.jsonl"
     run.write_text('{"question_id": "q"}\n')  # a file: passes the "exists" check of diagnose
@@ -133,6 +134,7 @@ def test_bad_arguments_fail_before_torch_is_imported(tmp_path):
         assert result["heavy"] == [], (argv, result["heavy"])  # imported by then: refused too late
 
 
+@pytest.mark.slow
 def test_train_udpo_script_checks_its_config_before_torch():
     code = (
         "import runpy, sys\n"

@@ -185,6 +185,7 @@ def test_an_empty_recipe_means_all_defaults(tmp_path):
     assert parse_config(["--config", str(comments), "--rounds", "3"]).rounds == 3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("text", "needle"),
     [

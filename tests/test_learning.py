@@ -30,6 +30,7 @@ def stopping_model(tokenizer_path, tmp_path_factory) -> str:
     return build_tiny_llama(folder, tokenizer_path, initializer_range=0.3, favour={"<|im_end|>": 6.0})
 
 
+@pytest.mark.slow
 def test_the_trainer_raises_a_learnable_reward(stopping_model, tmp_path):
     config = tiny_config(
         stopping_model,

@@ -69,6 +69,7 @@ def trained(tiny_model, tmp_path_factory):
     return root / "run", root / "export", debated, weights
 
 
+@pytest.mark.slow
 def test_a_saved_team_loads_from_each_folder_kind_and_debates_as_trained(trained, tmp_path):
     run, export, debated, weights = trained
     assert sorted(p.name for p in export.iterdir()) == ["adapters", "team.json"]

@@ -181,6 +181,7 @@ def test_functions_callable_classes_and_tasks_still_load():
 MINIMAL = 'task: os:system\ntask_options: {command: "echo recipe-code-ran > MARKER"}\n'  # the recipe
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("text", "field"),
     [

@@ -263,6 +263,7 @@ def report(tmp_path: Path, *runs: Path, name: str = "report.html") -> Path:
 
 
 # --- tests -------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_known_grid_filters_sorting_and_search(browser, known_run, tmp_path):
     page = report(tmp_path, known_run)
     assert open_page(browser, page) == []
@@ -298,6 +299,7 @@ def test_known_grid_filters_sorting_and_search(browser, known_run, tmp_path):
     assert browser.find_element(By.ID, "count").text.startswith("1 of 3 debates")
 
 
+@pytest.mark.slow
 def test_injected_html_in_model_text_stays_text(browser, tmp_path):
     hostile = debate(
         "<script>x</script>",
@@ -323,6 +325,7 @@ def test_injected_html_in_model_text_stays_text(browser, tmp_path):
     assert browser.find_elements(By.CSS_SELECTOR, "#browse img, #browse b, #browse i") == []
 
 
+@pytest.mark.slow
 def test_who_read_whom_is_shown_where_a_turn_did_not_read_every_peer(browser, tmp_path):
     from selenium.webdriver.common.by import By
 
@@ -364,6 +367,7 @@ def test_who_read_whom_is_shown_where_a_turn_did_not_read_every_peer(browser, tm
     assert item.find_elements(By.CSS_SELECTOR, "p.reads") == []
 
 
+@pytest.mark.slow
 def test_two_runs_side_by_side_changed_outcomes_first(browser, tmp_path):
     before = [
         debate(f"q{k}", "1", [["1"], ["1" if k % 3 else "2"], ["1" if k % 3 else "2"]]) for k in range(8)
@@ -390,6 +394,7 @@ def test_two_runs_side_by_side_changed_outcomes_first(browser, tmp_path):
     assert [c.text for c in grids[1].find_elements(By.CSS_SELECTOR, "td.cell")] == ["1", "2", "2"]
 
 
+@pytest.mark.slow
 def test_attack_run_marks_compromised_agents(browser, attack_run, tmp_path):
     page = report(tmp_path, attack_run)
     assert open_page(browser, page) == []
@@ -413,6 +418,7 @@ def test_attack_run_marks_compromised_agents(browser, attack_run, tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_training_run_folder_shows_curves_and_calibration(browser, tmp_path):
     """A training-run folder from udpo's own writers (Tracker, calibrate, write_json)."""
     from udpo.env.jsonl import write_json
@@ -465,6 +471,7 @@ def test_training_run_folder_shows_curves_and_calibration(browser, tmp_path):
     ] == ["eval/iter_000000", "eval/iter_000003"]
 
 
+@pytest.mark.slow
 def test_ten_thousand_debates_open_in_under_three_seconds(browser, big_run, tmp_path):
     start = time.perf_counter()
     page = report(tmp_path, big_run)
@@ -486,6 +493,7 @@ def test_ten_thousand_debates_open_in_under_three_seconds(browser, big_run, tmp_
     assert shown_ids(browser)[0] == "big-50"
 
 
+@pytest.mark.slow
 def test_real_debate_report_shows_the_recorded_answers(browser, real_debate, tmp_path):
     page = report(tmp_path, real_debate)
     assert open_page(browser, page) == []
@@ -507,6 +515,7 @@ def test_real_debate_report_shows_the_recorded_answers(browser, real_debate, tmp
         assert stats[key] == pytest.approx(summary[key])
 
 
+@pytest.mark.slow
 def test_real_training_run_and_its_evaluations(browser, real_training, tmp_path):
     page = report(tmp_path, real_training)
     assert open_page(browser, page) == []
@@ -666,6 +675,7 @@ def test_compare_folder_of_seeds_sharing_problems_shows_the_seed_analysis(tmp_pa
     )
 
 
+@pytest.mark.slow
 def test_compare_table_in_the_browser(browser, tmp_path, no_figures):
     root, results = compare_folder(tmp_path / "compare")
     page = report(tmp_path, root)
@@ -683,6 +693,7 @@ def test_compare_table_in_the_browser(browser, tmp_path, no_figures):
     assert list(rows) == ["standard_mad", "udpo", "mappo"]
 
 
+@pytest.mark.slow
 def test_errors_name_the_problem_and_nothing_heavy_is_imported(tmp_path, capsys):
     assert main(["report", str(tmp_path / "missing")]) == 2
     assert "no run folder or trajectory file" in capsys.readouterr().err

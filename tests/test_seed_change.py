@@ -44,6 +44,7 @@ def test_the_bootstrap_resamples_seeds_and_problems():
         seed_change(np.zeros((2, 3)), np.zeros((2, 4)))
 
 
+@pytest.mark.slow
 def test_compare_adds_the_seed_analysis_when_seeds_share_their_problems(tmp_path):
     config = CompareConfig.load(write_compare(tmp_path, methods=["standard_mad", "udpo"], seeds=[0, 1]))
     finished_run(config.run_dir("udpo", 0), "udpo", [True, False, False, False], [True, True, True, False])

@@ -79,6 +79,7 @@ class StopAtCheckpoint(TrainerCallback):
             raise Interrupted
 
 
+@pytest.mark.slow
 def test_a_study_records_each_run_as_it_finishes_resumes_and_rebuilds_its_tables_from_the_records(
     tiny_model, tmp_path, monkeypatch
 ):
@@ -194,6 +195,7 @@ def test_the_tables_cover_the_seeds_with_every_run_recorded_and_name_the_missing
     assert results["methods"]["task_only"]["accuracy"]["change_low"] is None
 
 
+@pytest.mark.slow
 def test_workers_get_their_threads_and_cores_on_purpose(tmp_path):
     assert plan_workers(2, cores=[0, 1]) == [Worker(0, 1, (0,)), Worker(1, 1, (1,))]
     assert plan_workers(3, cores=[0, 1]) == [Worker(k, 1) for k in range(3)]  # more workers than cores

@@ -1,6 +1,7 @@
 """The suite's own rules (tests/suite_guards.py), each shown failing: an unmarked test that asks for the real
-model or loads its weights (in its process or a subprocess) fails, and a test file over its time budget
-fails the run with its name. Each case runs pytest on a small probe file in a subprocess."""
+model, loads its weights (in its process or a child process) or starts a Python interpreter fails, and a
+test file over its time budget fails the run with its name. Each case runs pytest on a small probe file in
+a subprocess, so each is marked slow itself."""
 
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow  # each test starts pytest in a subprocess
 
 TESTS = Path(__file__).resolve().parent
 
@@ -58,12 +63,11 @@ def test_an_unmarked_test_asking_for_the_real_model_fails_before_its_fixtures(tm
     assert "test_unmarked uses model_path (the real model) but is not marked slow" in out
 
 
-def test_an_unmarked_test_loading_the_default_model_fails_in_process_and_in_subprocesses(tmp_path):
+def test_an_unmarked_test_loading_the_default_model_fails_in_process_and_in_child_processes(tmp_path):
     probe = run_probe(
         tmp_path,
         """
-        import subprocess
-        import sys
+        import multiprocessing
 
         LOAD = (
             "from transformers import AutoModelForCausalLM\\n"
@@ -74,9 +78,9 @@ def test_an_unmarked_test_loading_the_default_model_fails_in_process_and_in_subp
         def test_loads_in_process():
             exec(LOAD)
 
-        def test_loads_in_a_subprocess():
-            done = subprocess.run([sys.executable, "-c", LOAD], capture_output=True, text=True)
-            assert done.returncode == 0, done.stderr[-2000:]
+        def test_loads_in_a_child_process():  # a spawned child inherits the test's UDPO_CACHE
+            with multiprocessing.get_context("spawn").Pool(1) as pool:
+                pool.apply(exec, (LOAD, {}))
 
         def test_the_tokenizer_still_loads():
             from transformers import AutoTokenizer
@@ -90,6 +94,40 @@ def test_an_unmarked_test_loading_the_default_model_fails_in_process_and_in_subp
     assert "2 failed, 1 passed" in out, out
     assert out.count("UNMARKED_TEST_LOADED_THE_REAL_MODEL_MARK_IT_SLOW") >= 2, out
     assert "test_loads_in_process is not marked slow but loaded the real model's weights" in out, out
+
+
+def test_an_unmarked_test_starting_a_python_process_fails_at_the_call(tmp_path):
+    probe = run_probe(
+        tmp_path,
+        """
+        import subprocess
+        import sys
+
+        import pytest
+
+        def test_unmarked_starts_python():
+            subprocess.run([sys.executable, "-c", "print('ran')"], check=True)
+
+        def test_unmarked_starts_a_command_by_name():
+            subprocess.run("udpo --help", shell=True, check=True)
+
+        def test_unmarked_may_start_other_programs():
+            assert subprocess.run(["true"]).returncode == 0
+
+        @pytest.mark.slow
+        def test_marked_starts_python():
+            done = subprocess.run([sys.executable, "-c", "print('ran')"], capture_output=True, text=True)
+            assert done.stdout == "ran\\n"
+        """,
+    )
+    out = probe.stdout + probe.stderr
+    assert probe.returncode == 1, out
+    assert "2 failed, 2 passed" in out, out
+    assert (
+        "UNMARKED_TEST_STARTED_A_PROCESS_MARK_IT_SLOW: test_probe.py::test_unmarked_starts_python starts"
+        in out
+    )
+    assert "test_unmarked_starts_a_command_by_name is not marked slow but started a process" in out, out
 
 
 def test_a_file_over_its_budget_fails_the_run_with_its_name(tmp_path):

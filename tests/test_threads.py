@@ -64,6 +64,7 @@ def udpo(*args: str, threads: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_the_cli_sets_threads(tmp_path):
     empty = tmp_path / "empty.jsonl"  # passes the argument checks, fails after the threads are chosen
     empty.write_text("\n")

@@ -62,6 +62,7 @@ def test_mappo_critic_warm_start_epochs_learning_rate_and_mismatch(tiny_path, tm
     assert len(warmup) == 3  # 10% of 30 training questions
 
 
+@pytest.mark.slow
 def test_runs_share_one_calibration_file_and_one_test_set(tiny_path, tmp_path):
     # udpo calibrate: the warm-up debates and calibration.json, no training
     recipe = write_recipe(tmp_path / "recipe.yaml", tiny_path, max_iterations=1, warmup_fraction=0.1)
