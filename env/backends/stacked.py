@@ -50,12 +50,12 @@ class StackedAdapters:
     (plain LoRA on linear layers, as :class:`~.decoding.RowAdapters`).
     """
 
-    def __init__(self, model, capacity: int = 1):
+    def __init__(self, model):
         self.model = model
         self.layers = _lora_layers(model)
         self.names = sorted({n for layer in self.layers for n in layer.lora_A})
         self.signature = _signature(self.layers)
-        self.index = _static(torch.zeros(capacity, dtype=torch.long, device=_device(model)))
+        self.index = _static(torch.zeros(1, dtype=torch.long, device=_device(model)))  # grows in select
         self.stacks: dict[int, _Stack] = {}
         slots = {name: k + 1 for k, name in enumerate(self.names)}
         for layer in self.layers:
@@ -66,7 +66,7 @@ class StackedAdapters:
             rank = max(layer.lora_A[n].weight.shape[0] for n in own)
             n_slots, width_in = len(self.names) + 1, first.shape[1]
             width_out = layer.lora_B[own[0]].weight.shape[0]
-            stack = _Stack(
+            self.stacks[id(layer)] = _Stack(
                 a=_static(first.new_zeros(n_slots, rank, width_in)),
                 bt=_static(first.new_zeros(n_slots, rank, width_out)),
                 columns=_static(torch.arange(n_slots, device=first.device).repeat_interleave(rank)),
@@ -75,7 +75,6 @@ class StackedAdapters:
                     for n in own
                 ],
             )
-            self.stacks[id(layer)] = stack
         self.refresh()
 
     @staticmethod
