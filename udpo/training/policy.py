@@ -42,7 +42,8 @@ from udpo.env.backends.attention import use_grouped_sdpa
 from udpo.env.backends.base import Backend, logprob_temperature
 from udpo.env.backends.hf import HFBackend, pick_dtype
 from udpo.env.backends.team import TeamBackend
-from udpo.env.models import resolve_model
+from udpo.env.debate import DebateConfig
+from udpo.env.models import DEFAULT_MODEL, resolve_model
 from udpo.training import distributed as dist
 from udpo.training.logprobs import TOKEN_BUDGET, ForwardStats, PackedSequence, forward_logprobs, plan_passes
 
@@ -131,8 +132,8 @@ class MultiAgentPolicy:
 
     def __init__(
         self,
-        model: str | PreTrainedModel = "smollm2-135m-instruct",
-        n_agents: int = 3,
+        model: str | PreTrainedModel = DEFAULT_MODEL,
+        n_agents: int = DebateConfig.n_agents,
         lora: LoraSettings | None = None,
         shared_adapter: bool = False,
         agent_models: Sequence[str] | None = None,
