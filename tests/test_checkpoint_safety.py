@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from udpo.training import checkpoint_store as ckpt
 from udpo.training.team import AgentEntry, TeamManifest
@@ -426,8 +426,20 @@ def test_what_the_resuming_run_needs_must_be_there(tmp_path, monkeypatch):
         verify(folder, replay=True)
     with pytest.raises(ckpt.CheckpointError, match="reference/agent_0/adapter_config.json is missing"):
         verify(folder, reference=True)
-    with pytest.raises(ckpt.CheckpointError, match="no deepspeed/ state"):
+    verify(folder, deepspeed=True)  # the project's optimizer state: no switch (masters from the adapters)
+    masters = {f"agent_{i}": [torch.zeros(2, 3)] for i in range(2)}
+    ckpt.save_state(folder / ckpt.MASTER, masters)
+    with pytest.raises(
+        ckpt.CheckpointError, match="master weights of agent_0 do not have its tensors' shapes"
+    ):
         verify(folder, deepspeed=True)
+    adapters = [folder / "adapters" / f"agent_{i}" / "adapter_model.safetensors" for i in range(2)]
+    masters = {f"agent_{i}": list(load_file(str(path)).values()) for i, path in enumerate(adapters)}
+    ckpt.save_state(folder / ckpt.MASTER, masters)
+    verify(folder, deepspeed=True)
+    # an older version's DeepSpeed checkpoint: DeepSpeed's own (pickled) state, only behind the switch
+    for name in ("optimizer.json", "optimizer.safetensors", "master.json", "master.safetensors"):
+        (folder / name).unlink(missing_ok=True)
     (folder / "deepspeed").mkdir()
     (folder / "deepspeed" / "mp_rank_00_model_states.pt").write_bytes(b"DeepSpeed's own pickle")
     with pytest.raises(ckpt.CheckpointError, match="UDPO_TRUST_DEEPSPEED_CHECKPOINT=1"):

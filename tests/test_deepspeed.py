@@ -2,8 +2,9 @@
 ``accelerate launch --config_file recipes/accelerate/deepspeed_zero{2,3}.yaml --num_processes 2``.
 
 Each run trains a tiny Llama, is killed with SIGKILL after a checkpoint (every process of the job), resumes
-with ``--resume latest`` and is exported; its adapters (and lagged references) must equal a
-single-process run of the same recipe within float tolerance. The work is deliberately uneven: 3
+with ``--resume latest`` (no trust switch: the optimizer state is the project's own safetensors) and is
+exported; its adapters (and lagged references) must equal a single-process run of the same recipe within
+float tolerance. A ZeRO-2 checkpoint of 2 processes also resumes under ZeRO-3 on one process. The work is deliberately uneven: 3
 debates per iteration over 2 processes, one request per generate call and one row per log-prob pass,
 so the processes generate and score a different number of times (ZeRO-3 gathers every layer in each
 forward pass: without the symmetric padding the processes would make different collective calls,
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -57,7 +59,6 @@ def _env() -> dict[str, str]:
         "OMP_NUM_THREADS": "1",
         "TOKENIZERS_PARALLELISM": "false",
         "PYTHONPATH": str(REPO / "tests"),  # train_helpers:token_parity
-        "UDPO_TRUST_DEEPSPEED_CHECKPOINT": "1",
     }
 
 
@@ -80,9 +81,9 @@ def single(recipe) -> Path:
     return run
 
 
-def _launch(stage: int, recipe: Path, run: Path, *extra: str) -> list[str]:
+def _launch(stage: int, recipe: Path, run: Path, *extra: str, processes: int = 2) -> list[str]:
     cmd = [sys.executable, "-m", "accelerate.commands.launch",
-           "--config_file", f"recipes/accelerate/deepspeed_zero{stage}.yaml", "--num_processes", "2"]  # fmt: skip
+           "--config_file", f"recipes/accelerate/deepspeed_zero{stage}.yaml", "--num_processes", str(processes)]  # fmt: skip
     if stage == 3:
         # the recipe's ZeRO-3 settings, but every tensor partitioned: by default tensors of up to 100k
         # elements stay whole, and with them every tiny-model tensor (partitioning bugs would hide)
@@ -143,25 +144,44 @@ def _assert_close(a: dict, b: dict) -> None:
         assert (a[key] - b[key]).abs().max().item() <= TOLERANCE, key
 
 
-@pytest.mark.parametrize("stage", [2, 3])
-def test_zero_two_processes_killed_resumed_exported_equal_one_process(stage, recipe, single, tmp_path):
-    run = tmp_path / f"zero{stage}"
-    _kill_after_checkpoint(_launch(stage, recipe, run), run, tmp_path / "killed.log")
-
+def _resume(stage: int, recipe: Path, run: Path, processes: int = 2) -> str:
+    """Resume ``run`` from its latest checkpoint to the end; returns the log."""
     result = subprocess.run(
-        _launch(stage, recipe, run, "--resume", "latest"),
+        _launch(stage, recipe, run, "--resume", "latest", processes=processes),
         cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     log = result.stdout + result.stderr
     assert result.returncode == 0, log[-6000:]
     assert "terminate called" not in log  # every process left the group before exiting
+    return log
 
+
+def _assert_as_one_process(run: Path, single: Path, processes: int) -> Path:
+    """The resumed run's last checkpoint: the project's own optimizer state, no pickle, and the single
+    process run's adapters and lagged references."""
     final = run / "checkpoints" / f"iter_{ITERATIONS:06d}"
     expected = single / "checkpoints" / f"iter_{ITERATIONS:06d}"
     state = json.loads((final / "trainer_state.json").read_text())
-    assert state["world_size"] == 2 and (final / "deepspeed").is_dir()
+    assert state["world_size"] == processes and not (final / "deepspeed").exists()
+    assert {"optimizer.safetensors", "master.safetensors"} <= {p.name for p in final.iterdir()}
     _assert_close(_weights(final, "adapters"), _weights(expected, "adapters"))
     _assert_close(_weights(final, "reference"), _weights(expected, "reference"))
+    return final
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_zero_two_processes_killed_resumed_exported_equal_one_process(stage, recipe, single, tmp_path):
+    run = tmp_path / f"zero{stage}"
+    _kill_after_checkpoint(_launch(stage, recipe, run), run, tmp_path / "killed.log")
+    if stage == 2:  # the gathered optimizer state fits any partitioning: ZeRO-3 on one process resumes it too
+        elsewhere = tmp_path / "zero2_then_zero3"
+        shutil.copytree(run, elsewhere)
+        log = _resume(3, recipe, elsewhere, processes=1)
+        assert "checkpoint written by 2 processes, resuming with 1" in log
+        _assert_as_one_process(elsewhere, single, processes=1)
+    _resume(stage, recipe, run)
+
+    final = _assert_as_one_process(run, single, processes=2)
     initial = _weights(run / "checkpoints" / "iter_000000", "adapters")
     assert any((initial[k] - v).abs().max() > 1e-3 for k, v in _weights(final, "adapters").items())
 

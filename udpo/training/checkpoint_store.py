@@ -6,14 +6,17 @@ Layout (see trainer_interfaces.md)::
         team.json, adapters/agent_i/          # the team: loadable by export, eval, vLLM
         trainer_state.json                    # iteration, optimizer steps, append-only file marks
         optimizer.{json,safetensors}, scheduler.json, rng.{json,safetensors}, replay.json, calibration.json
+        master.{json,safetensors}             # DeepSpeed runs: the adapters' fp32 master weights
     RUN_DIR/checkpoints/latest                # name of the newest complete checkpoint
 
 Checkpoints are passed around, so loading one never runs code: every file is JSON or safetensors
 (:func:`save_state` / :func:`load_state`), nothing is unpickled, and :func:`verify` checks a whole
 checkpoint (files, their structure, the adapters' headers) before a model loads. A pickle file in a
-checkpoint (``rng.pt`` of older versions, or a planted one) is refused without being opened. The
-one exception is DeepSpeed's own state (``deepspeed/``), which DeepSpeed reads with pickle: it is
-loaded only when ``UDPO_TRUST_DEEPSPEED_CHECKPOINT=1`` says the checkpoint comes from a trusted source.
+checkpoint (``rng.pt`` of older versions, or a planted one) is refused without being opened. A
+DeepSpeed run writes its optimizer state gathered in the same format
+(:mod:`udpo.training.zero_state`); the one exception is the DeepSpeed state that older versions wrote
+(``deepspeed/``, read by DeepSpeed with pickle): it is loaded only when
+``UDPO_TRUST_DEEPSPEED_CHECKPOINT=1`` says the checkpoint comes from a trusted source.
 
 A checkpoint is written into a hidden staging folder and renamed into place with ``os.replace``; the
 ``latest`` pointer is replaced last. A reader therefore sees either the previous checkpoint or the
@@ -42,6 +45,8 @@ from udpo.training.team import ADAPTER_FILES, TeamManifest, check_adapter_folder
 CHECKPOINTS = "checkpoints"
 LATEST = "latest"
 STATE = "trainer_state.json"
+#: stem of a DeepSpeed run's fp32 master weights (adapter -> its tensors, in the optimizer's order)
+MASTER = "master"
 _NAME = re.compile(r"^iter_(\d{6,})$")
 #: suffixes of pickle files (torch.save, pickle): never loaded from a checkpoint
 PICKLE_SUFFIXES = (".pt", ".pth", ".pkl", ".pickle", ".bin")
@@ -270,11 +275,12 @@ def verify(
 ) -> None:
     """Check a whole checkpoint before anything is loaded into a model: the trainer state, every state
     file (decoded), the calibration, the team manifest and each adapter's safetensors header, the
-    optimizer and schedule states against what the run trains (:func:`check_optimizer_state`); no
-    pickle file (DeepSpeed's own state only with ``UDPO_TRUST_DEEPSPEED_CHECKPOINT=1``).
+    optimizer and schedule states against what the run trains (:func:`check_optimizer_state`) and, for
+    a DeepSpeed run, the master weights; no pickle file (the ``deepspeed/`` state of older versions only
+    with ``UDPO_TRUST_DEEPSPEED_CHECKPOINT=1``).
 
     replay / reference / deepspeed: whether the resuming run needs the replay buffer, the lagged
-    reference adapters, DeepSpeed's state. optimizer / scheduler: the run's own, once built (the
+    reference adapters, DeepSpeed's master weights. optimizer / scheduler: the run's own, once built (the
     states are then compared with them parameter by parameter; before, with the adapters' headers
     and the types torch gives). Raises CheckpointError naming the file at fault."""
     read_state(ckpt)
@@ -282,7 +288,14 @@ def verify(
         for p in folder.glob("*") if folder.is_dir() else ():
             if p.suffix in PICKLE_SUFFIXES:
                 raise _pickle_error(p)
-    stems = ["rng", *([] if deepspeed else ["optimizer", "scheduler"]), *(["replay"] if replay else [])]
+    own = not (deepspeed and older_deepspeed(ckpt))  # optimizer state in the project's format
+    masters = deepspeed and (ckpt / f"{MASTER}.json").is_file()
+    stems = [
+        "rng",
+        *(["optimizer", "scheduler"] if own else []),
+        *([MASTER] if masters else []),
+        *(["replay"] if replay else []),
+    ]
     states = {}
     for stem in stems:
         if stem == "replay" and not (ckpt / "replay.json").exists():
@@ -304,20 +317,41 @@ def verify(
             check_adapter_folder(adapter)
         except ValueError as e:
             raise CheckpointError(str(e)) from None
-    if not deepspeed:
+    if own:
         where = ckpt / "optimizer.json"
         if optimizer is None:
             groups = check_optimizer_state(where, states["optimizer"], trained_tensors(ckpt, team))
         else:
             groups = check_optimizer_state(where, states["optimizer"], *live_tensors(optimizer))
         check_scheduler_state(ckpt / "scheduler.json", states["scheduler"], groups, scheduler)
-    if deepspeed:
-        if not (ckpt / "deepspeed").is_dir():
-            raise CheckpointError(f"{ckpt} has no deepspeed/ state: it was not written by a DeepSpeed run")
-        if os.environ.get(TRUST_DEEPSPEED_ENV) != "1":
+    if masters:
+        check_master_state(ckpt / f"{MASTER}.json", states[MASTER], trained_tensors(ckpt, team))
+    if not own and os.environ.get(TRUST_DEEPSPEED_ENV) != "1":
+        raise CheckpointError(
+            f"{ckpt / 'deepspeed'} is DeepSpeed's own state (written by an older version), which DeepSpeed "
+            f"loads with pickle (it can run code). Resume it only if you trust where it comes from: set "
+            f"{TRUST_DEEPSPEED_ENV}=1"
+        )
+
+
+def older_deepspeed(ckpt: Path) -> bool:
+    """Whether a checkpoint holds DeepSpeed's own (pickled) state instead of the project's optimizer
+    state: what DeepSpeed runs of older versions wrote."""
+    return (ckpt / "deepspeed").is_dir() and not (ckpt / "optimizer.json").exists()
+
+
+def check_master_state(where: Path, state: Any, trained: dict[str, list[tuple[int, ...]]]) -> None:
+    """Check a DeepSpeed run's master weights (decoded ``master.json``): adapter -> a list of tensors,
+    the adapters the checkpoint trains, each with tensors of the shapes its adapter has."""
+    if not isinstance(state, dict) or list(state) != [a for a in trained if a != "critic"]:
+        raise CheckpointError(f"{where}: expected the master weights of {list(trained)}, got {state!r:.100}")
+    for adapter, tensors in state.items():
+        if not isinstance(tensors, list) or not all(isinstance(t, torch.Tensor) for t in tensors):
+            raise CheckpointError(f"{where}: {adapter} must list tensors")
+        if Counter(tuple(t.shape) for t in tensors) != Counter(trained[adapter]):
             raise CheckpointError(
-                f"{ckpt / 'deepspeed'} is DeepSpeed's own state, which DeepSpeed loads with pickle (it can run "
-                f"code). Resume it only if you trust where it comes from: set {TRUST_DEEPSPEED_ENV}=1"
+                f"{where}: the master weights of {adapter} do not have its tensors' shapes; they belong to "
+                f"another model or LoRA setting"
             )
 
 

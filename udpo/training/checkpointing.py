@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from udpo.env.jsonl import write_json
 from udpo.training import checkpoint_store as ckpt
 from udpo.training import distributed as dist
+from udpo.training import zero_state
 from udpo.training.errors import TrainingError
 from udpo.training.state import TrainingState
 from udpo.training.team import save_team
@@ -76,8 +77,9 @@ def verify(
 ) -> None:
     """Check the checkpoint at ``path`` whole before anything is loaded (CheckpointError names the file):
     before the model loads against the adapters' headers, and again when loading, parameter by parameter
-    against the run's optimizer and schedule (none under DeepSpeed, which keeps its own). ``critic``:
-    whether the run has one; ``updater``: the run's, once built (the first check comes before it)."""
+    against the run's optimizer and schedule (under DeepSpeed, whose optimizer holds flat partitions,
+    against the headers again). ``critic``: whether the run has one; ``updater``: the run's, once built
+    (the first check comes before it)."""
     live = None if deepspeed else updater
     ckpt.verify(
         path,
@@ -126,10 +128,10 @@ def save(state: TrainingState, iteration: int, parts: RunParts) -> Path:
     final = ckpt.checkpoints_dir(t.run_dir) / ckpt.checkpoint_name(iteration)
     staging = ckpt.staging_dir(t.run_dir, iteration) if t.main else None
     dist.barrier()
-    if t.deepspeed:
-        t.accelerator.save_state(
-            str(ckpt.checkpoints_dir(t.run_dir) / f".staging-{final.name}" / "deepspeed")
-        )
+    if t.deepspeed:  # every process: ZeRO's partitions are gathered
+        optimizer_state, masters = zero_state.gather(t.updater)
+    else:
+        optimizer_state, masters = t.updater.optimizer.state_dict(), None
     with t.policy.full_adapters():  # every process: ZeRO-3 gathers the adapters to write them
         if t.main:
             assert staging is not None
@@ -140,9 +142,10 @@ def save(state: TrainingState, iteration: int, parts: RunParts) -> Path:
         assert staging is not None
         if t.critic is not None:
             t.critic.save(staging / "critic")
-        if not t.deepspeed:
-            ckpt.save_state(staging / "optimizer", t.updater.optimizer.state_dict())
-            ckpt.save_state(staging / "scheduler", t.updater.scheduler.state_dict())
+        ckpt.save_state(staging / "optimizer", optimizer_state)
+        ckpt.save_state(staging / "scheduler", t.updater.scheduler.state_dict())
+        if masters is not None:
+            ckpt.save_state(staging / ckpt.MASTER, masters)
         ckpt.save_state(staging / "rng", rng_states)
         if t.replay is not None:
             ckpt.save_state(staging / "replay", t.replay.state_dict())
@@ -193,11 +196,17 @@ def load(path: Path, parts: RunParts) -> TrainingState:
     if t.critic is not None:
         with names_file(path / "critic"):
             t.critic.load(path / "critic")
-    if t.deepspeed:
+    if t.deepspeed and ckpt.older_deepspeed(path):
         t.accelerator.load_state(str(path / "deepspeed"))
     else:
         with names_file(path / "optimizer.json"):
-            t.updater.optimizer.load_state_dict(ckpt.load_state(path / "optimizer"))
+            optimizer_state = ckpt.load_state(path / "optimizer")
+            if t.deepspeed:
+                master = path / ckpt.MASTER
+                masters = ckpt.load_state(master) if master.with_suffix(".json").is_file() else None
+                zero_state.restore(t.updater, optimizer_state, masters)
+            else:
+                t.updater.optimizer.load_state_dict(optimizer_state)
         with names_file(path / "scheduler.json"):
             t.updater.scheduler.load_state_dict(ckpt.load_state(path / "scheduler"))
     with names_file(path / "calibration.json"):
