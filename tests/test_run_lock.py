@@ -22,6 +22,8 @@ from udpo.cli import main
 from udpo.training import run_lock
 from udpo.training.run_lock import RunBusyError
 
+pytestmark = pytest.mark.slow  # each test holds a lock in another process
+
 HOLD = """
 import sys, time
 from udpo.training.run_lock import acquire
@@ -92,7 +94,6 @@ def test_train_udpo_exits_with_the_holder_named(held, tokenizer_path, tmp_path):
     assert sorted(p.name for p in run_dir.iterdir()) == [run_lock.LOCK_FILE]
 
 
-@pytest.mark.slow
 def test_compare_leaves_a_run_another_process_trains_to_it(tmp_path):
     """Two compare processes share the work: a locked run is skipped (not trained twice), the others are
     trained, started runs first, and the tables wait for the skipped run."""
@@ -133,7 +134,6 @@ def test_compare_leaves_a_run_another_process_trains_to_it(tmp_path):
     assert not any("training now" in line for line in format_progress(config))
 
 
-@pytest.mark.slow
 def test_compare_tables_are_written_by_one_process_at_a_time(tmp_path, monkeypatch):
     from udpo.analysis import compare
 
