@@ -8,6 +8,7 @@ import gzip
 import json
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -232,3 +233,18 @@ def test_a_blind_plan_records_its_runs_and_writes_no_table_until_asked(tmp_path,
     assert config.recorded("task_only", 0) and config.recorded("coin_control", 0)
     assert not (tmp_path / "results" / "table.md").exists()
     assert write_results(config)["seeds"] == [0] and (tmp_path / "results" / "table.md").exists()
+
+
+def test_every_plans_records_are_committable():
+    """A plan's records are meant to be committed: git must not ignore ``<results_dir>/runs/``."""
+    root = Path(__file__).resolve().parents[1]
+    if shutil.which("git") is None or not (root / ".git").exists():
+        pytest.skip("needs a git checkout")
+    plans = [yaml.safe_load(p.read_text()) for p in sorted((root / "recipes" / "compare").glob("*.yaml"))]
+    records = [
+        Path(plan["results_dir"]) / "runs" / "m_seed0" / RUN for plan in plans if plan.get("results_dir")
+    ]
+    assert records, "no plan names a results_dir"
+    for record in records:
+        ignored = subprocess.run(["git", "check-ignore", "-q", str(record)], cwd=root)
+        assert ignored.returncode == 1, f"git ignores {record}: a study's records would never be committed"
