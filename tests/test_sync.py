@@ -16,6 +16,7 @@ def test_trainings_vllm_engine_samples_in_the_trainers_dtype(dtype, tmp_path, mo
 
     import udpo.env.backends as backends
     from udpo.config import TrainConfig
+    from udpo.config.groups import DebateArgs, ModelArgs, RunArgs
     from udpo.training.rollouts import Rollouts
 
     built = {}
@@ -23,7 +24,12 @@ def test_trainings_vllm_engine_samples_in_the_trainers_dtype(dtype, tmp_path, mo
     monkeypatch.setattr("udpo.env.models.resolve_model", lambda name: f"/models/{name}")
     config = TrainConfig(backend="vllm", output_dir=str(tmp_path / "run"))
     policy = SimpleNamespace(dtype=dtype, adapter_names=["agent_0", "agent_1", "agent_2"])
-    Rollouts._make_backend(SimpleNamespace(config=config, policy=policy, rank=0, world=1))
+    parts = {"model": ModelArgs, "debate_settings": DebateArgs, "run": RunArgs}
+    Rollouts._make_backend(
+        SimpleNamespace(
+            **{name: config.group(g) for name, g in parts.items()}, policy=policy, rank=0, world=1
+        )
+    )
     assert built["name"] == "vllm"
     assert built["dtype"] == {torch.float32: "float32", torch.bfloat16: "bfloat16"}[dtype]
     assert built["max_loras"] == 3
