@@ -16,7 +16,18 @@ import pytest
 from udpo.cli import main
 from udpo.env.trajectory import read_trajectories
 
-TINY = ["--task", "arithmetic", "--n-agents", "2", "--rounds", "1", "--max-tokens", "24", "--debate-batch-size", "1"]
+TINY = [
+    "--task",
+    "arithmetic",
+    "--n-agents",
+    "2",
+    "--rounds",
+    "1",
+    "--max-tokens",
+    "24",
+    "--debate-batch-size",
+    "1",
+]
 
 
 def udpo_here(capsys, *args: str) -> tuple[int, str]:
@@ -131,6 +142,8 @@ def test_bad_input_is_named(tmp_path, args, needle, capsys):
 def test_malformed_data_file_names_line(tmp_path, capsys):
     bad = tmp_path / "gsm.jsonl"
     bad.write_text('{"question": "1+1?", "answer": "#### 2"}\n{not json\n')
-    rc, err = udpo_here(capsys, "debate", "--task", "gsm8k", "--data-path", str(bad), "--output-dir", str(tmp_path / "o"))
+    rc, err = udpo_here(
+        capsys, "debate", "--task", "gsm8k", "--data-path", str(bad), "--output-dir", str(tmp_path / "o")
+    )
     assert rc == 2
     assert f"{bad}:2" in err or "line 2" in err, err

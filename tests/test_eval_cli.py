@@ -211,7 +211,10 @@ def test_attack_eval_hook(setup, tmp_path):
             "index 7 is out of range: agents are 0..2",
         ),
         (["--attack-eval-m", "1"], "also pass --attack-eval"),
-        (["--attack-eval", "autoinject", "--p-message", "2"], "argument --p-message: must be in [0, 1], got 2"),
+        (
+            ["--attack-eval", "autoinject", "--p-message", "2"],
+            "argument --p-message: must be in [0, 1], got 2",
+        ),
     ],
 )
 def test_cli_bad_input(args, message, tmp_path, capsys):
@@ -347,7 +350,9 @@ def test_cli_real_checkpoint_keeps_adapters_of_compromised_agents(tokenizer_path
     assert main([*argv, "--n-agents", "3", "--output-dir", str(tmp_path / "o2")]) == 2
     assert "checkpoint" in capsys.readouterr().err and not (tmp_path / "o2").exists()
     # without --rounds and --max-tokens the team debates as it was trained (team.json's "debate")
-    plain = f"eval --checkpoint {ckpt} --no-progress --task arithmetic --limit 2 --output-dir {tmp_path / 'o3'}"
+    plain = (
+        f"eval --checkpoint {ckpt} --no-progress --task arithmetic --limit 2 --output-dir {tmp_path / 'o3'}"
+    )
     assert main(shlex.split(plain)) == 0
     err = capsys.readouterr().err
     assert (

@@ -169,7 +169,9 @@ def test_an_empty_data_path_says_so(tmp_path, monkeypatch, capsys, given):
     for task in ("gsm8k", "commonsenseqa", "truthfulqa", "realmistake"):
         with pytest.raises(FileNotFoundError, match=f"the data path given is empty \\({given!r}\\)"):
             load(task, given, get_task(task).splits[0])
-    assert main(["debate", "--task", "gsm8k", "--data-path", given, "--output-dir", str(tmp_path / "run")]) == 2
+    assert (
+        main(["debate", "--task", "gsm8k", "--data-path", given, "--output-dir", str(tmp_path / "run")]) == 2
+    )
     assert f"the data path given is empty ({given!r})" in capsys.readouterr().err
 
 
