@@ -54,7 +54,14 @@ def test_baseline_killed_with_sigkill_resumes_exactly(algorithm, digit_model, tm
     for kind in ("whole", "killed"):
         run = tmp_path / kind
         recipe = write_recipe(
-            tmp_path / f"{kind}.yaml", digit_model, output_dir=str(run), algorithm=algorithm, **SETTINGS
+            tmp_path / f"{kind}.yaml",
+            digit_model,
+            output_dir=str(run),
+            algorithm=algorithm,
+            # rmaac: a seed whose debates give the critic a peer answer to swap within 3 iterations (seed 0
+            # gave none since the eager sampler draws one number per row of a call; seeds 1-3 gave 2-3)
+            seed=1 if algorithm == "rmaac" else 0,
+            **SETTINGS,
         )
         if kind == "whole":
             train_here(recipe)
