@@ -11,23 +11,20 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_models import build_tiny_llama, perturb_adapters
+from tiny_models import tiny_team_with_distinct_adapters
 
 from udpo.env.backends import decoding
 from udpo.env.backends.hf import HFBackend, pick_decode
 from udpo.env.backends.stacked import StackedAdapters
 from udpo.env.backends.static_decode import StaticDecoder, bucket
-from udpo.training.policy import LoraSettings, MultiAgentPolicy
+from udpo.training.policy import MultiAgentPolicy
 
 NAMES = ["agent_0", None, "agent_2", "agent_1", "agent_0", "agent_2", None]
 
 
 @pytest.fixture(scope="module")
 def policy(tokenizer_path, tmp_path_factory) -> MultiAgentPolicy:
-    tiny = build_tiny_llama(tmp_path_factory.mktemp("tiny"), tokenizer_path, initializer_range=0.3)
-    policy = MultiAgentPolicy(tiny, n_agents=3, lora=LoraSettings(r=4, alpha=8), dtype="fp32")
-    perturb_adapters(policy, std=0.3)
-    return policy
+    return tiny_team_with_distinct_adapters(tmp_path_factory.mktemp("tiny"), tokenizer_path)
 
 
 def batch(pad: int, lengths: list[int], seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -105,6 +105,17 @@ def add_token_bias(model, tokenizer, favour: Mapping[str, float], stop_after_fav
             head[tokenizer.eos_token_id, 1] = stop_after_favoured / marked.mean().item()
 
 
+def tiny_team_with_distinct_adapters(folder: Path, tokenizer_path: str):
+    """A 3-agent fp32 ``MultiAgentPolicy`` on a tiny Llama (weights std 0.3) whose rank-4 adapters are
+    random and non-zero (std 0.3), so every agent's rows give other logits than the base model's."""
+    from udpo.training.policy import LoraSettings, MultiAgentPolicy
+
+    tiny = build_tiny_llama(folder, tokenizer_path, initializer_range=0.3)
+    policy = MultiAgentPolicy(tiny, n_agents=3, lora=LoraSettings(r=4, alpha=8), dtype="fp32")
+    perturb_adapters(policy, std=0.3)
+    return policy
+
+
 def perturb_adapters(policy, std: float = 0.05, seed: int = 0) -> None:
     """Give every adapter random non-zero weights (LoRA starts as the identity: B = 0)."""
     import torch
