@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import mmap
 
 import pytest
 import torch
@@ -94,8 +95,12 @@ def test_on_a_cpu_each_phase_reports_its_resident_peak():
         pytest.skip("this kernel does not let a process restart its resident peak")
     peaks = PhasePeaks()
     with peaks("rollout"):
-        block = b"\x01" * (256 * 2**20)  # 256 MiB, written
-        del block
+        # 256 MiB of fresh anonymous pages, each written: a malloc'd block could reuse heap pages this worker
+        # already holds resident (earlier tests' freed memory) and raise no peak at all
+        size, chunk = 256 * 2**20, b"\x01" * 2**20
+        with mmap.mmap(-1, size) as block:
+            for offset in range(0, size, len(chunk)):
+                block[offset : offset + len(chunk)] = chunk
     with peaks("update"):
         pass
     got = peaks.metrics()
