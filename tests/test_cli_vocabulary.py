@@ -93,7 +93,15 @@ NO_COUNTERPART = {
         [
             (c, d)
             for c in ("compare", "study")
-            for d in ("plan", "status", "tables_only", "workers", "threads", "sample_size")
+            for d in (
+                "plan",
+                "status",
+                "tables_only",
+                "workers",
+                "threads",
+                "gpu_memory_share",
+                "sample_size",
+            )
         ],
         "a study plan (a compare config) and how many processes run it",
     ),

@@ -198,11 +198,12 @@ def test_the_tables_cover_the_seeds_with_every_run_recorded_and_name_the_missing
 
 @pytest.mark.slow
 def test_workers_get_their_threads_and_cores_on_purpose(tmp_path):
-    assert plan_workers(2, cores=[0, 1]) == [Worker(0, 1, (0,)), Worker(1, 1, (1,))]
-    assert plan_workers(3, cores=[0, 1]) == [Worker(k, 1) for k in range(3)]  # more workers than cores
-    assert plan_workers(2, threads=4, cores=range(16)) == [
-        Worker(0, 4, (0, 1, 2, 3)),
-        Worker(1, 4, (4, 5, 6, 7)),
+    # each worker also gets its share of one GPU's memory: 1/K (tests/test_gpu_share.py)
+    assert plan_workers(2, cores=[0, 1], environ={}) == [Worker(0, 1, (0,), 0.5), Worker(1, 1, (1,), 0.5)]
+    assert plan_workers(3, cores=[0, 1], environ={}) == [Worker(k, 1, (), 1 / 3) for k in range(3)]
+    assert plan_workers(2, threads=4, cores=range(16), environ={}) == [
+        Worker(0, 4, (0, 1, 2, 3), 0.5),
+        Worker(1, 4, (4, 5, 6, 7), 0.5),
     ]
     with pytest.raises(ValueError, match="--workers must be >= 1"):
         plan_workers(0)

@@ -25,6 +25,7 @@ __all__ = [
     "existing_path",
     "field_option",
     "finite_float",
+    "gpu_memory_share",
     "int_list",
     "nonnegative_float",
     "nonnegative_int",
@@ -99,6 +100,16 @@ def probability(text: str) -> float:
     if not 0 <= value <= 1:
         raise argparse.ArgumentTypeError(f"must be in [0, 1], got {value:g}")
     return value
+
+
+def gpu_memory_share(text: str) -> float:
+    """A share of a GPU's memory in (0, 1] (:func:`udpo.gpu_share.check_share`)."""
+    from udpo.gpu_share import check_share  # the standard library alone, like this module
+
+    try:
+        return check_share(_float(text), "the share")
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def top_p(text: str) -> float:

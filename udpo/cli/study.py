@@ -7,7 +7,8 @@ from __future__ import annotations
 import argparse
 import os
 
-from udpo.cli.argtypes import positive_int, probability
+from udpo import gpu_share
+from udpo.cli.argtypes import gpu_memory_share, positive_int, probability
 from udpo.threads import ENV
 
 
@@ -52,6 +53,15 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "threads fit on the cores are pinned to cores of their own",
     )
     p.add_argument(
+        "--gpu-memory-share",
+        type=gpu_memory_share,
+        default=None,
+        metavar="S",
+        help="share of one GPU's memory each worker may use, in (0, 1] (default with --workers K: 1/K, or "
+        "UDPO_GPU_MEMORY_SHARE): the workers share the device, each capped at its share "
+        "(torch.cuda.set_per_process_memory_fraction) and sizing its update within it; ignored on a CPU",
+    )
+    p.add_argument(
         "--status", action="store_true", help="show which runs are done, started or waiting, then exit"
     )
     p.add_argument(
@@ -93,6 +103,8 @@ def check(args: argparse.Namespace):
         raise ValueError("--workers trains; --status, --tables-only and --sample-size do not")
     if args.threads is not None and args.workers == 1:  # this process trains: set before torch starts
         os.environ[ENV] = str(args.threads)
+    if args.gpu_memory_share is not None and args.workers == 1:  # this process's trainers read it
+        os.environ.update(gpu_share.environment(args.gpu_memory_share))
     return config
 
 
@@ -122,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
 
         extra = [*(["--output-dir", args.output_dir] if args.output_dir else [])]
         extra += [f"--seed={s}" for s in args.seed or []]
-        workers = plan_workers(args.workers, args.threads)
+        workers = plan_workers(args.workers, args.threads, share=args.gpu_memory_share)
         code = run_workers(study_command(args.plan, extra), workers, Path(config.output_dir) / "logs")
         print("\n".join(format_progress(config)))
         done = all(config.recorded(m, s) for s in config.seeds for m in config.trained())

@@ -6,8 +6,10 @@ records the last run writes the tables. The thread count of each worker is set, 
 torch threads (``UDPO_NUM_THREADS``, and ``OMP_NUM_THREADS`` for the libraries beside torch), by default
 the cores this process may use divided among the workers. When the workers' threads fit on those cores,
 worker k is pinned to cores of its own (as ``taskset`` would), so two workers never share a core; on one
-GPU the workers share the device and each keeps its own cores for the host side. Each worker's output goes
-to ``output_dir/logs/worker_<k>.log``.
+GPU the workers share the device and each keeps its own cores for the host side, and its share of the
+card's memory: ``--gpu-memory-share`` (default ``1 / K``) handed to each worker as
+``UDPO_GPU_MEMORY_SHARE``, which its trainer caps its allocator at and sizes its update within
+(:mod:`udpo.gpu_share`). Each worker's output goes to ``output_dir/logs/worker_<k>.log``.
 """
 
 from __future__ import annotations
@@ -15,41 +17,52 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from udpo import gpu_share
 from udpo.threads import ENV
 
 
 @dataclass(frozen=True)
 class Worker:
-    """One worker process's share of the machine: its torch threads and the cores it is pinned to
-    (empty: not pinned)."""
+    """One worker process's share of the machine: its torch threads, the cores it is pinned to (empty: not
+    pinned) and its share of the GPU's memory (None: the whole card; ignored on a CPU)."""
 
     index: int
     threads: int
     cores: tuple[int, ...] = ()
+    gpu_share: float | None = None
 
     def environment(self) -> dict[str, str]:
-        return {**os.environ, ENV: str(self.threads), "OMP_NUM_THREADS": str(self.threads)}
+        return {
+            **os.environ,
+            ENV: str(self.threads),
+            "OMP_NUM_THREADS": str(self.threads),
+            **gpu_share.environment(self.gpu_share),
+        }
 
 
 def plan_workers(
-    workers: int, threads: int | None = None, cores: Sequence[int] | None = None
+    workers: int,
+    threads: int | None = None,
+    cores: Sequence[int] | None = None,
+    share: float | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> list[Worker]:
     """``workers`` workers with ``threads`` threads each (default: the cores divided among them, at least
     1), each pinned to ``threads`` cores of its own when they fit on ``cores`` (default: the cores this
-    process may use)."""
-    if workers < 1:
-        raise ValueError(f"--workers must be >= 1, got {workers}")
+    process may use), each with its share of the GPU's memory (:func:`udpo.gpu_share.worker_share`:
+    ``share``, else ``UDPO_GPU_MEMORY_SHARE`` of ``environ``, else ``1 / workers``)."""
+    card = gpu_share.worker_share(workers, share, environ)
     cores = sorted(os.sched_getaffinity(0)) if cores is None else list(cores)
     threads = max(1, len(cores) // workers) if threads is None else threads
     if threads < 1:
         raise ValueError(f"--threads must be >= 1, got {threads}")
     pinned = workers * threads <= len(cores)
     return [
-        Worker(k, threads, tuple(cores[k * threads : (k + 1) * threads]) if pinned else ())
+        Worker(k, threads, tuple(cores[k * threads : (k + 1) * threads]) if pinned else (), card)
         for k in range(workers)
     ]
 
@@ -80,8 +93,10 @@ def run_workers(command: Sequence[str], workers: Sequence[Worker], log_dir: Path
         )
         log.close()  # the child has its own copy
         where = f"cores {','.join(map(str, worker.cores))}" if worker.cores else "not pinned"
+        card = "" if worker.gpu_share is None else f", GPU memory share {worker.gpu_share:.3g} (on CUDA)"
         print(
-            f"worker {worker.index}: pid {procs[-1].pid}, {worker.threads} thread(s), {where}, log {log.name}"
+            f"worker {worker.index}: pid {procs[-1].pid}, {worker.threads} thread(s), {where}{card}, "
+            f"log {log.name}"
         )
     codes = []
     for proc in procs:

@@ -5,7 +5,9 @@ rows through every layer, and the fp32 logits of every completion token. :func:`
 an estimate of those bytes (:class:`ModelShape`: hidden size, layers, vocabulary, bytes per weight) and
 the micro-batch's token counts, the largest log-prob pass, the fewest micro-batches and gradient
 checkpointing only where the activations of one debate at a time would not fit otherwise. On a CPU
-(no device memory to read) auto keeps the fixed defaults: ``CPU_DEFAULTS``.
+(no device memory to read) auto keeps the fixed defaults: ``CPU_DEFAULTS``. A process that shares its GPU
+with other runs (``UDPO_GPU_MEMORY_SHARE``, :mod:`udpo.gpu_share`) sizes from its share of the card, not
+from all that is free.
 
 The estimate is deliberately generous (every tensor a Llama-type layer keeps for backward, the fp32
 copies of the norms included), so that the plan leaves room for what it does not count: the allocator's
@@ -116,13 +118,15 @@ class Workload:
 @dataclass(frozen=True)
 class UpdatePlan:
     """The sizes the update runs with, and the estimate behind them (``peak_bytes``: one micro-batch's
-    activations; ``free_bytes``: what the device had free; None on a CPU)."""
+    activations; ``free_bytes``: what the device had free, within this process's ``share`` of the card
+    where one is set; None on a CPU)."""
 
     logprob_token_budget: int
     gradient_accumulation_steps: int
     gradient_checkpointing: bool
     peak_bytes: int | None = None
     free_bytes: int | None = None
+    share: float | None = None
 
     def describe(self, auto: list[str]) -> str:
         """One line for the log: the sizes, which of them were sized here, and the estimate."""
@@ -132,9 +136,10 @@ class UpdatePlan:
         )
         if self.free_bytes is None or self.peak_bytes is None:  # on a CPU
             return f"update sizes: {sizes}"
+        within = "" if self.share is None else f" within this process's GPU memory share {self.share:.3g}"
         return (
             f"update sizes: {sizes}; estimated activations {self.peak_bytes / 2**30:.1f} GiB of "
-            f"{self.free_bytes / 2**30:.1f} GiB free"
+            f"{self.free_bytes / 2**30:.1f} GiB free{within}"
         )
 
 
@@ -181,11 +186,14 @@ def plan_update(
     return UpdatePlan(budget, n, ckpt, micro_batch_bytes(shape, work, n, ckpt, budget), free_bytes)
 
 
-def resolve(config: Any, models: Sequence[Any], world: int, device: str) -> tuple[Any, UpdatePlan]:
+def resolve(
+    config: Any, models: Sequence[Any], world: int, device: str, share: float | None = None
+) -> tuple[Any, UpdatePlan]:
     """``config`` with its auto update sizes filled in (a new config; explicit values untouched), and the
     plan. On a CUDA device they are sized from its free memory now (the least over the processes, which
-    must split their work alike), for the largest of the team's base ``models``; elsewhere auto is
-    ``CPU_DEFAULTS``. Every process calls it."""
+    must split their work alike), for the largest of the team's base ``models``; with a ``share`` of the
+    card (several runs on one GPU) from what is left of that share (:func:`udpo.gpu_share.usable_bytes`);
+    elsewhere auto is ``CPU_DEFAULTS``. Every process calls it."""
     explicit = {name: getattr(config, name) for name in CPU_DEFAULTS}
     if not device.startswith("cuda"):
         plan = UpdatePlan(
@@ -194,11 +202,15 @@ def resolve(config: Any, models: Sequence[Any], world: int, device: str) -> tupl
     else:
         import torch
 
+        from udpo.gpu_share import usable_bytes
         from udpo.training import distributed as dist
 
-        free, _ = torch.cuda.mem_get_info(torch.device(device))
+        free, total = torch.cuda.mem_get_info(torch.device(device))
+        free = usable_bytes(free, total, torch.cuda.memory_reserved(torch.device(device)), share)
         free = -dist.max_over_processes(-free)  # the least any process has: every process sizes alike
         shape = max((ModelShape.of(m) for m in models), key=lambda m: m.token_bytes(checkpointing=False))
-        plan = plan_update(shape, Workload.bound(config, world), free, explicit)
+        plan = dataclasses.replace(
+            plan_update(shape, Workload.bound(config, world), free, explicit), share=share
+        )
     chosen = {name: getattr(plan, name) for name in CPU_DEFAULTS}
     return dataclasses.replace(config, **chosen), plan

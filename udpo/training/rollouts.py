@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from udpo import gpu_share
 from udpo.config.groups import DebateArgs, ModelArgs, RunArgs, mapping
 from udpo.env.backends.base import Backend
 from udpo.env.debate import AgentSpec, DebateConfig, DebateEnv
@@ -29,18 +30,22 @@ from .data import agent_profiles, debate_config
 COLOCATED_GPU_SHARE = 0.3
 
 
-def colocated_engine_options(model: ModelArgs, world: int, cuda: bool) -> dict[str, Any]:
+def colocated_engine_options(
+    model: ModelArgs, world: int, cuda: bool, card_share: float | None = None
+) -> dict[str, Any]:
     """Memory and placement of a vLLM engine that shares its device with the trainer.
 
     On GPUs every process starts one engine on its own device: with ``external_launcher`` vLLM runs the
     engine inside the calling process (on the device the launcher gave it, the way TRL's colocated mode
     does) instead of spawning workers that all see GPU 0; the engine takes ``vllm_gpu_memory_utilization``
     of the device (default ``COLOCATED_GPU_SHARE``, leaving the rest to the trainer's weights, optimizer
-    and activations). On CPU the KV cache is sized in GiB (``vllm_kv_cache_gib``, default a tenth of RAM).
+    and activations; of the process's ``card_share`` of the card where several runs share it,
+    :mod:`udpo.gpu_share`). On CPU the KV cache is sized in GiB (``vllm_kv_cache_gib``, default a tenth
+    of RAM).
     """
     share, kv = model.vllm_gpu_memory_utilization, model.vllm_kv_cache_gib
     if cuda and share is None and kv is None:
-        share = COLOCATED_GPU_SHARE
+        share = COLOCATED_GPU_SHARE * (1.0 if card_share is None else card_share)
     options: dict[str, Any] = {"gpu_memory_utilization": share, "kv_cache_gib": kv}
     if cuda and world > 1:
         options["engine_kwargs"] = {"distributed_executor_backend": "external_launcher"}
@@ -110,7 +115,9 @@ class Rollouts:
             max_model_len=cfg.vllm_max_model_len,
             seed=self.run.seed + self.rank,
             chat_template_kwargs=template_kwargs,
-            **colocated_engine_options(cfg, self.world, torch.cuda.is_available()),
+            **colocated_engine_options(
+                cfg, self.world, torch.cuda.is_available(), gpu_share.from_environment()
+            ),
         )
 
     def agent_specs(self) -> list[AgentSpec]:

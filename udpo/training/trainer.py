@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from udpo import gpu_share
 from udpo.algorithms import algorithm_class, build_algorithm
 from udpo.algorithms.base import Algorithm, RolloutBatch, fill_behavior_logprobs
 from udpo.algorithms.reward_functions import RewardFunction, load_reward_functions
@@ -184,6 +185,10 @@ class Trainer:
             atexit.unregister(dist.leave)  # once, however many trainers this process builds
             atexit.register(dist.leave)
         self.main = self.accelerator.is_main_process
+        # several runs on one GPU (udpo study --workers K): this process's share of the card, capped now
+        self.gpu_share = gpu_share.apply(str(self.accelerator.device))
+        if self.main and (line := gpu_share.describe(self.gpu_share, str(self.accelerator.device))):
+            print(line, file=sys.stderr)
         self.callbacks, more_evals = split_callbacks(callbacks)
         self.eval_callbacks = [
             *load_callbacks(config.eval_callbacks),
@@ -279,7 +284,11 @@ class Trainer:
 
             self.critic = Critic(self.policy)
         self.config, plan = autosize.resolve(
-            config, list(self.policy.models.values()), self.world, str(self.accelerator.device)
+            config,
+            list(self.policy.models.values()),
+            self.world,
+            str(self.accelerator.device),
+            share=self.gpu_share,
         )
         if self.main:
             print(
