@@ -54,15 +54,27 @@ def run(path: str, args: argparse.Namespace, out: Path) -> dict[str, float]:
     result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     if result.returncode != 0:
         raise SystemExit(f"{path} failed:\n{result.stderr[-3000:]}")
-    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    train = [r for r in lines if r["kind"] == "train"][1:]  # the first iteration warms caches
+    figures = iteration_figures(train_records(out)[1:])  # the first iteration warms caches
+    figures["wall"] = time.perf_counter() - start
+    return figures
+
+
+def train_records(run_dir: Path) -> list[dict]:
+    """The run's training iterations, as ``metrics.jsonl`` logged them."""
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, filter(str.strip, lines)) if r["kind"] == "train"]
+
+
+def iteration_figures(train: list[dict]) -> dict[str, float]:
+    """Over the iterations ``train``: the median seconds of each part and their sum (``iteration``), the
+    median rollout tokens/s and process 0's most memory (GPUs: the iteration's and each phase's peaks;
+    CPUs: each phase's resident peak)."""
     figures = {part: statistics.median(r[f"time/{part}"] for r in train) for part in PARTS}
     figures["iteration"] = sum(figures.values())
     figures["tokens_per_s"] = statistics.median(r["tokens_per_s"] for r in train)
     for key in ("peak_gib", *(f"{part}_{kind}" for part in PEAKS for kind in ("peak_gib", "rss_peak_gib"))):
         if all(f"memory/{key}" in r for r in train):  # GPUs: process 0's peaks; CPUs: resident peaks
             figures[key] = max(r[f"memory/{key}"] for r in train)
-    figures["wall"] = time.perf_counter() - start
     return figures
 
 

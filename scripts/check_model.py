@@ -1,9 +1,12 @@
-"""Build a model folder without the Hub: SmolLM2-135M's architecture (or Llama-3.2-1B's, ``--shape 1b``)
-with random weights and a small BPE tokenizer trained here, with a ChatML chat template. The GPU check
-uses it on machines that hold no weights and reach no hub; its speed and memory are those of a 135M (1B)
-Llama (only the vocabulary is smaller).
+"""Build a model folder without the Hub: SmolLM2-135M's architecture (or Llama-3.2-1B's, ``--shape 1b``, or
+Llama-2-7B's, ``--shape 7b``) with random weights and a small BPE tokenizer trained here, with a ChatML chat
+template. The GPU check uses it on machines that hold no weights and reach no hub; its speed and memory are
+those of a 135M (1B, 7B) Llama (only the vocabulary is smaller).
 
-    python scripts/check_model.py OUT_DIR [--shape 135m|1b] [--layers N] [--vocab 4096]
+    python scripts/check_model.py OUT_DIR [--shape 135m|1b|7b] [--layers N] [--vocab 4096]
+
+The 7B shape's weights take about 13 GB on disk in bf16: :func:`build_in_memory` builds any shape on a
+device instead, writing only its config and tokenizer to OUT_DIR (what ``benchmarks/iteration.py`` uses).
 """
 
 from __future__ import annotations
@@ -17,12 +20,14 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-#: the architectures (LlamaConfig fields), with their number of layers; the 1B shape is saved in bf16
+#: the architectures (LlamaConfig fields), with their number of layers; the 1B and 7B shapes are bf16
 SHAPES = {
     "135m": dict(hidden_size=576, intermediate_size=1536, num_attention_heads=9, num_key_value_heads=3),
     "1b": dict(hidden_size=2048, intermediate_size=8192, num_attention_heads=32, num_key_value_heads=8),
+    "7b": dict(hidden_size=4096, intermediate_size=11008, num_attention_heads=32, num_key_value_heads=32),
 }
-LAYERS = {"135m": 30, "1b": 16}
+LAYERS = {"135m": 30, "1b": 16, "7b": 32}
+BF16 = {"1b", "7b"}
 
 
 def corpus(n: int, seed: int = 0) -> list[str]:
@@ -53,9 +58,17 @@ def corpus(n: int, seed: int = 0) -> list[str]:
     return out
 
 
-def build(
-    folder: str | Path, layers: int | None = None, vocab: int = 4096, seed: int = 0, shape: str = "135m"
-) -> str:
+def build_in_memory(
+    folder: str | Path,
+    layers: int | None = None,
+    vocab: int = 4096,
+    seed: int = 0,
+    shape: str = "135m",
+    device: str = "cpu",
+):
+    """The model of ``shape`` (random weights, bf16 for the 1B and 7B shapes) built on ``device``, and its
+    tokenizer; ``folder`` gets the config and the tokenizer alone (no weights), and names the model
+    (``name_or_path``), so that what reads the model's name finds its config and tokenizer there."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
@@ -82,10 +95,22 @@ def build(
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
     )
+    dtype = torch.bfloat16 if shape in BF16 else torch.float32
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config)
-    (model.to(torch.bfloat16) if shape == "1b" else model).save_pretrained(str(folder))
+    with torch.device(device):  # the weights made where they are used: a 7B never passes through the host
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    config.save_pretrained(str(folder))
     tokenizer.save_pretrained(str(folder))
+    model.config._name_or_path = model.name_or_path = str(folder)
+    return model, tokenizer
+
+
+def build(
+    folder: str | Path, layers: int | None = None, vocab: int = 4096, seed: int = 0, shape: str = "135m"
+) -> str:
+    """The model folder: :func:`build_in_memory` on the CPU, its weights saved beside the config."""
+    model, _ = build_in_memory(folder, layers, vocab, seed, shape)
+    model.save_pretrained(str(folder))
     return str(folder)
 
 
@@ -96,7 +121,7 @@ if __name__ == "__main__":
     parser.add_argument("out")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="135m")
     parser.add_argument(
-        "--layers", type=int, default=None, help="default: the shape's (30 for 135m, 16 for 1b)"
+        "--layers", type=int, default=None, help="default: the shape's (30 for 135m, 16 for 1b, 32 for 7b)"
     )
     parser.add_argument("--vocab", type=int, default=4096)
     args = parser.parse_args()

@@ -9,7 +9,11 @@
 #
 # Decoding first: the hf backend's rollout (decode auto, with 3 adapters and none) against transformers'
 # generate(cache_implementation="static"), compiled on GPU, at the 135M shape and (not --quick, GPU only)
-# a Llama-3.2-1B shape; benchmarks/decode.py prints the ratios.
+# a Llama-3.2-1B shape; benchmarks/decode.py prints the ratios. Training next: the iteration split and peak
+# memory at N = 3 (one process, DDP and ZeRO-2/3) and N = 10; then (GPU only, not --quick) a 7B shape's N = 3
+# iteration (benchmarks/iteration.py: Llama-2-7B's architecture, random weights built on the GPU, nothing
+# written to disk) and the wall time of the proof study plan, shortened, on 2 workers sharing the GPU
+# (benchmarks/study_plan.py).
 # --wheels DIR: install what is missing (trl, deepspeed and their wheels) from DIR, offline.
 # --quick: a 2-layer model, 16 tokens, 2 iterations: checks the script itself (with GPU_CHECK_ALLOW_CPU=1
 # on a machine without CUDA), measures nothing worth recording.
@@ -108,6 +112,21 @@ echo "== N = 10 agents, one process (single above is N = 3): iteration split and
 rm -rf "$out/agents10"
 python benchmarks/multiprocess.py --config "$recipe" --iterations "$iterations" --paths single \
   --keep "$out/agents10" n_agents 10
+if [ "$gpus" -gt 0 ] && [ "$quick" = 0 ]; then
+  echo "== the 7B shape (Llama-2-7B's: hidden 4096, 32 layers, 32 heads and KV heads, intermediate 11008; random"
+  echo "   bf16 weights built on the GPU, none on disk), N = 3, the defaults: 2 iterations, split and peak memory"
+  echo "   ($(( $(date +%s) - start )) s so far)"
+  rm -rf "$out/shape7b"
+  python benchmarks/iteration.py --config "$recipe" --shape 7b --iterations 2 --out "$out/shape7b"
+  echo "== the proof study plan (recipes/compare/proof.yaml), shortened to seed 0, 2 iterations and 16 held-out"
+  echo "   questions, on the check model, by udpo study --workers 2 (the workers share the GPU, half its memory each)"
+  echo "   ($(( $(date +%s) - start )) s so far)"
+  rm -rf "$out/study"
+  python benchmarks/study_plan.py --model "$model" --workers 2 --seeds 0 --iterations 2 --eval-questions 16 \
+    --out "$out/study"
+else
+  echo "the 7B shape's N = 3 iteration and the study plan's wall time: skipped (GPU only, not with --quick)"
+fi
 if python -c "import vllm" 2>/dev/null; then
   echo "== vllm rollouts (one engine per process, adapters synced after every update)"
   rm -rf "$out/vllm"
