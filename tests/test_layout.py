@@ -10,5 +10,6 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_top_level_holds_the_entry_points_and_packages():
     modules = sorted(p.stem for p in (ROOT / "udpo").glob("*.py"))
     packages = sorted(p.name for p in (ROOT / "udpo").iterdir() if (p / "__init__.py").is_file())
-    assert modules == ["__init__", "api", "pretrained", "threads"]
+    # threads and gpu_share: a process's share of the machine, read by the CLI before torch is imported
+    assert modules == ["__init__", "api", "gpu_share", "pretrained", "threads"]
     assert packages == ["algorithms", "analysis", "cli", "config", "training"]
