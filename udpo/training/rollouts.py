@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from udpo import gpu_share
 from udpo.config.groups import DebateArgs, ModelArgs, RunArgs, mapping
 from udpo.env.backends.base import Backend
 from udpo.env.debate import AgentSpec, DebateConfig, DebateEnv
@@ -72,8 +71,10 @@ class Rollouts:
         world: int,
         backend: Backend | None = None,
         engine=None,
+        card_share: float | None = None,
     ):
         self.model, self.debate_settings, self.run = model, debate, run
+        self.card_share = card_share  # this process's share of its GPU (udpo.gpu_share), None: the whole card
         self.task, self.policy = task, policy
         self.engine = engine if model.backend_capabilities.serves_live_model else None
         self.rank, self.world, self.main = rank, world, rank == 0
@@ -115,9 +116,7 @@ class Rollouts:
             max_model_len=cfg.vllm_max_model_len,
             seed=self.run.seed + self.rank,
             chat_template_kwargs=template_kwargs,
-            **colocated_engine_options(
-                cfg, self.world, torch.cuda.is_available(), gpu_share.from_environment()
-            ),
+            **colocated_engine_options(cfg, self.world, torch.cuda.is_available(), self.card_share),
         )
 
     def agent_specs(self) -> list[AgentSpec]:

@@ -244,6 +244,7 @@ class Trainer:
                 self.world,
                 backend,
                 engine=self.updater.engine,
+                card_share=self.gpu_share,
             )
         except BaseException:
             if self._lock is not None:
