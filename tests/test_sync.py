@@ -27,7 +27,11 @@ def test_trainings_vllm_engine_samples_in_the_trainers_dtype(dtype, tmp_path, mo
     parts = {"model": ModelArgs, "debate_settings": DebateArgs, "run": RunArgs}
     Rollouts._make_backend(
         SimpleNamespace(
-            **{name: config.group(g) for name, g in parts.items()}, policy=policy, rank=0, world=1
+            **{name: config.group(g) for name, g in parts.items()},
+            policy=policy,
+            rank=0,
+            world=1,
+            card_share=None,
         )
     )
     assert built["name"] == "vllm"
