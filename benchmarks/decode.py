@@ -21,10 +21,12 @@ the stacked/eager ratio, and each path's ratio to the anchor; the CPU's name and
 from __future__ import annotations
 
 import argparse
+import json
 import platform
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 
@@ -179,6 +181,9 @@ def main() -> None:
     parser.add_argument("--dtype", choices=["auto", "bf16", "fp32"], default="auto")
     parser.add_argument("--repeats", type=int, default=2, help="timed calls per path (best kept)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--json", help="also write the figures to this file (benchmarks/gpu_targets.py reads it)"
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -227,6 +232,17 @@ def main() -> None:
                 print(
                     f"{m.path}, {m.adapters} adapters / generate(static): {m.tokens_per_s / anchor.tokens_per_s:.2f}x"
                 )
+    if args.json:
+        figures = [{**asdict(m), "tokens_per_s": m.tokens_per_s} for m in results]
+        record = {
+            "device": gpu if device == "cuda" else f"CPU {cpu_name()}",
+            "dtype": str(dtype).removeprefix("torch."),
+            "model": args.model,
+            "rows": args.rows,
+            "max_tokens": args.max_tokens,
+            "results": figures,
+        }
+        Path(args.json).write_text(json.dumps(record, indent=2))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ temporary folder).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 from pathlib import Path
@@ -41,6 +42,9 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=None, help="default: the shape's")
     parser.add_argument("--iterations", type=int, default=2)
     parser.add_argument("--out", help="keep the run folder here (default: a temporary folder)")
+    parser.add_argument(
+        "--json", help="also write the figures to this file (benchmarks/gpu_targets.py reads it)"
+    )
     parser.add_argument("extra", nargs="*", help="KEY VALUE pairs overriding the recipe")
     args = parser.parse_args()
     if len(args.extra) % 2:
@@ -75,10 +79,23 @@ def main() -> None:
         train = train_records(root / "run")
         for record in train:
             print(f"iteration {record['iteration']}: {line(iteration_figures([record]))}")
-        if len(train) > 1:
-            print(
-                f"after the first ({len(train) - 1} iterations, median): {line(iteration_figures(train[1:]))}"
-            )
+        after = iteration_figures(train[1:]) if len(train) > 1 else None
+        if after is not None:
+            print(f"after the first ({len(train) - 1} iterations, median): {line(after)}")
+        if args.json:
+            record = {
+                "shape": args.shape,
+                "layers": model.config.num_hidden_layers,
+                "parameters": params,
+                "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+                "n_agents": config.n_agents,
+                "rounds": config.rounds,
+                "questions_per_iteration": config.questions_per_iteration,
+                "max_tokens": config.max_tokens,
+                "iterations": [iteration_figures([r]) for r in train],
+                "after_first": after,
+            }
+            Path(args.json).write_text(json.dumps(record, indent=2))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ first (from its ``metrics.jsonl``), so that the full plan's time can be estimate
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import tempfile
@@ -73,6 +74,9 @@ def main() -> None:
     parser.add_argument(
         "--out", help="keep the plan, run and results folders here (default: a temporary one)"
     )
+    parser.add_argument(
+        "--json", help="also write the figures to this file (benchmarks/gpu_targets.py reads it)"
+    )
     parser.add_argument("extra", nargs="*", help="KEY VALUE pairs: further training settings")
     args = parser.parse_args()
     if len(args.extra) % 2:
@@ -91,9 +95,10 @@ def main() -> None:
             tails = "\n".join(f"--- {log}\n{log.read_text()[-2000:]}" for log in logs)
             raise SystemExit(f"udpo study failed ({result.returncode}):\n{result.stderr[-2000:]}\n{tails}")
         runs = sorted(p.parent for p in (out / "runs").glob("*/seed_*/metrics.jsonl"))
+        medians = {}
         for run in runs:
             train = train_records(run)[1:] or train_records(run)
-            figures = iteration_figures(train)
+            figures = medians[f"{run.parent.name} {run.name}"] = iteration_figures(train)
             print(
                 f"{run.parent.name} {run.name}: median iteration {figures['iteration']:.2f} s (rollout "
                 f"{figures['rollout']:.2f}, update {figures['update']:.2f})"
@@ -102,6 +107,17 @@ def main() -> None:
             f"study plan {args.plan}, shortened: {len(runs)} runs x {args.iterations} iterations, "
             f"{args.eval_questions} held-out questions, {args.workers} workers: wall time {wall:.1f} s"
         )
+        if args.json:
+            record = {
+                "plan": args.plan,
+                "runs": len(runs),
+                "iterations": args.iterations,
+                "workers": args.workers,
+                "eval_questions": args.eval_questions,
+                "wall_s": wall,
+                "medians": medians,
+            }
+            Path(args.json).write_text(json.dumps(record, indent=2))
 
 
 if __name__ == "__main__":

@@ -56,6 +56,16 @@ print(json.dumps({"peak_bytes": peak, "device": "cuda" if cuda else "cpu"}))
 """
 
 
+#: the update measurement's modes (``--update-modes``), in the order each repeat runs them
+UPDATE_MODES = ("bare_rounds", "before", "after", "bare_packed")
+
+
+def sync() -> None:
+    """Wait for the GPU's queued work (nothing on a CPU), so that a timer reads what was run."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
 def timed(fn, repeat: int = 3) -> float:
     """Median wall-clock seconds of ``fn()``."""
     times = []
@@ -98,14 +108,17 @@ def old_forward_logprobs(model, rows, pad: int, counts: list[int]) -> list[torch
     positions; adds [positions, real tokens] to ``counts``."""
     width = max(len(p) + len(c) for p, c in rows)
     keep = max(len(c) for _, c in rows) + 1
-    ids = torch.tensor([[pad] * (width - len(p) - len(c)) + p + c for p, c in rows])
-    mask = torch.tensor([[0] * (width - len(p) - len(c)) + [1] * (len(p) + len(c)) for p, c in rows])
+    device = model.device
+    ids = torch.tensor([[pad] * (width - len(p) - len(c)) + p + c for p, c in rows], device=device)
+    mask = torch.tensor(
+        [[0] * (width - len(p) - len(c)) + [1] * (len(p) + len(c)) for p, c in rows], device=device
+    )
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     logits = model(
         input_ids=ids, attention_mask=mask, position_ids=positions, logits_to_keep=keep, use_cache=False
     ).logits
     picked = torch.cat([logits[b, keep - 1 - len(c) : keep - 1] for b, (_, c) in enumerate(rows)]).float()
-    targets = torch.tensor([t for _, c in rows for t in c])
+    targets = torch.tensor([t for _, c in rows for t in c], device=device)
     logp = picked.gather(-1, targets[:, None]).squeeze(-1) - torch.logsumexp(picked, dim=-1)
     counts[0], counts[1] = counts[0] + ids.numel(), counts[1] + int(mask.sum())
     return list(logp.split([len(c) for _, c in rows]))
@@ -165,10 +178,11 @@ def bare_pass(policy, sequences_of) -> None:
         model.train()
         for ids, spans in sequences_of(agent):
             scored = [q for start, n in spans for q in range(start, start + n)]
-            keep = torch.tensor([q - 1 for q in scored])  # the logit at q - 1 predicts the token at q
-            logits = model(input_ids=torch.tensor([ids]), logits_to_keep=keep).logits[0]
+            keep = torch.tensor([q - 1 for q in scored], device=model.device)  # logit q - 1 predicts token q
+            logits = model(input_ids=torch.tensor([ids], device=model.device), logits_to_keep=keep).logits[0]
             logp = logits.float().log_softmax(-1)
-            (-logp[torch.arange(len(scored)), torch.tensor([ids[q] for q in scored])].sum()).backward()
+            targets = torch.tensor([ids[q] for q in scored], device=model.device)
+            (-logp[torch.arange(len(scored), device=model.device), targets].sum()).backward()
         model.eval()
     for p in policy.trainable_parameters():
         p.grad = None
@@ -202,32 +216,38 @@ def update_throughput(args, out: Path) -> dict[str, float]:
             bare_pass(policy, sequences_of)
 
     counts = [0, 0]
-    modes = {
+    every = {
         "bare_rounds": lambda: bare(per_round),
         "before": lambda: old_update(trainer, batch, advantages, counts),
         "after": lambda: trainer.update(batch, advantages, fresh_count=len(batch), iteration=1),
         "bare_packed": lambda: bare(packed),
     }
+    modes = {m: run for m, run in every.items() if m in args.update_modes.split(",")}
     times: dict[str, list[float]] = {m: [] for m in modes}
     for _ in range(args.repeats):
         for name, run in modes.items():
+            sync()
             start = time.perf_counter()
             run()
+            sync()
             times[name].append(time.perf_counter() - start)
     trainer.close()
     result = {f"{m}_s": statistics.median(t) for m, t in times.items()}
-    for m in ("before", "after", "bare_packed"):  # per-repeat ratios: robust to load that drifts
-        result[f"{m}_vs_bare"] = statistics.median(
-            b / t for b, t in zip(times["bare_rounds"], times[m], strict=True)
-        )
+    pairs = [(m, "bare_rounds") for m in ("before", "after", "bare_packed")] + [("after", "bare_packed")]
+    for m, base in pairs:
+        if m in times and base in times:  # per-repeat ratios: robust to load that drifts
+            key = f"{m}_vs_bare" if base == "bare_rounds" else f"{m}_vs_{base}"
+            result[key] = statistics.median(b / t for b, t in zip(times[base], times[m], strict=True))
     result["tokens"] = sum(
         len(p) + len(c) for a in range(args.n_agents) for p, c in zip(*batch.agent_sequences(a), strict=True)
     )
     result["completion_tokens"] = sum(
         len(c) for a in range(args.n_agents) for c in batch.agent_sequences(a)[1]
     )
-    result["before_padding"] = 1 - counts[1] / counts[0]
-    result["after_padding"] = policy.forward_stats.padding  # of the last update
+    if "before" in times:
+        result["before_padding"] = 1 - counts[1] / counts[0]
+    if "after" in times:
+        result["after_padding"] = policy.forward_stats.padding  # of the last update
     result["debates"] = len(batch)
     return result
 
@@ -299,6 +319,11 @@ def main() -> int:
     parser.add_argument(
         "--repeats", type=int, default=3, help="interleaved repeats of each update measurement"
     )
+    parser.add_argument(
+        "--update-modes",
+        default=",".join(UPDATE_MODES),
+        help="the update measurement's modes, comma-separated (default: all): " + ", ".join(UPDATE_MODES),
+    )
     parser.add_argument("--only", choices=["iteration", "update", "sync", "memory"], default=None)
     parser.add_argument("--vllm", action="store_true", help="also time a vLLM engine (needs vllm)")
     parser.add_argument("--json", default=None, help="also write the numbers to this file")
@@ -341,12 +366,20 @@ def main() -> int:
             ("bare PEFT forward+backward, packed rows", "bare_packed", None),
         ]
         for label, key, padding in rows:
-            ratio = 1.0 if key == "bare_rounds" else u[f"{key}_vs_bare"]
-            print(f"  {label:40s} {u[f'{key}_s']:8.2f} {u['tokens'] / u[f'{key}_s']:9.1f} {ratio:7.2f} "
+            if f"{key}_s" not in u:
+                continue
+            ratios = {**u, "bare_rounds_vs_bare": 1.0}
+            ratio = f"{ratios[f'{key}_vs_bare']:.2f}" if f"{key}_vs_bare" in ratios else "-"
+            print(f"  {label:40s} {u[f'{key}_s']:8.2f} {u['tokens'] / u[f'{key}_s']:9.1f} {ratio:>7s} "
                   f"{'' if padding is None else f'{100 * u[padding]:7.1f}%':>8s}")  # fmt: skip
-        print(
-            "  (x bare: median over repeats of bare-every-round seconds / this row's seconds, from the same repeat)"
-        )
+        if "bare_rounds_s" in u:
+            print(
+                "  (x bare: median over repeats of bare-every-round seconds / this row's seconds, from the same repeat)"
+            )
+        if "after_vs_bare_packed" in u:
+            print(
+                f"  the update / a bare forward + backward over the same packed rows: {u['after_vs_bare_packed']:.2f}x"
+            )
     if "sync" in results:
         sync = results["sync"]
         print(f"\nnew weights into the engine ({args.n_agents} adapters):")
