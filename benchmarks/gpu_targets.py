@@ -11,8 +11,9 @@ that says "not measured", so a check cut short still reports what it finished):
 - ``study.json``: ``benchmarks/study_plan.py --json``.
 
 Prints the table (markdown): each target's measured value, the goal and whether it was met ("-" where a row
-is reported without a goal). ``--report DIR`` also writes it to ``DIR/summary.md`` and every file read,
-merged, to ``DIR/figures.json``: two small files to keep from a machine that is given back.
+is reported without a goal); ``--failed`` names the check's parts that failed, in the title. ``--report
+DIR`` also writes it to ``DIR/summary.md`` and every file read, merged, to ``DIR/figures.json``: two small
+files to keep from a machine that is given back.
 """
 
 from __future__ import annotations
@@ -181,8 +182,12 @@ def table(found: dict[str, dict]) -> list[Row]:
     ]
 
 
-def render(rows: list[Row], device: str) -> str:
-    lines = [f"GPU targets on {device}", "", "| what | measured | target | met |", "|---|---|---|---|"]
+def render(rows: list[Row], device: str, failed: list[str] | None = None) -> str:
+    """The table under a title naming the device and, where some failed, the check's failed parts."""
+    title = f"GPU targets on {device}" + (
+        f"; parts that FAILED (see the log): {', '.join(failed)}" if failed else ""
+    )
+    lines = [title, "", "| what | measured | target | met |", "|---|---|---|---|"]
     return "\n".join([*lines, *(r.cells() for r in rows)]) + "\n"
 
 
@@ -192,12 +197,13 @@ def main() -> None:
     )
     parser.add_argument("--figures", required=True, help="the folder the check's steps wrote their JSON to")
     parser.add_argument("--report", help="also write summary.md and figures.json here")
+    parser.add_argument("--failed", default="", help="the check's parts that failed, separated by spaces")
     args = parser.parse_args()
     found = load(Path(args.figures))
     device = next(
         (r["device"] for r in found.values() if isinstance(r.get("device"), str)), "an unnamed device"
     )
-    text = render(table(found), device)
+    text = render(table(found), device, args.failed.split())
     print(text, end="")
     if args.report:
         report = Path(args.report)

@@ -78,41 +78,38 @@ for pkgs in (["transformers"], ["peft"], ["accelerate"], ["trl"], ["deepspeed"],
     print(found[0] if found else f"{pkgs[0]} not installed")
 PY
 gpu_only=$([ "$gpus" -gt 0 ] && [ "$quick" = 0 ] && echo 1 || echo 0)
-# want PART: whether to run PART now (asked for, a GPU where it needs one, within the budget); says why not
-want() {
-  local needs_gpu=${2:-}
-  case ",$parts," in *",$1,"*) ;; *) return 1 ;; esac
+failed=""
+# run_part PART [gpu]: runs part_PART if it was asked for, has a GPU where it needs one and starts within the
+# budget (else a line says why not); in a subshell with errexit, so that a failing part is reported and
+# the parts after it still run; then rewrites the summary ($report/summary.md, $report/figures.json)
+run_part() {
+  local name=$1 needs_gpu=${2:-}
+  case ",$parts," in *",$name,"*) ;; *) return 0 ;; esac
   if [ "$needs_gpu" = gpu ] && [ "$gpu_only" = 0 ]; then
-    echo "== $1: skipped (GPU only, not with --quick)"
-    return 1
+    echo "== $name: skipped (GPU only, not with --quick)"
+    return 0
   fi
-  local spent=$(( $(date +%s) - start ))
+  local spent=$(( $(date +%s) - start )) rc
   if [ "$budget" -gt 0 ] && [ "$spent" -ge "$budget" ]; then
-    echo "== $1: skipped (the check has run ${spent} s, past its budget of ${budget} s)"
-    return 1
+    echo "== $name: skipped (the check has run ${spent} s, past its budget of ${budget} s)"
+    return 0
   fi
-  echo "== $1 (${spent} s so far)"
+  echo "== $name (${spent} s so far)"
+  set +e
+  ( set -e; "part_$name" )
+  rc=$?
+  set -e
+  if [ "$rc" != 0 ]; then
+    echo "== $name: FAILED (exit $rc), $(( $(date +%s) - start - spent )) s; the next parts run on"
+    failed="$failed $name"
+  fi
+  python benchmarks/gpu_targets.py --figures "$figures" --report "$report" --failed "$failed" >/dev/null
 }
-# the targets beside what was measured so far, in $report/summary.md and $report/figures.json
-summarize() { python benchmarks/gpu_targets.py --figures "$figures" --report "$report" >/dev/null; }
 if [ -z "$model" ]; then
   model=$out/model
   [ -f "$model/config.json" ] || python scripts/check_model.py "$model" --layers "$layers" >/dev/null
 fi
-if want decode; then
-  echo "   the hf backend's rollout (decode auto; eager beside it) / generate(static cache, compiled on a GPU)"
-  python benchmarks/decode.py --model "$model" --rows "$rows" --max-tokens "$tokens" --paths auto,eager --anchor \
-    --json "$figures/decode_135m.json"
-  summarize
-fi
 model1b=$out/model1b
-if want decode1b gpu; then
-  echo "   the same at a Llama-3.2-1B shape (random bf16 weights)"
-  [ -f "$model1b/config.json" ] || python scripts/check_model.py "$model1b" --shape 1b >/dev/null
-  python benchmarks/decode.py --model "$model1b" --rows "$rows" --max-tokens "$tokens" --paths auto,eager \
-    --anchor --dtype bf16 --json "$figures/decode_1b.json"
-  summarize
-fi
 processes=$(( gpus > 0 ? gpus : 2 ))
 bf16=$([ "$gpus" -gt 0 ] && echo true || echo false)
 recipe=$out/recipe.yaml
@@ -144,42 +141,48 @@ eta: [0.01]
 YAML
 # the issue's recipe: 32 questions x N agents x 2 rounds, 64 tokens, every update size auto
 issue=(rounds 2 questions_per_iteration 32 debate_batch_size 32 max_tokens 64)
-if want iteration1b gpu; then
+part_decode() {
+  echo "   the hf backend's rollout (decode auto; eager beside it) / generate(static cache, compiled on a GPU)"
+  python benchmarks/decode.py --model "$model" --rows "$rows" --max-tokens "$tokens" --paths auto,eager --anchor \
+    --json "$figures/decode_135m.json"
+}
+part_decode1b() {
+  echo "   the same at a Llama-3.2-1B shape (random bf16 weights)"
+  [ -f "$model1b/config.json" ] || python scripts/check_model.py "$model1b" --shape 1b >/dev/null
+  python benchmarks/decode.py --model "$model1b" --rows "$rows" --max-tokens "$tokens" --paths auto,eager \
+    --anchor --dtype bf16 --json "$figures/decode_1b.json"
+}
+part_iteration1b() {
   echo "   the 1B shape built on the GPU, N = 3, 3 iterations (the first compiles the decode step)"
   rm -rf "$out/iteration1b"
   python benchmarks/iteration.py --config "$recipe" --shape 1b --iterations 3 --out "$out/iteration1b" \
     --json "$figures/iteration_1b_n3.json" "${issue[@]}"
-  summarize
   echo "   N = 10, 2 iterations"
   rm -rf "$out/iteration1b"
   python benchmarks/iteration.py --config "$recipe" --shape 1b --iterations 2 --out "$out/iteration1b" \
     --json "$figures/iteration_1b_n10.json" "${issue[@]}" n_agents 10
-  summarize
-fi
-if want update1b gpu; then
+}
+part_update1b() {
   echo "   the update on one batch of the issue's recipe (N = 3) against a bare PEFT forward + backward"
   [ -f "$model1b/config.json" ] || python scripts/check_model.py "$model1b" --shape 1b >/dev/null
   python benchmarks/train_step.py --only update --model "$model1b" --rounds 2 --questions 32 --max_tokens 64 \
     --repeats 2 --update-modes after,bare_packed --json "$figures/update_1b.json"
-  summarize
-fi
-if want 7b gpu; then
+}
+part_7b() {
   echo "   Llama-2-7B's shape (hidden 4096, 32 layers, 32 heads and KV heads, intermediate 11008; random bf16"
   echo "   weights built on the GPU, none on disk), N = 3, the check's recipe and default sizes, 2 iterations"
   rm -rf "$out/shape7b"
   python benchmarks/iteration.py --config "$recipe" --shape 7b --iterations 2 --out "$out/shape7b" \
     --json "$figures/iteration_7b_n3.json"
-  summarize
-fi
-if want study gpu; then
+}
+part_study() {
   echo "   the proof study plan (recipes/compare/proof.yaml), shortened to seed 0, 2 iterations and 16 held-out"
   echo "   questions, on the check model, by udpo study --workers 2 (the workers share the GPU, half its memory each)"
   rm -rf "$out/study"
   python benchmarks/study_plan.py --model "$model" --workers 2 --seeds 0 --iterations 2 --eval-questions 16 \
     --out "$out/study" --json "$figures/study.json"
-  summarize
-fi
-if want paths; then
+}
+part_paths() {
   paths=single
   [ "$processes" -gt 1 ] && paths=$paths,ddp
   python -c "import deepspeed" 2>/dev/null && paths=$paths,zero2,zero3 || echo "deepspeed not installed: ZeRO-2/3 skipped"
@@ -208,7 +211,15 @@ if want paths; then
   udpo export "$run" --out "$out/team"
   udpo eval --checkpoint "$out/team" --task arithmetic --limit 4 --rounds 1 --max-tokens 32 --no-progress \
     --output-dir "$out/eval" | tail -n 3
-fi
+}
+run_part decode
+run_part decode1b gpu
+run_part iteration1b gpu
+run_part update1b gpu
+run_part 7b gpu
+run_part study gpu
+run_part paths
 echo "== the targets (issue 42), as measured here ($report/summary.md)"
-python benchmarks/gpu_targets.py --figures "$figures" --report "$report"
-echo "gpu_check.sh: done in $(( $(date +%s) - start )) s"
+python benchmarks/gpu_targets.py --figures "$figures" --report "$report" --failed "$failed"
+echo "gpu_check.sh: done in $(( $(date +%s) - start )) s${failed:+; FAILED:$failed}"
+[ -z "$failed" ]

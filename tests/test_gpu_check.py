@@ -278,3 +278,40 @@ def test_decode_and_update_figures_reach_the_targets_table(check_model, tmp_path
     assert sorted(k for k in figures if k.endswith("_s")) == ["after_s", "bare_packed_s"]  # no other mode ran
     assert figures["after_vs_bare_packed"] == pytest.approx(figures["bare_packed_s"] / figures["after_s"])
     assert "update before" not in done.stdout and "over the same packed rows: " in done.stdout
+
+
+@pytest.mark.slow
+def test_a_failing_part_is_reported_and_the_parts_after_it_still_run(tmp_path):
+    """A model folder that does not exist fails both parts asked for: the first's failure does not stop the
+    check, the second runs and fails too, the summary names both and the script exits non-zero."""
+    done = subprocess.run(
+        [
+            "bash",
+            str(GPU_CHECK),
+            "--quick",
+            "--out",
+            str(tmp_path / "out"),
+            "--model",
+            str(tmp_path / "absent"),
+            "--parts",
+            "decode,paths",
+        ],  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "GPU_CHECK_ALLOW_CPU": "1",
+            "UDPO_NUM_THREADS": "1",
+            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        },
+        timeout=600,
+    )
+    assert done.returncode != 0
+    assert "== decode: FAILED (exit" in done.stdout and "== paths: FAILED (exit" in done.stdout
+    assert done.stdout.index("== decode: FAILED") < done.stdout.index("== paths (")
+    summary = (tmp_path / "out" / "summary.md").read_text()
+    assert summary.startswith(
+        "GPU targets on an unnamed device; parts that FAILED (see the log): decode, paths"
+    )
+    assert done.stdout.rstrip().endswith("FAILED: decode paths")
