@@ -131,8 +131,8 @@ def side_by_side(calls: dict[str, Callable[[], int]], repeats: int) -> dict[str,
     return {name: (first[name], *min(runs[name])) for name in calls}
 
 
-def backend_call(model, tokenizer, device, path, names, args) -> Callable[[], int]:
-    """One ``generate`` call of the batch through an HFBackend decoding with ``path``; its tokens."""
+def backend_call(model, tokenizer, device, path, names, args) -> tuple[HFBackend, Callable[[], int]]:
+    """An HFBackend decoding with ``path``, and one ``generate`` call of the batch through it (its tokens)."""
     backend = HFBackend(model_obj=model, tokenizer=tokenizer, device=device, decode=path, max_batch=args.rows)
     sampling = SamplingParams(temperature=1.0, max_tokens=args.max_tokens, seed=args.seed)
     slots = names or [None]
@@ -140,7 +140,7 @@ def backend_call(model, tokenizer, device, path, names, args) -> Callable[[], in
         ChatRequest(messages, sampling, adapter=slots[k % len(slots)])
         for k, messages in enumerate(prompts(args.rows, args.prompt_tokens, args.seed))
     ]
-    return lambda: sum(len(c.completion_ids) for c in backend.generate(requests))
+    return backend, lambda: sum(len(c.completion_ids) for c in backend.generate(requests))
 
 
 def anchor_call(model, tokenizer, device, args) -> Callable[[], int]:
@@ -201,17 +201,20 @@ def main() -> None:
     results: list[Measure] = []
     for k in sorted({args.adapters, 0}, reverse=True):
         model, names = load(args.model, dtype, device, k)
-        calls = {
-            f"{path} ({pick_decode(path, device)})" if path == "auto" else path: backend_call(
-                model, tokenizer, device, path, names, args
-            )
-            for path in paths
-        }
+        backends = {path: backend_call(model, tokenizer, device, path, names, args) for path in paths}
+        calls = {path: call for path, (_, call) in backends.items()}
         if k == 0 and args.anchor:
             calls[ANCHOR] = anchor_call(model, tokenizer, device, args)
         for name, (first, seconds, tokens) in side_by_side(calls, args.repeats).items():
+            if name == "auto":  # the path auto chose; after a failed graph, the one it fell back to
+                used = backends[name][0].decode
+                name = (
+                    f"auto ({used})"
+                    if used == pick_decode("auto", device)
+                    else f"auto ({used}, graph failed)"
+                )
             results.append(Measure(name, len(names), tokens, seconds, args.max_tokens, first))
-        del model, calls
+        del model, calls, backends
     print(
         f"\n{'path':<18} {'adapters':>8} {'tokens':>7} {'seconds':>8} {'tok/s':>9} {'ms/step':>8} {'first call':>10}"
     )

@@ -226,3 +226,73 @@ def test_graph_decoding_matches_stacked_on_cuda(policy):
         assert_same(*runs)
     finally:
         model.to("cpu")
+
+
+def graph_backend(tiny_model, tiny_lora_adapters, monkeypatch, error: Exception, auto: bool) -> HFBackend:
+    """A backend on CPU made to decode as on a GPU with ``decode`` auto (or graph, ``auto=False``), whose
+    compiled step raises ``error``: CUDA is reported present while the decoder is built, and
+    ``torch.compile`` returns a step that fails as a failed compile or capture would."""
+
+    def compile_failing(fn, **kwargs):
+        def step(*args):
+            raise error
+
+        return step
+
+    backend = HFBackend(model=tiny_model, dtype="fp32", decode="stacked")
+    for name, path in tiny_lora_adapters.items():
+        backend.load_adapter(name, path)
+    backend.decode, backend._decode_auto = "graph", auto
+    monkeypatch.setattr(torch, "compile", compile_failing)
+    build = StaticDecoder.__init__
+
+    def init_as_on_cuda(self, *args, **kwargs):
+        with monkeypatch.context() as m:
+            m.setattr(torch.cuda, "is_available", lambda: True)
+            build(self, *args, **kwargs)
+
+    monkeypatch.setattr(StaticDecoder, "__init__", init_as_on_cuda)
+    return backend
+
+
+def requests_for(adapters) -> list:
+    from udpo.env.backends import ChatRequest, SamplingParams
+
+    sampling = SamplingParams(temperature=1.0, max_tokens=12, seed=3)
+    return [ChatRequest([{"role": "user", "content": f"add {k} and {k + 2}"}], sampling, adapter=a)
+            for k, a in enumerate(adapters)]  # fmt: skip
+
+
+def test_auto_decodes_stacked_when_the_graph_fails_to_compile_and_says_so(
+    tiny_model, tiny_lora_adapters, monkeypatch, caplog
+):
+    """Where "auto" picked the CUDA graph and it cannot be compiled or captured, the call is made again
+    stacked (the same tokens as a stacked backend for the same seed), later calls stay stacked, and a
+    warning names the error."""
+    names = [*tiny_lora_adapters, None]
+    reference = HFBackend(model=tiny_model, dtype="fp32", decode="stacked")
+    for name, path in tiny_lora_adapters.items():
+        reference.load_adapter(name, path)
+    expected = [c.completion_ids for c in reference.generate(requests_for(names))]
+    backend = graph_backend(tiny_model, tiny_lora_adapters, monkeypatch, RuntimeError("capture failed"), True)
+    with caplog.at_level("WARNING", logger="udpo.env.backends.hf"):
+        got = [c.completion_ids for c in backend.generate(requests_for(names))]
+    assert got == expected and backend.decode == "stacked" and not backend._static.graph
+    assert "graph decoding failed (RuntimeError: capture failed); decoding stacked" in caplog.text
+    assert [c.completion_ids for c in backend.generate(requests_for(names))] == expected
+
+
+@pytest.mark.parametrize(
+    ("error", "auto"),
+    [(RuntimeError("capture failed"), False), (torch.cuda.OutOfMemoryError("CUDA out of memory"), True)],
+    ids=["graph asked for", "out of memory"],
+)
+def test_a_graph_asked_for_or_out_of_memory_stays_an_error(
+    tiny_model, tiny_lora_adapters, monkeypatch, error, auto
+):
+    from udpo.env.backends import BackendError
+
+    backend = graph_backend(tiny_model, tiny_lora_adapters, monkeypatch, error, auto)
+    with pytest.raises(BackendError, match="hf generation failed"):
+        backend.generate(requests_for([*tiny_lora_adapters, None]))
+    assert backend.decode == "graph"

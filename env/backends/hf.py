@@ -158,7 +158,9 @@ class HFBackend(Backend):
     decode: the decode path, :func:`pick_decode` ("auto": a CUDA graph on GPU, the eager loop on CPU);
     the stacked paths keep up to twice ``kv_cache_gib`` of KV buffers across calls. Models they cannot
     run (cache layers other than full attention, LoRA variants other than plain linear LoRA) decode
-    eagerly; the choice is logged once.
+    eagerly; the choice is logged once. Where "auto" picked the graph and compiling or capturing it fails
+    (a RuntimeError other than running out of memory), the call is made again stacked, uncompiled, and
+    so are the later ones, with a warning naming the error (``decode="graph"`` raises it instead).
     """
 
     name = "hf"
@@ -208,6 +210,7 @@ class HFBackend(Backend):
         self.prefix_cache = prefix_cache
         self.prefixes: PrefixStore | None = None  # inside reuse_prefixes()
         self.decode = pick_decode(decode, self.device)
+        self._decode_auto = decode == "auto"
         self._static: StaticDecoder | None = None
         self._static_for: tuple | None = None  # (model id, adapters) the decoder was checked for
 
@@ -308,21 +311,26 @@ class HFBackend(Backend):
             torch.manual_seed(sp.seed)
         was_training = self.model.training
         self.model.eval()
-        decoder = self._decoder()
+        kwargs = dict(
+            max_new_tokens=sp.max_tokens,
+            temperature=sp.temperature,
+            top_p=sp.top_p,
+            stops={self.tokenizer.eos_token_id, pad, *self._extra_stops()} - {None},
+            adapters=[a for _, a in keys] if self.adapters else None,
+            on_tokens=reporter.add_tokens if reporter else None,
+            prefixes=[f[0].kv.head(f[1]) if f else None for f in found] if any(skip) else None,
+            expand=torch.tensor(expand, device=self.device) if len(keys) < len(prompts) else None,
+            keep_kv=store is not None,
+        )
         try:
-            rows = (decoder.sample if decoder is not None else partial(sample, self.model))(
-                input_ids,
-                attention,
-                max_new_tokens=sp.max_tokens,
-                temperature=sp.temperature,
-                top_p=sp.top_p,
-                stops={self.tokenizer.eos_token_id, pad, *self._extra_stops()} - {None},
-                adapters=[a for _, a in keys] if self.adapters else None,
-                on_tokens=reporter.add_tokens if reporter else None,
-                prefixes=[f[0].kv.head(f[1]) if f else None for f in found] if any(skip) else None,
-                expand=torch.tensor(expand, device=self.device) if len(keys) < len(prompts) else None,
-                keep_kv=store is not None,
-            )
+            try:
+                rows = self._sample(input_ids, attention, **kwargs)
+            except RuntimeError as e:
+                if not self._graph_failed(e):
+                    raise
+                if sp.seed is not None:
+                    torch.manual_seed(sp.seed)
+                rows = self._sample(input_ids, attention, **kwargs)
         except (RuntimeError, ValueError) as e:
             raise BackendError(f"hf generation failed: {e}") from e
         finally:
@@ -345,6 +353,31 @@ class HFBackend(Backend):
             )
             for prompt, row in zip(prompts, rows, strict=True)
         ]
+
+    def _sample(self, input_ids: torch.Tensor, attention: torch.Tensor, **kwargs) -> list:
+        """One call of the decode path in use (:meth:`_decoder`)."""
+        decoder = self._decoder()
+        return (decoder.sample if decoder is not None else partial(sample, self.model))(
+            input_ids, attention, **kwargs
+        )
+
+    def _graph_failed(self, error: RuntimeError) -> bool:
+        """Whether ``error`` came from a graph that "auto" chose and could not compile or capture: then
+        decode stacked from now on (logged) and say so; an error of any other kind stays an error."""
+        if not (
+            self._decode_auto
+            and self._static is not None
+            and self._static.graph
+            and not isinstance(error, torch.cuda.OutOfMemoryError)
+        ):
+            return False
+        log.warning(
+            "hf backend: graph decoding failed (%s: %s); decoding stacked, uncompiled, from now on",
+            type(error).__name__,
+            str(error).splitlines()[0] if str(error) else "",
+        )
+        self.decode, self._static_for, self._static = "stacked", None, None
+        return True
 
     def _decoder(self) -> StaticDecoder | None:
         """The stacked decoder (None: the eager loop), rebuilt when the model or its adapters change."""
