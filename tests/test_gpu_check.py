@@ -207,24 +207,10 @@ def test_the_targets_table_compares_each_figure_with_its_goal_and_names_what_was
     )
 
 
-@pytest.mark.slow
-def test_gpu_check_skips_parts_past_its_budget_and_still_writes_the_summary(tmp_path):
-    """The script's frame on CPU: no part runs (the budget of 1 s is spent building the model), each says so,
-    and the summary of what was measured (nothing) lands in --report."""
-    done = subprocess.run(
-        [
-            "bash",
-            str(GPU_CHECK),
-            "--quick",
-            "--out",
-            str(tmp_path / "out"),
-            "--report",
-            str(tmp_path / "report"),
-            "--budget",
-            "1",
-            "--parts",
-            "decode,7b,paths",
-        ],  # fmt: skip
+def run_check(*args) -> subprocess.CompletedProcess:
+    """``scripts/gpu_check.sh --quick ARGS`` on this CPU, with this interpreter as its ``python``."""
+    return subprocess.run(
+        ["bash", str(GPU_CHECK), "--quick", *map(str, args)],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -232,10 +218,18 @@ def test_gpu_check_skips_parts_past_its_budget_and_still_writes_the_summary(tmp_
             **os.environ,
             "GPU_CHECK_ALLOW_CPU": "1",
             "UDPO_NUM_THREADS": "1",
-            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",  # the script's python is this one
+            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
         },
         timeout=600,
     )
+
+
+@pytest.mark.slow
+def test_gpu_check_skips_parts_past_its_budget_and_still_writes_the_summary(tmp_path):
+    """The script's frame on CPU: no part runs (the budget of 1 s is spent building the model), each says so,
+    and the summary of what was measured (nothing) lands in --report."""
+    done = run_check("--out", tmp_path / "out", "--report", tmp_path / "report", "--budget", 1, "--parts",
+                     "decode,7b,paths")  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert "== decode: skipped (the check has run" in done.stdout and "past its budget of 1 s)" in done.stdout
     assert "== 7b: skipped (GPU only, not with --quick)" in done.stdout
@@ -284,29 +278,7 @@ def test_decode_and_update_figures_reach_the_targets_table(check_model, tmp_path
 def test_a_failing_part_is_reported_and_the_parts_after_it_still_run(tmp_path):
     """A model folder that does not exist fails both parts asked for: the first's failure does not stop the
     check, the second runs and fails too, the summary names both and the script exits non-zero."""
-    done = subprocess.run(
-        [
-            "bash",
-            str(GPU_CHECK),
-            "--quick",
-            "--out",
-            str(tmp_path / "out"),
-            "--model",
-            str(tmp_path / "absent"),
-            "--parts",
-            "decode,paths",
-        ],  # fmt: skip
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env={
-            **os.environ,
-            "GPU_CHECK_ALLOW_CPU": "1",
-            "UDPO_NUM_THREADS": "1",
-            "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-        },
-        timeout=600,
-    )
+    done = run_check("--out", tmp_path / "out", "--model", tmp_path / "absent", "--parts", "decode,paths")
     assert done.returncode != 0
     assert "== decode: FAILED (exit" in done.stdout and "== paths: FAILED (exit" in done.stdout
     assert done.stdout.index("== decode: FAILED") < done.stdout.index("== paths (")
