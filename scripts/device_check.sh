@@ -11,8 +11,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:?device_check.sh runs on a device machine, where OUT names the folder that comes back}
-budget=${1:-420}
-[ $# -gt 0 ] && shift
+budget=420
+if [[ ${1:-} =~ ^[0-9]+$ ]]; then budget=$1; shift; fi
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     .whl/*.whl || exit 1

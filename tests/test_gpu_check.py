@@ -226,10 +226,11 @@ def run_check(*args) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_gpu_check_skips_parts_past_its_budget_and_still_writes_the_summary(tmp_path):
-    """The script's frame on CPU: no part runs (the budget of 1 s is spent building the model), each says so,
-    and the summary of what was measured (nothing) lands in --report."""
-    done = run_check("--out", tmp_path / "out", "--report", tmp_path / "report", "--budget", 1, "--parts",
-                     "decode,7b,paths")  # fmt: skip
+    """The script's frame on CPU: no part runs (the budget of 1 s is spent starting up; the model, named and
+    absent, is never built or read), each says so, and the summary of what was measured (nothing) lands in
+    --report."""
+    done = run_check("--out", tmp_path / "out", "--report", tmp_path / "report", "--model", tmp_path / "absent",
+                     "--budget", 1, "--parts", "decode,7b,paths")  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert "== decode: skipped (the check has run" in done.stdout and "past its budget of 1 s)" in done.stdout
     assert "== 7b: skipped (GPU only, not with --quick)" in done.stdout
