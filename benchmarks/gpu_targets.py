@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,13 +59,18 @@ def load(figures: Path) -> dict[str, dict]:
     return found
 
 
+def target_row(
+    what: str, goal: str, value: float | None, show: Callable[[float], str], met: Callable[[float], bool]
+) -> Row:
+    """A target's row: "not measured" where ``value`` is None, else ``show(value)`` and ``met(value)``."""
+    return Row(what, NOT_MEASURED, goal) if value is None else Row(what, show(value), goal, met(value))
+
+
 def decode_rows(shape: str, record: dict | None) -> list[Row]:
     """The project's rollout (the auto path: the CUDA graph on a GPU) against the anchor, with the most
     adapters measured and with none."""
     what = f"rollout tokens/s, {shape} shape, {{}} / {ANCHOR} compiled, no adapters"
-    if record is None:
-        return [Row(what.format("3 adapters"), NOT_MEASURED, f">= {DECODE_RATIO}x")]
-    results = record["results"]
+    results = (record or {}).get("results", [])
     anchor = next((r for r in results if r["path"] == ANCHOR), None)
     ours = [r for r in results if r["path"].startswith("auto")]
     if anchor is None or not ours:
@@ -81,54 +87,38 @@ def decode_rows(shape: str, record: dict | None) -> list[Row]:
     return rows
 
 
-def peak(record: dict) -> float | None:
+def peak(record: dict | None) -> float | None:
     """The most GPU memory any of the run's iterations held (the first one's too), GiB."""
-    peaks = [it["peak_gib"] for it in record["iterations"] if "peak_gib" in it]
+    peaks = [it["peak_gib"] for it in (record or {}).get("iterations", []) if "peak_gib" in it]
     return max(peaks) if peaks else None
 
 
 def iteration_rows(n3: dict | None, n10: dict | None, shape7b: dict | None) -> list[Row]:
-    rows = []
     after = (n3 or {}).get("after_first")
-    if after is None:
-        rows.append(
-            Row("1B shape, N = 3 iteration (median after the first)", NOT_MEASURED, f"< {ITERATION_S} s")
-        )
-    else:
-        split = f"{after['iteration']:.2f} s (rollout {after['rollout']:.2f}, update {after['update']:.2f})"
-        rows.append(
-            Row(
-                "1B shape, N = 3 iteration (median after the first)",
-                split,
-                f"< {ITERATION_S} s",
-                after["iteration"] < ITERATION_S,
-            )
-        )
-    p3 = peak(n3) if n3 else None
-    if p3 is None:
-        rows.append(Row("1B shape, N = 3 peak GPU memory (any iteration)", NOT_MEASURED, f"< {PEAK_GIB} GiB"))
-    else:
-        rows.append(
-            Row(
-                "1B shape, N = 3 peak GPU memory (any iteration)",
-                f"{p3:.2f} GiB",
-                f"< {PEAK_GIB} GiB",
-                p3 < PEAK_GIB,
-            )
-        )
-    p10 = peak(n10) if n10 else None
-    if p3 is None or p10 is None:
-        rows.append(Row("1B shape, N = 10 peak / N = 3 peak", NOT_MEASURED, f"<= {PEAK_GROWTH}x"))
-    else:
-        growth = p10 / p3
-        rows.append(
-            Row(
-                "1B shape, N = 10 peak / N = 3 peak",
-                f"{growth:.2f}x ({p10:.2f} GiB)",
-                f"<= {PEAK_GROWTH}x",
-                growth <= PEAK_GROWTH,
-            )
-        )
+    p3, p10 = peak(n3), peak(n10)
+    rows = [
+        target_row(
+            "1B shape, N = 3 iteration (median after the first)",
+            f"< {ITERATION_S} s",
+            None if after is None else after["iteration"],
+            lambda s: f"{s:.2f} s (rollout {after['rollout']:.2f}, update {after['update']:.2f})",
+            lambda s: s < ITERATION_S,
+        ),
+        target_row(
+            "1B shape, N = 3 peak GPU memory (any iteration)",
+            f"< {PEAK_GIB} GiB",
+            p3,
+            lambda gib: f"{gib:.2f} GiB",
+            lambda gib: gib < PEAK_GIB,
+        ),
+        target_row(
+            "1B shape, N = 10 peak / N = 3 peak",
+            f"<= {PEAK_GROWTH}x",
+            None if p3 is None or p10 is None else p10 / p3,
+            lambda growth: f"{growth:.2f}x ({p10:.2f} GiB)",
+            lambda growth: growth <= PEAK_GROWTH,
+        ),
+    ]
     if n10 and n10.get("after_first"):
         rows.append(
             Row(
@@ -136,16 +126,16 @@ def iteration_rows(n3: dict | None, n10: dict | None, shape7b: dict | None) -> l
                 f"{n10['after_first']['iteration']:.2f} s",
             )
         )
+    what = "7B shape, N = 3 trains (default sizes)"
     if shape7b is None:
-        rows.append(Row("7B shape, N = 3 trains (default sizes)", NOT_MEASURED, "trains"))
+        rows.append(Row(what, NOT_MEASURED, "trains"))
     else:
-        done = len(shape7b["iterations"])
-        p7 = peak(shape7b)
+        done, p7 = len(shape7b["iterations"]), peak(shape7b)
         seconds = shape7b["iterations"][-1]["iteration"] if done else 0.0
         measured = f"{done} iterations, last {seconds:.1f} s" + (
             f", peak {p7:.1f} GiB" if p7 is not None else ""
         )
-        rows.append(Row("7B shape, N = 3 trains (default sizes)", measured, "trains", done > 0))
+        rows.append(Row(what, measured, "trains", done > 0))
     return rows
 
 

@@ -77,8 +77,9 @@ def main() -> None:
         with Trainer(config, model=model, tokenizer=tokenizer) as trainer:
             trainer.train()
         train = train_records(root / "run")
-        for record in train:
-            print(f"iteration {record['iteration']}: {line(iteration_figures([record]))}")
+        each = [iteration_figures([record]) for record in train]
+        for record, figures in zip(train, each, strict=True):
+            print(f"iteration {record['iteration']}: {line(figures)}")
         after = iteration_figures(train[1:]) if len(train) > 1 else None
         if after is not None:
             print(f"after the first ({len(train) - 1} iterations, median): {line(after)}")
@@ -92,7 +93,7 @@ def main() -> None:
                 "rounds": config.rounds,
                 "questions_per_iteration": config.questions_per_iteration,
                 "max_tokens": config.max_tokens,
-                "iterations": [iteration_figures([r]) for r in train],
+                "iterations": each,
                 "after_first": after,
             }
             Path(args.json).write_text(json.dumps(record, indent=2))

@@ -60,7 +60,7 @@ print(json.dumps({"peak_bytes": peak, "device": "cuda" if cuda else "cpu"}))
 UPDATE_MODES = ("bare_rounds", "before", "after", "bare_packed")
 
 
-def sync() -> None:
+def wait_for_gpu() -> None:
     """Wait for the GPU's queued work (nothing on a CPU), so that a timer reads what was run."""
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -226,10 +226,10 @@ def update_throughput(args, out: Path) -> dict[str, float]:
     times: dict[str, list[float]] = {m: [] for m in modes}
     for _ in range(args.repeats):
         for name, run in modes.items():
-            sync()
+            wait_for_gpu()
             start = time.perf_counter()
             run()
-            sync()
+            wait_for_gpu()
             times[name].append(time.perf_counter() - start)
     trainer.close()
     result = {f"{m}_s": statistics.median(t) for m, t in times.items()}
@@ -328,6 +328,9 @@ def main() -> int:
     parser.add_argument("--vllm", action="store_true", help="also time a vLLM engine (needs vllm)")
     parser.add_argument("--json", default=None, help="also write the numbers to this file")
     args = parser.parse_args()
+    unknown = set(args.update_modes.split(",")) - set(UPDATE_MODES)
+    if unknown:
+        parser.error(f"--update-modes: unknown {', '.join(sorted(unknown))}; use {', '.join(UPDATE_MODES)}")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     parts = [args.only] if args.only else ["iteration", "update", "sync", "memory"]
     results: dict[str, dict] = {}
@@ -365,10 +368,10 @@ def main() -> int:
             ("update after", "after", "after_padding"),
             ("bare PEFT forward+backward, packed rows", "bare_packed", None),
         ]
+        ratios = {**u, "bare_rounds_vs_bare": 1.0}
         for label, key, padding in rows:
             if f"{key}_s" not in u:
                 continue
-            ratios = {**u, "bare_rounds_vs_bare": 1.0}
             ratio = f"{ratios[f'{key}_vs_bare']:.2f}" if f"{key}_vs_bare" in ratios else "-"
             print(f"  {label:40s} {u[f'{key}_s']:8.2f} {u['tokens'] / u[f'{key}_s']:9.1f} {ratio:>7s} "
                   f"{'' if padding is None else f'{100 * u[padding]:7.1f}%':>8s}")  # fmt: skip

@@ -110,6 +110,10 @@ if [ -z "$model" ]; then
   [ -f "$model/config.json" ] || python scripts/check_model.py "$model" --layers "$layers" >/dev/null
 fi
 model1b=$out/model1b
+# the 1B shape's folder, written once (decode1b and update1b load it; iteration1b builds its own on the GPU)
+build_model1b() {
+  [ -f "$model1b/config.json" ] || python scripts/check_model.py "$model1b" --shape 1b >/dev/null
+}
 processes=$(( gpus > 0 ? gpus : 2 ))
 bf16=$([ "$gpus" -gt 0 ] && echo true || echo false)
 recipe=$out/recipe.yaml
@@ -148,7 +152,7 @@ part_decode() {
 }
 part_decode1b() {
   echo "   the same at a Llama-3.2-1B shape (random bf16 weights)"
-  [ -f "$model1b/config.json" ] || python scripts/check_model.py "$model1b" --shape 1b >/dev/null
+  build_model1b
   python benchmarks/decode.py --model "$model1b" --rows "$rows" --max-tokens "$tokens" --paths auto,eager \
     --anchor --dtype bf16 --json "$figures/decode_1b.json"
 }
@@ -164,7 +168,7 @@ part_iteration1b() {
 }
 part_update1b() {
   echo "   the update on one batch of the issue's recipe (N = 3) against a bare PEFT forward + backward"
-  [ -f "$model1b/config.json" ] || python scripts/check_model.py "$model1b" --shape 1b >/dev/null
+  build_model1b
   python benchmarks/train_step.py --only update --model "$model1b" --rounds 2 --questions 32 --max_tokens 64 \
     --repeats 2 --update-modes after,bare_packed --json "$figures/update_1b.json"
 }

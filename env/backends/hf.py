@@ -374,7 +374,7 @@ class HFBackend(Backend):
         log.warning(
             "hf backend: graph decoding failed (%s: %s); decoding stacked, uncompiled, from now on",
             type(error).__name__,
-            str(error).splitlines()[0] if str(error) else "",
+            (str(error).splitlines() or [""])[0],
         )
         self.decode, self._static_for, self._static = "stacked", None, None
         return True
