@@ -50,7 +50,8 @@ def reference_debates(n_agents: int, rounds: int) -> dict[str, AnswerMatrix]:
         raise ValueError(
             f"reference debates need N >= 1 agents and T >= 0 rounds, got {n_agents} and {rounds}"
         )
-    seats = [RIGHT] * (n_agents - _dissent(n_agents)) + [WRONG] * _dissent(n_agents)
+    dissent = _dissent(n_agents)
+    seats = [RIGHT] * (n_agents - dissent) + [WRONG] * dissent
     return {
         "unanimous_wrong": [[WRONG] * (rounds + 1) for _ in range(n_agents)],
         "correct_split": [[answer] * (rounds + 1) for answer in seats],
@@ -66,7 +67,7 @@ def _dissent(n_agents: int) -> int:
 def split_seatings(n_agents: int, rounds: int) -> list[AnswerMatrix]:
     """``correct_split`` with its dissenters in every set of seats whose debate the vote still gives to the
     right answer (the vote's tie rule favours early seats: at N = 2 only the reference seating is right; at
-    N = 3 a dissenter in seat 0 or 1 makes removing a right agent a tie the vote gives to the wrong answer)."""
+    N = 3 a dissenter in seat 0 or 1 makes removing some right agent a tie the vote gives to the wrong answer)."""
     seatings = [
         [[WRONG if i in wrong else RIGHT] * (rounds + 1) for i in range(n_agents)]
         for wrong in map(set, combinations(range(n_agents), _dissent(n_agents)))

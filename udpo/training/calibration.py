@@ -76,12 +76,12 @@ def calibrate(
 ) -> tuple[dict[str, Any], list[Trajectory]]:
     """The calibration record (what RUN_DIR/calibration.json holds) and the warm-up debates run for it
     ([] when none ran). The record: ``coefficients`` per agent (empty for the baselines), ``explicit``
-    (those given in the config), ``ablations``, for a calibrated run the warm-up statistics, and with
-    ``calibration_file`` that file's record and its path, with ``correctness_floor`` its block (``margin``,
-    ``lambda_star``, ``lambda_before``, ``lambda_after``: :func:`~udpo.rewards.correctness_floor`), and
-    ``ordering``: the rewards the final coefficients pay for the reference debates
-    (:mod:`udpo.rewards.ordering`). The baselines debate the warm-up questions only when
-    ``critic_warmup_epochs`` asks for a warm start. ``n_agents`` and ``rounds``: the team's size (one
+    (those given in the config), ``ablations``, for a calibrated run the warm-up statistics, with
+    ``calibration_file`` that file's record and its path, with ``correctness_floor`` on the floor's block
+    ``correctness_floor`` (``margin``, ``lambda_star``, ``lambda_before``, ``lambda_after``:
+    :func:`~udpo.rewards.correctness_floor`; ``coefficients`` holds ``lambda_after``), and ``ordering``: the
+    rewards the final coefficients pay for the reference debates (:mod:`udpo.rewards.ordering`). The
+    baselines debate the warm-up questions only when ``critic_warmup_epochs`` asks for a warm start. ``n_agents`` and ``rounds``: the team's size (one
     explicit coefficient stands for every agent) and its debates' rounds."""
     if algorithm.algorithm != "udpo":
         trajectories = (
