@@ -2,10 +2,12 @@
 tabulate them as the UDPO paper's Table 1 and plot the gains over Standard MAD by difficulty (its
 Figure 5, through ``udpo diagnose``).
 
-Methods (:data:`METHODS`): ``standard_mad`` (the untrained team), ``mappo``, ``rmaac``, ``udpo``, the
-ablations ``udpo_wo_intra``, ``udpo_wo_inter``, ``udpo_wo_sys``, and ``task_only``: UDPO's trainer on the
-plain correctness reward (:data:`TASK_ONLY`: alpha = beta = gamma = 0, lambda = 1 for every agent; eta as
-UDPO's). Every trained method runs the same training recipe with the same seed, so it debates the same
+Methods (:data:`METHODS`): ``standard_mad`` (the untrained team), ``mappo``, ``rmaac``, ``udpo``,
+``udpo_floor`` (UDPO with ``correctness_floor``: each ``lambda_i`` raised until a correct split out-earns a
+unanimous wrong debate; on a shared ``calibration_file`` it floors the coefficients ``udpo`` trains with),
+the ablations ``udpo_wo_intra``, ``udpo_wo_inter``, ``udpo_wo_sys``, and ``task_only``: UDPO's trainer on
+the plain correctness reward (:data:`TASK_ONLY`: alpha = beta = gamma = 0, lambda = 1 for every agent; eta
+as UDPO's). Every trained method runs the same training recipe with the same seed, so it debates the same
 training questions in the same order for the same number of iterations, takes the same optimizer steps and
 is evaluated on the same held-out questions with the same ``eval_seed``; only the settings that define the
 method differ (a method's own settings win over ``settings:``). Standard MAD is the iteration-0 evaluation:
@@ -59,6 +61,7 @@ METHODS: dict[str, dict[str, Any] | None] = {
     "mappo": {"algorithm": "mappo"},
     "rmaac": {"algorithm": "rmaac"},
     "udpo": {"algorithm": "udpo", "ablations": []},
+    "udpo_floor": {"algorithm": "udpo", "ablations": [], "correctness_floor": True},
     "udpo_wo_intra": {"algorithm": "udpo", "ablations": ["intra"]},
     "udpo_wo_inter": {"algorithm": "udpo", "ablations": ["inter"]},
     "udpo_wo_sys": {"algorithm": "udpo", "ablations": ["sys"]},
@@ -168,7 +171,7 @@ class CompareConfig:
                     f"method_settings.{method} sets {fixed}: those fix the method or its budget and must be "
                     f"the same for every method (put budget settings under settings:)"
                 )
-        for name in ("seed", "output_dir", "resume", "algorithm", "ablations"):
+        for name in ("seed", "output_dir", "resume", "algorithm", "ablations", "correctness_floor"):
             if name in self.settings:
                 raise ConfigError(
                     f"settings: {name} is set by compare itself (seeds:, output_dir:, methods:)"
