@@ -60,6 +60,19 @@ def test_every_method_gets_the_same_budget(tmp_path):
         check_budgets({"udpo": a, "mappo": b})
 
 
+def test_eval_seed_per_seed_pairs_each_seeds_methods_and_varies_across_seeds(tmp_path):
+    settings = {"eval_seed": 10}
+    paired = CompareConfig.load(
+        write_compare(tmp_path, seeds=[0, 3], settings=settings, eval_seed_per_seed=True)
+    )
+    for seed in paired.seeds:
+        configs = {m: paired.train_config(m, seed) for m in paired.trained()}
+        check_budgets(configs)  # every method of a seed samples its evaluations alike
+        assert {tc.eval_seed for tc in configs.values()} == {10 + seed}
+    shared = CompareConfig.load(write_compare(tmp_path, seeds=[0, 3], settings=settings))
+    assert {shared.train_config("udpo", s).eval_seed for s in shared.seeds} == {10}
+
+
 @pytest.mark.parametrize(
     "extra, message",
     [

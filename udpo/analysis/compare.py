@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +136,9 @@ class CompareConfig:
     be committed (default: output_dir). bootstrap_resamples: resamples of every bootstrap interval of the
     tables (10,000 as pre-registered; fewer only to try the machinery). tables_when_done: write the tables
     when the last run is recorded (false: records only, for a pilot that stays blind to its arms until its
-    sample-size rule is recorded; ``--tables-only`` writes them)."""
+    sample-size rule is recorded; ``--tables-only`` writes them). eval_seed_per_seed: each seed's
+    evaluations sample with ``eval_seed + seed``, so every method of a seed is evaluated, before and after,
+    on the same draws (paired), and the seeds' draws differ (false: one ``eval_seed`` for every seed)."""
 
     recipe: str
     methods: list[str] = field(default_factory=lambda: list(METHODS))
@@ -148,6 +150,7 @@ class CompareConfig:
     results_dir: str | None = None
     bootstrap_resamples: int = 10_000
     tables_when_done: bool = True
+    eval_seed_per_seed: bool = False
 
     def __post_init__(self) -> None:
         unknown = [m for m in [*self.methods, *self.method_settings] if m not in METHODS]
@@ -252,7 +255,10 @@ class CompareConfig:
         }
         if self.shared_start and method != self.trained()[0]:
             values["eval_at_start"] = False  # Standard MAD is the first method's iteration 0
-        return TrainConfig(**values)
+        config = TrainConfig(**values)
+        if self.eval_seed_per_seed:
+            config = replace(config, eval_seed=config.eval_seed + seed)
+        return config
 
 
 def check_budgets(configs: dict[str, TrainConfig]) -> None:
