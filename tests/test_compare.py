@@ -14,9 +14,10 @@ import yaml
 from study_helpers import finished_run, no_diagnosis_plots
 from train_helpers import TINY, read_jsonl
 
-from udpo.analysis.compare import METHODS, TASK_ONLY, CompareConfig, check_budgets, run_compare
 from udpo.config import ConfigError, TrainConfig
 from udpo.env.trajectory import Trajectory
+from udpo.study.plan import METHODS, TASK_ONLY, CompareConfig, check_budgets
+from udpo.study.runner import run_compare
 
 
 def write_compare(tmp_path: Path, model: str = "smollm2-135m-instruct", **config) -> Path:

@@ -11,9 +11,11 @@ import pytest
 from PIL import Image
 from test_compare import finished_run, write_compare
 
-from udpo.analysis.compare import SEED_CHANGES_PLOT, CompareConfig, run_compare
-from udpo.analysis.seed_change_plot import seed_change_figure
 from udpo.rewards.statistics import seed_change
+from udpo.study.plan import CompareConfig
+from udpo.study.runner import run_compare
+from udpo.study.seed_change_plot import seed_change_figure
+from udpo.study.tables import SEED_CHANGES_PLOT
 
 
 def test_t_interval_over_the_seeds_changes_by_hand():

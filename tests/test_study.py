@@ -17,9 +17,10 @@ import yaml
 from study_helpers import finished_run, no_diagnosis_plots
 from train_helpers import read_jsonl
 
-from udpo.analysis.compare import CompareConfig, format_progress, run_compare, write_results
-from udpo.analysis.run_record import EVALS, METRICS, RUN, RunRecord, write_record
-from udpo.cli.study_workers import Worker, plan_workers, run_workers
+from udpo.study.plan import CompareConfig
+from udpo.study.record import EVALS, METRICS, RUN, RunRecord, write_record
+from udpo.study.runner import format_progress, run_compare, write_results
+from udpo.study.workers import Worker, plan_workers, run_workers
 from udpo.training.callbacks import TrainerCallback
 from udpo.training.trainer import Trainer, train
 

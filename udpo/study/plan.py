@@ -1,56 +1,30 @@
-"""``udpo compare``: train and evaluate several methods on the same questions, budget and seeds, then
-tabulate them as the UDPO paper's Table 1 and plot the gains over Standard MAD by difficulty (its
-Figure 5, through ``udpo diagnose``).
+"""A study plan (``udpo study PLAN.yaml``; ``udpo compare --config PLAN.yaml`` by its earlier name): several
+methods trained and evaluated on the same questions, budget and seeds.
 
 Methods (:data:`METHODS`): ``standard_mad`` (the untrained team), ``mappo``, ``rmaac``, ``udpo``,
 ``udpo_floor`` (UDPO with ``correctness_floor``: each ``lambda_i`` raised until a correct split out-earns a
 unanimous wrong debate; on a shared ``calibration_file`` it floors the coefficients ``udpo`` trains with),
-the ablations ``udpo_wo_intra``, ``udpo_wo_inter``, ``udpo_wo_sys``, and ``task_only``: UDPO's trainer on
+the ablations ``udpo_wo_intra``, ``udpo_wo_inter``, ``udpo_wo_sys``, ``task_only``: UDPO's trainer on
 the plain correctness reward (:data:`TASK_ONLY`: alpha = beta = gamma = 0, lambda = 1 for every agent; eta
-as UDPO's). Every trained method runs the same training recipe with the same seed, so it debates the same
-training questions in the same order for the same number of iterations, takes the same optimizer steps and
-is evaluated on the same held-out questions with the same ``eval_seed``; only the settings that define the
-method differ (a method's own settings win over ``settings:``). Standard MAD is the iteration-0 evaluation:
-every method starts from the same adapters (LoRA's B = 0: the base model), evaluated on the same draws, so
-with ``shared_start`` (default) only the first trained method of each seed evaluates iteration 0; with
-``shared_start: false`` every method does and compare checks that the debates agree. UDPO's warm-up
-calibration debates are the one extra cost, reported in the budget table.
-
-Layout of ``output_dir`` (the run folders, on the machine that trains)::
-
-    <method>/seed_<s>/        a training run (resumable: a killed compare resumes it from its checkpoint)
-    <method>/seed_<s>/done.json   written when the run finished
-
-and of ``results_dir`` (default: ``output_dir``; a study's is a folder meant to be committed)::
-
-    runs/<method>_seed<s>/    the run's record, written as it finishes (:mod:`udpo.analysis.run_record`):
-                              its evaluations, metrics and calibration, compressed. A run with a record is
-                              done, whether or not its run folder is still there; the tables read the
-                              records alone
-    table.md, table.csv       accuracy, U_intra / U_inter / U_sys and the consensus-on-wrong guard per method:
-                              mean over seeds [95% CI, each seed's questions resampled]; when the seeds share
-                              their test problems, each metric's change per seed with the t-interval and the
-                              seeds x problems bootstrap; per run, the training diagnostics
-    seed_changes.png          that second table as a picture (only when the seeds share their problems)
-    budget.csv                debates, optimizer steps, generated tokens, warm-up debates per run
-    results.json              everything above, with the change of each metric over Standard MAD
-    diagnosis/                ``udpo diagnose`` of the final evaluations: gains by U_sys level (Figure 5)
+as UDPO's), and ``coin_control``: task_only on a coin that ignores the answer. Every trained method runs
+the same training recipe with the same seed, so it debates the same training questions in the same order
+for the same number of iterations, takes the same optimizer steps and is evaluated on the same held-out
+questions with the same ``eval_seed``; only the settings that define the method differ (a method's own
+settings win over ``settings:``). Standard MAD is the iteration-0 evaluation: every method starts from the
+same adapters (LoRA's B = 0: the base model), evaluated on the same draws, so with ``shared_start``
+(default) only the first trained method of each seed evaluates iteration 0; with ``shared_start: false``
+every method does and the tables check that the debates agree. UDPO's warm-up calibration debates are the
+one extra cost, reported in the budget table.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from udpo.analysis.results import eval_iterations
-from udpo.analysis.run_record import RUN, record_name, write_record
 from udpo.config import ConfigError, TrainConfig, apply_env, load_yaml, read_yaml, unknown_key_error
-from udpo.env.jsonl import write_json
-from udpo.env.trajectory import Trajectory
-from udpo.rewards import collapse_rate
+from udpo.study.record import RUN, record_name
 
 #: the correctness-reward baseline of UDPO's trainer (SPEC section 3): its reward coefficients, one value
 #: for every agent
@@ -95,34 +69,6 @@ BUDGET_FIELDS = (
     "gradient_accumulation_steps",
     "seed",
 )
-#: the metrics of the tables and of the seed analysis: the unparsed rate beside the guard, since an agent that
-#: stops answering lowers ``wrong_majority`` (unparsed answers never count there) and the U terms alike
-TABLE_METRICS = (
-    "accuracy",
-    "u_intra",
-    "u_inter",
-    "u_sys",
-    "wrong_majority",
-    "wrong_unanimous",
-    "unparsed_rate",
-)
-#: metrics of a whole evaluation, not of one question: analysed over seeds (one value per seed and evaluation)
-RUN_METRICS: dict[str, Callable[[Sequence[Trajectory]], float]] = {
-    "collapse_rate": lambda debates: collapse_rate([t.answers for t in debates]),
-}
-#: training diagnostics of each run, ``metrics.jsonl`` key -> name: the mean over the run's iterations
-TRAINING_DIAGNOSTICS = {
-    "update/clip_frac": "clip_frac",
-    "update/dual_clip_frac": "dual_clip_frac",
-    "update/kl": "kl",
-    "mismatch/abs_mean": "mismatch_abs_mean",
-    "mismatch/kl": "mismatch_kl",
-}
-DONE = "done.json"
-#: the figure of the seeds' changes over Standard MAD (written when the seeds share their problems)
-SEED_CHANGES_PLOT = "seed_changes.png"
-#: seconds a process waits for another one writing the tables before giving up
-TABLES_PATIENCE = 600.0
 
 
 @dataclass
@@ -239,6 +185,10 @@ class CompareConfig:
     def trained(self) -> list[str]:
         return [m for m in self.methods if METHODS[m] is not None]
 
+    def all_recorded(self) -> bool:
+        """Whether every trained run of every seed has its record."""
+        return all(self.recorded(m, s) for s in self.seeds for m in self.trained())
+
     def train_config(self, method: str, seed: int) -> TrainConfig:
         """The training config of one (method, seed): recipe, then ``settings``, the method's own settings,
         the seed and the run folder. (The recipe's ``env:`` is no training field: :meth:`load` set it.)"""
@@ -270,142 +220,19 @@ def check_budgets(configs: dict[str, TrainConfig]) -> None:
             raise ConfigError(f"methods {first_name} and {name} differ in budget settings {differ}")
 
 
-def run_compare(
-    config: CompareConfig,
-    train: Callable[[TrainConfig], Any] | None = None,
-    progress: bool = True,
-    seeds: Sequence[int] | None = None,
-) -> dict[str, Any] | None:
-    """Train every (method, seed) not yet done (resuming an interrupted one from its latest checkpoint),
-    write each run's record as it finishes, then write the tables, the budget and the diagnosis from the
-    records. ``train``: how one run trains (default :func:`udpo.training.trainer.train`). ``seeds``: train
-    only these (e.g. one process per seed, side by side). A run with a record is done, even where its run
-    folder is gone (trained on another machine). Started runs go first. Several compare processes may
-    share the work (one per core): a run another process is training (its folder is locked,
-    :mod:`udpo.training.run_lock`) is left to it. Returns the results, or None while some runs are not
-    done (other seeds, other processes) and when ``tables_when_done`` is false."""
-    from tqdm.auto import tqdm
-
-    from udpo.training import checkpoint_store as ckpt
-    from udpo.training.run_lock import RunBusyError
-
-    chosen = config.seeds if seeds is None else list(seeds)
-    unknown = [s for s in chosen if s not in config.seeds]
-    if unknown:
-        raise ConfigError(f"seed(s) {unknown} are not among the config's seeds {config.seeds}")
-    jobs = [(m, s) for s in chosen for m in config.trained()]
-    jobs.sort(key=lambda job: not ckpt.list_checkpoints(config.run_dir(*job)))  # stable: started first
+def load_plan(path: str | Path, output_dir: str | None = None) -> CompareConfig:
+    """Read a plan (:meth:`CompareConfig.load`; ``output_dir`` instead of its own) and check it before torch
+    loads: every method's training config, the budgets of each seed's methods, and Standard MAD's
+    iteration-0 evaluation (``eval_questions > 0``, ``eval_at_start``)."""
+    config = CompareConfig.load(path)
+    if output_dir:
+        config.output_dir = output_dir
     for seed in config.seeds:
-        check_budgets({m: config.train_config(m, seed) for m in config.trained()})
-    if train is None:
-        from udpo.training.trainer import train
-    bar = tqdm(jobs, desc="compare", unit="run", disable=not progress)
-    for i, (method, seed) in enumerate(bar, 1):
-        run = config.run_dir(method, seed)
-        bar.set_postfix_str(f"{method} seed {seed}")
-        if record_finished(config, method, seed):
-            continue
-        tc = config.train_config(method, seed)
-        resumable = bool(ckpt.list_checkpoints(run))
-        if resumable:
-            tc.resume = "latest"
-        bar.write(
-            f"[{i}/{len(jobs)}] {method}, seed {seed}"
-            f"{' (resuming its latest checkpoint)' if resumable else ''}: {run}"
-        )
-        try:
-            train(tc)
-        except RunBusyError as e:
-            bar.write(f"[{i}/{len(jobs)}] left to the process that trains it: {e}")
-            continue
-        last = max(eval_iterations(run), default=0)
-        write_json(run / DONE, {"method": method, "seed": seed, "final_eval": last})
-        record_finished(config, method, seed)
-        bar.write(f"[{i}/{len(jobs)}] recorded: {config.record_dir(method, seed)}")
-    bar.close()
-    if not config.tables_when_done or not all(
-        config.recorded(m, s) for s in config.seeds for m in config.trained()
-    ):
-        return None
-    return write_results(config)
-
-
-def record_finished(config: CompareConfig, method: str, seed: int) -> bool:
-    """Whether the run is done: its record exists, or its run folder finished (done.json) and its record
-    is written now (a run that finished before records existed, or was stopped between the two)."""
-    if config.recorded(method, seed):
-        return True
-    run = config.run_dir(method, seed)
-    if not (run / DONE).exists():
-        return False
-    write_record(run, config.record_dir(method, seed), method, seed)
-    return True
-
-
-def write_results(config: CompareConfig) -> dict[str, Any]:
-    """Tables, budget, results.json and the diagnosis, from the runs' records
-    (:func:`udpo.analysis.study_tables.write_tables`). Where the run folders are (``output_dir``), one
-    process writes at a time (two compare processes can finish their last runs together): the output
-    folder's lock, waited for up to :data:`TABLES_PATIENCE` seconds, and finished runs without a record get
-    theirs first; from a committed results folder alone nothing else writes."""
-    from udpo.analysis.study_tables import write_tables
-    from udpo.training import run_lock
-
-    if not Path(config.output_dir).is_dir():
-        return write_tables(config)
-    with run_lock.held(config.output_dir, resume="udpo study --tables-only", patience=TABLES_PATIENCE):
-        for seed in config.seeds:
-            for method in config.trained():
-                record_finished(config, method, seed)
-        return write_tables(config)
-
-
-def format_progress(config: CompareConfig) -> Sequence[str]:
-    """One line per (method, seed): done, started (with its latest checkpoint and last iteration; at
-    the last one, in its final evaluation) or waiting, and which process trains it now."""
-    from udpo.training import checkpoint_store as ckpt
-    from udpo.training import run_lock
-
-    lines = []
-    for seed in config.seeds:
-        for method in config.trained():
-            run = config.run_dir(method, seed)
-            if config.recorded(method, seed):
-                state = "done"
-            elif (run / DONE).exists():
-                state = "done, its record not written yet"
-            elif ckpt.list_checkpoints(run):
-                state = f"started, latest checkpoint {ckpt.resolve(run, 'latest').name}"
-                k, total = last_iteration(run), config.train_config(method, seed).max_iterations
-                if k is not None:
-                    state += f", iteration {k}" + (f" of {total}" if total else "")
-                    state += ", final evaluation" if k == total else ""
-            else:
-                state = "waiting"
-            if state != "done" and run_lock.locked(run):
-                state += f" (training now: {run_lock.holder(run)})"
-            lines.append(f"{method:14s} seed {seed}: {state}")
-    return lines
-
-
-def last_iteration(run: Path) -> int | None:
-    """The last training iteration a run's metrics.jsonl records, read while it trains (a line being
-    written is skipped); None before the first."""
-    from udpo.training.tracking import METRICS_FILE
-
-    try:
-        lines = (run / METRICS_FILE).read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return None
-    for line in reversed(lines):
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if (
-            isinstance(record, dict)
-            and record.get("kind") == "train"
-            and isinstance(record.get("iteration"), int)
-        ):
-            return record["iteration"]
-    return None
+        configs = {m: config.train_config(m, seed) for m in config.trained()}
+        check_budgets(configs)
+        first = configs[config.trained()[0]]
+        if not (first.eval_questions and first.eval_at_start):
+            raise ValueError(
+                "a study needs eval_questions > 0 and eval_at_start: true (Standard MAD is iteration 0)"
+            )
+    return config
