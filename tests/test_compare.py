@@ -260,7 +260,9 @@ def test_task_only_trains_udpo_on_the_correctness_reward_alone(tmp_path, monkeyp
 def test_udpo_floor_floors_the_calibration_udpo_shares(tmp_path):
     """udpo_floor (issue 49): UDPO with correctness_floor on, its default margin, on the plan's shared
     calibration_file like udpo, the same budget."""
-    pilot = Path(__file__).resolve().parents[1] / "docs" / "results" / "pilot_udpo" / "calibration.json"
+    pilot = (
+        Path(__file__).resolve().parents[1] / "docs" / "lab" / "results" / "pilot_udpo" / "calibration.json"
+    )
     path = write_compare(
         tmp_path,
         methods=["standard_mad", "task_only", "udpo", "udpo_floor"],

@@ -152,7 +152,7 @@ def test_the_checker_sees_what_it_should():
         "scripts/b.sh",
     }
     assert MACHINE.findall("in /work/main/udpo and ~/x and /tmp/y and /home/me") == ["/work/main", "/home/me"]
-    assert "docs/results/proof" in RESULTS_DIRS and exists("docs/results/proof/runs/")
+    assert "docs/lab/results/proof" in RESULTS_DIRS and exists("docs/lab/results/proof/runs/")
     assert slug("Checkpoints and resuming") == "checkpoints-and-resuming"
     assert slug("CPU throughput: bf16 and the sampling loop") == "cpu-throughput-bf16-and-the-sampling-loop"
     assert slug("Optimizer defaults (appendix A.1)") == "optimizer-defaults-appendix-a1"

@@ -1,4 +1,4 @@
-"""The pre-registered analysis (docs/preregistration.md): each seed's change after - before on the same
+"""The pre-registered analysis (docs/lab/preregistration.md): each seed's change after - before on the same
 problems, a t-interval over seeds and a bootstrap over seeds and problems, by hand, and in ``udpo compare``'s
 tables and figure when every seed evaluated the same problems."""
 

@@ -1,5 +1,5 @@
 """``udpo study PLAN --sample-size EFFECT``: the seeds per arm a follow-up study needs, from a pilot's
-records, blind to the difference between its arms (docs/plan_udpo_pilot.md).
+records, blind to the difference between its arms (docs/lab/plan_udpo_pilot.md).
 
 Each trained arm's per-seed change of a metric over Standard MAD (the seed's mean over the test questions
 of after - before) gives the pooled within-arm standard deviation (:func:`udpo.study.power.pooled_sd`);

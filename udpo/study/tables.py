@@ -276,7 +276,7 @@ def markdown_table(results: dict[str, Any]) -> str:
         per_run = any(m in RUN_METRICS for per_metric in changes.values() for m in per_metric)
         lines += [
             "",
-            "Change over Standard MAD, seeds sharing their problems (docs/preregistration.md): mean of the "
+            "Change over Standard MAD, seeds sharing their problems (docs/lab/preregistration.md): mean of the "
             "seeds' changes, 95% t-interval over seeds, 95% bootstrap over seeds and problems"
             + (" (over seeds alone for the collapse rate, one number per evaluation)." if per_run else "."),
             "",
