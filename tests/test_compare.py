@@ -14,9 +14,10 @@ import yaml
 from study_helpers import finished_run, no_diagnosis_plots
 from train_helpers import TINY, read_jsonl
 
-from udpo.analysis.compare import METHODS, TASK_ONLY, CompareConfig, check_budgets, run_compare
 from udpo.config import ConfigError, TrainConfig
 from udpo.env.trajectory import Trajectory
+from udpo.study.plan import METHODS, TASK_ONLY, CompareConfig, check_budgets
+from udpo.study.runner import run_compare
 
 
 def write_compare(tmp_path: Path, model: str = "smollm2-135m-instruct", **config) -> Path:
@@ -259,7 +260,9 @@ def test_task_only_trains_udpo_on_the_correctness_reward_alone(tmp_path, monkeyp
 def test_udpo_floor_floors_the_calibration_udpo_shares(tmp_path):
     """udpo_floor (issue 49): UDPO with correctness_floor on, its default margin, on the plan's shared
     calibration_file like udpo, the same budget."""
-    pilot = Path(__file__).resolve().parents[1] / "docs" / "results" / "pilot_udpo" / "calibration.json"
+    pilot = (
+        Path(__file__).resolve().parents[1] / "docs" / "lab" / "results" / "pilot_udpo" / "calibration.json"
+    )
     path = write_compare(
         tmp_path,
         methods=["standard_mad", "task_only", "udpo", "udpo_floor"],

@@ -29,7 +29,7 @@ from udpo.rewards.ordering import RIGHT, reference_debates, split_seatings
 from udpo.training import calibration
 
 #: the pilot's shared calibration (N = 3, T = 2, trajectory scope), committed with its plan
-PILOT = REPO / "docs" / "results" / "pilot_udpo" / "calibration.json"
+PILOT = REPO / "docs" / "lab" / "results" / "pilot_udpo" / "calibration.json"
 #: a model name the config accepts; the tests that use it load no model
 MODEL = "smollm2-135m-instruct"
 
