@@ -28,7 +28,7 @@
 # --quick: a 2-layer model, 16 tokens, 2 iterations: checks the script itself (with GPU_CHECK_ALLOW_CPU=1
 # on a machine without CUDA), measures nothing worth recording.
 # On a lent device machine: scripts/device_check.sh (wheels from scripts/gpu_wheels.sh). Record the summary,
-# with the machine's name, in docs/measurements.md.
+# with the machine's name, in docs/lab/measurements.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model="" out=runs/gpu_check report="" wheels="" layers=30 tokens=64 iterations=4 per_process=8 rows=96 quick=0
