@@ -27,8 +27,25 @@ def pytest_configure(config: pytest.Config) -> None:
     THREADS = configure_threads()
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    return f"torch threads: {THREADS.threads} ({THREADS.reason})"
+def header_lines() -> list[str]:
+    """The run's numeric path (the CPU, its matrix units, what ``dtype: auto`` picks; ``UDPO_DTYPE`` forces
+    it, docs/testing.md) and torch's threads."""
+    from udpo.env.backends.hf import describe_numeric_path
+
+    return [describe_numeric_path(), f"torch threads: {THREADS.threads} ({THREADS.reason})"]
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    return header_lines()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under ``-q`` pytest prints no header: the same lines are then the run's first."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and not reporter.showheader and not hasattr(session.config, "workerinput"):
+        for line in header_lines():
+            reporter.write_line(line)
 
 
 SHARED_DATA = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))

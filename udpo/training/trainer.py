@@ -55,7 +55,7 @@ from udpo.env.protocols import Protocol
 from udpo.env.summary import summarize
 from udpo.env.tasks.base import Question
 from udpo.env.trajectory import Trajectory, TrajectoryWriter
-from udpo.training import autosize, calibration, checkpointing, run_lock
+from udpo.training import accelerate_state, autosize, calibration, checkpointing, run_lock
 from udpo.training import checkpoint_store as ckpt
 from udpo.training import distributed as dist
 from udpo.training.callbacks import EvalCallback, TrainerCallback, split_callbacks
@@ -171,14 +171,20 @@ class Trainer:
 
         self.config = config
         self.run_dir = Path(config.output_dir)
-        use_bf16 = config.bf16 if config.bf16 is not None else bf16_autocast_default(config.dtype)
-        self.accelerator = Accelerator(
-            **process_group_settings(),
-            mixed_precision="bf16" if use_bf16 else "no",
-            log_with=accelerate_trackers(config.report_to) or None,
-            project_dir=str(self.run_dir),
-            step_scheduler_with_optimizer=False,  # the schedule counts optimizer steps, whatever the process count
-        )
+        #: bf16 autocast in the update (this trainer's own precision: see udpo.training.accelerate_state)
+        self.bf16 = config.bf16 if config.bf16 is not None else bf16_autocast_default(config.dtype)
+        accelerate_state.hold(self)
+        try:
+            self.accelerator = Accelerator(
+                **process_group_settings(),
+                **accelerate_state.precision_settings(self.bf16, deepspeed_launch()),
+                log_with=accelerate_trackers(config.report_to) or None,
+                project_dir=str(self.run_dir),
+                step_scheduler_with_optimizer=False,  # the schedule counts optimizer steps, whatever the process count
+            )
+        except BaseException:
+            accelerate_state.release(self)
+            raise
         self.deepspeed = self.accelerator.distributed_type == DistributedType.DEEPSPEED
         self.rank, self.world = self.accelerator.process_index, self.accelerator.num_processes
         if self.world > 1:
@@ -233,6 +239,7 @@ class Trainer:
                 temperature=config.temperature,
                 critic=self.critic,
                 deepspeed=self.deepspeed,
+                bf16=self.bf16,
             )
             self.rollouts = Rollouts(
                 config.group(ModelArgs),
@@ -249,6 +256,7 @@ class Trainer:
         except BaseException:
             if self._lock is not None:
                 self._lock.close()
+            accelerate_state.release(self)
             raise
         # built once the coefficients are known (calibration or checkpoint)
         self.algorithm: Algorithm | None = None
@@ -659,6 +667,7 @@ class Trainer:
         if self._lock is not None:
             self._lock.close()
             self._lock = None
+        accelerate_state.release(self)
 
     def __enter__(self) -> Trainer:
         return self
