@@ -48,6 +48,24 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             reporter.write_line(line)
 
 
+@pytest.fixture(autouse=True)
+def numeric_settings_left_alone():
+    """A test leaves torch's process-wide numeric settings as it found them (autocast off, fp32 default
+    dtype): a leak would turn later tests' fp32 comparisons into bf16 ones, on some runs' order only. A
+    leaked setting is put back and fails the test that left it."""
+    import torch
+
+    yield
+    leaked = []
+    if torch.is_autocast_enabled("cpu"):
+        leaked.append(f"CPU autocast to {torch.get_autocast_dtype('cpu')} on")
+        torch.set_autocast_enabled("cpu", False)
+    if torch.get_default_dtype() != torch.float32:
+        leaked.append(f"default dtype {torch.get_default_dtype()}")
+        torch.set_default_dtype(torch.float32)
+    assert not leaked, f"the test left {', '.join(leaked)}"
+
+
 SHARED_DATA = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
 
 
