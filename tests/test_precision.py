@@ -12,6 +12,7 @@ from train_helpers import EXPLICIT, QUESTION_DIGEST, read_jsonl, tiny_config
 
 from udpo.env.backends import hf
 from udpo.training import accelerate_state
+from udpo.training.run_lock import RunBusyError
 from udpo.training.trainer import Trainer
 
 
@@ -88,13 +89,17 @@ def test_trainers_of_either_precision_follow_one_another(
 ):
     """One iteration each, in one process (accelerate refused the second trainer's mixed precision before,
     issue 48): each trainer scores its update in its own precision (bf16 autocast, or none in fp32), and
-    once both are closed accelerate's state is gone: a later Accelerator may ask for any precision."""
+    once both are closed (and one that could not start, its run folder busy) accelerate's state is gone: a
+    later Accelerator may ask for any precision."""
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
 
     for dtype in order:
-        with Trainer(config_for(digit_model, tmp_path / dtype, dtype)) as trainer:
+        config = config_for(digit_model, tmp_path / dtype, dtype)
+        with Trainer(config) as trainer:
             assert trainer.policy.dtype == hf.DTYPES[dtype]
+            with pytest.raises(RunBusyError):  # a trainer that fails to start lets go of accelerate too
+                Trainer(config)
             precisions = []
             scored = trainer.policy.token_logprobs
 

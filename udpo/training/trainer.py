@@ -173,7 +173,7 @@ class Trainer:
         self.run_dir = Path(config.output_dir)
         #: bf16 autocast in the update (this trainer's own precision: see udpo.training.accelerate_state)
         self.bf16 = config.bf16 if config.bf16 is not None else bf16_autocast_default(config.dtype)
-        accelerate_state.hold(self)
+        accelerate_state.hold(self)  # released by close(), or on failure
         try:
             self.accelerator = Accelerator(
                 **process_group_settings(),
@@ -182,30 +182,31 @@ class Trainer:
                 project_dir=str(self.run_dir),
                 step_scheduler_with_optimizer=False,  # the schedule counts optimizer steps, whatever the process count
             )
+            self.deepspeed = self.accelerator.distributed_type == DistributedType.DEEPSPEED
+            self.rank, self.world = self.accelerator.process_index, self.accelerator.num_processes
+            if self.world > 1:
+                atexit.unregister(dist.leave)  # once, however many trainers this process builds
+                atexit.register(dist.leave)
+            self.main = self.accelerator.is_main_process
+            # several runs on one GPU (udpo study --workers K): this process's share of the card, capped now
+            self.gpu_share = gpu_share.apply(str(self.accelerator.device))
+            if self.main and (line := gpu_share.describe(self.gpu_share, str(self.accelerator.device))):
+                print(line, file=sys.stderr)
+            self.callbacks, more_evals = split_callbacks(callbacks)
+            self.eval_callbacks = [
+                *load_callbacks(config.eval_callbacks),
+                *attack_callbacks(config),
+                *eval_callbacks,
+                *more_evals,
+            ]
+            self._model, self._tokenizer, self._lora = model, tokenizer, lora
+            self.critic = None  # set before the checkpoint check, which asks whether the run has one
+            self.critic_needed = algorithm_class(config.algorithm).needs_critic
+            # released by close(), or on failure
+            self._lock = run_lock.acquire_on_main(self.run_dir, self.main)
         except BaseException:
             accelerate_state.release(self)
             raise
-        self.deepspeed = self.accelerator.distributed_type == DistributedType.DEEPSPEED
-        self.rank, self.world = self.accelerator.process_index, self.accelerator.num_processes
-        if self.world > 1:
-            atexit.unregister(dist.leave)  # once, however many trainers this process builds
-            atexit.register(dist.leave)
-        self.main = self.accelerator.is_main_process
-        # several runs on one GPU (udpo study --workers K): this process's share of the card, capped now
-        self.gpu_share = gpu_share.apply(str(self.accelerator.device))
-        if self.main and (line := gpu_share.describe(self.gpu_share, str(self.accelerator.device))):
-            print(line, file=sys.stderr)
-        self.callbacks, more_evals = split_callbacks(callbacks)
-        self.eval_callbacks = [
-            *load_callbacks(config.eval_callbacks),
-            *attack_callbacks(config),
-            *eval_callbacks,
-            *more_evals,
-        ]
-        self._model, self._tokenizer, self._lora = model, tokenizer, lora
-        self.critic = None  # set before the checkpoint check, which asks whether the run has one
-        self.critic_needed = algorithm_class(config.algorithm).needs_critic
-        self._lock = run_lock.acquire_on_main(self.run_dir, self.main)  # released by close(), or on failure
         try:
             checkpointing.check_run_dir(config, deepspeed=self.deepspeed, critic=self.critic_needed)
             self.reward_functions = (
