@@ -102,7 +102,8 @@ class ModelArgs:
     )
     dtype: str = _f(
         "auto",
-        "Weights dtype: auto (bf16 on GPU and on CPUs with bf16 matrix units, else fp32), bf16, fp16 or fp32.",
+        "Weights dtype: auto (bf16 on GPU and on CPUs with bf16 matrix units, else fp32; "
+        "UDPO_DTYPE=fp32 or bf16 forces it), bf16, fp16 or fp32.",
     )
     bf16: bool | None = _f(None, "bf16 autocast (default: on when the weights are bf16).")
     gradient_checkpointing: bool | None = _f(

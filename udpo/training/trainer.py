@@ -55,7 +55,7 @@ from udpo.env.protocols import Protocol
 from udpo.env.summary import summarize
 from udpo.env.tasks.base import Question
 from udpo.env.trajectory import Trajectory, TrajectoryWriter
-from udpo.training import autosize, calibration, checkpointing, run_lock
+from udpo.training import accelerate_state, autosize, calibration, checkpointing, run_lock
 from udpo.training import checkpoint_store as ckpt
 from udpo.training import distributed as dist
 from udpo.training.callbacks import EvalCallback, TrainerCallback, split_callbacks
@@ -171,35 +171,42 @@ class Trainer:
 
         self.config = config
         self.run_dir = Path(config.output_dir)
-        use_bf16 = config.bf16 if config.bf16 is not None else bf16_autocast_default(config.dtype)
-        self.accelerator = Accelerator(
-            **process_group_settings(),
-            mixed_precision="bf16" if use_bf16 else "no",
-            log_with=accelerate_trackers(config.report_to) or None,
-            project_dir=str(self.run_dir),
-            step_scheduler_with_optimizer=False,  # the schedule counts optimizer steps, whatever the process count
-        )
-        self.deepspeed = self.accelerator.distributed_type == DistributedType.DEEPSPEED
-        self.rank, self.world = self.accelerator.process_index, self.accelerator.num_processes
-        if self.world > 1:
-            atexit.unregister(dist.leave)  # once, however many trainers this process builds
-            atexit.register(dist.leave)
-        self.main = self.accelerator.is_main_process
-        # several runs on one GPU (udpo study --workers K): this process's share of the card, capped now
-        self.gpu_share = gpu_share.apply(str(self.accelerator.device))
-        if self.main and (line := gpu_share.describe(self.gpu_share, str(self.accelerator.device))):
-            print(line, file=sys.stderr)
-        self.callbacks, more_evals = split_callbacks(callbacks)
-        self.eval_callbacks = [
-            *load_callbacks(config.eval_callbacks),
-            *attack_callbacks(config),
-            *eval_callbacks,
-            *more_evals,
-        ]
-        self._model, self._tokenizer, self._lora = model, tokenizer, lora
-        self.critic = None  # set before the checkpoint check, which asks whether the run has one
-        self.critic_needed = algorithm_class(config.algorithm).needs_critic
-        self._lock = run_lock.acquire_on_main(self.run_dir, self.main)  # released by close(), or on failure
+        #: bf16 autocast in the update (this trainer's own precision: see udpo.training.accelerate_state)
+        self.bf16 = config.bf16 if config.bf16 is not None else bf16_autocast_default(config.dtype)
+        accelerate_state.hold(self)  # released by close(), or on failure
+        try:
+            self.accelerator = Accelerator(
+                **process_group_settings(),
+                **accelerate_state.precision_settings(self.bf16, deepspeed_launch()),
+                log_with=accelerate_trackers(config.report_to) or None,
+                project_dir=str(self.run_dir),
+                step_scheduler_with_optimizer=False,  # the schedule counts optimizer steps, whatever the process count
+            )
+            self.deepspeed = self.accelerator.distributed_type == DistributedType.DEEPSPEED
+            self.rank, self.world = self.accelerator.process_index, self.accelerator.num_processes
+            if self.world > 1:
+                atexit.unregister(dist.leave)  # once, however many trainers this process builds
+                atexit.register(dist.leave)
+            self.main = self.accelerator.is_main_process
+            # several runs on one GPU (udpo study --workers K): this process's share of the card, capped now
+            self.gpu_share = gpu_share.apply(str(self.accelerator.device))
+            if self.main and (line := gpu_share.describe(self.gpu_share, str(self.accelerator.device))):
+                print(line, file=sys.stderr)
+            self.callbacks, more_evals = split_callbacks(callbacks)
+            self.eval_callbacks = [
+                *load_callbacks(config.eval_callbacks),
+                *attack_callbacks(config),
+                *eval_callbacks,
+                *more_evals,
+            ]
+            self._model, self._tokenizer, self._lora = model, tokenizer, lora
+            self.critic = None  # set before the checkpoint check, which asks whether the run has one
+            self.critic_needed = algorithm_class(config.algorithm).needs_critic
+            # released by close(), or on failure
+            self._lock = run_lock.acquire_on_main(self.run_dir, self.main)
+        except BaseException:
+            accelerate_state.release(self)
+            raise
         try:
             checkpointing.check_run_dir(config, deepspeed=self.deepspeed, critic=self.critic_needed)
             self.reward_functions = (
@@ -233,6 +240,7 @@ class Trainer:
                 temperature=config.temperature,
                 critic=self.critic,
                 deepspeed=self.deepspeed,
+                bf16=self.bf16,
             )
             self.rollouts = Rollouts(
                 config.group(ModelArgs),
@@ -249,6 +257,7 @@ class Trainer:
         except BaseException:
             if self._lock is not None:
                 self._lock.close()
+            accelerate_state.release(self)
             raise
         # built once the coefficients are known (calibration or checkpoint)
         self.algorithm: Algorithm | None = None
@@ -659,6 +668,7 @@ class Trainer:
         if self._lock is not None:
             self._lock.close()
             self._lock = None
+        accelerate_state.release(self)
 
     def __enter__(self) -> Trainer:
         return self
