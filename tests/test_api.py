@@ -188,8 +188,10 @@ def test_the_answer_format_is_inferred_from_the_gold_answers():
     assert infer_answer_format([{"answer": True}]) == "text"  # a boolean is no number
     assert infer_answer_format([{"answer": 1, "options": ["x", "y"]}, {"answer": 0}]) == "choice"
     assert infer_answer_format(["not a record", {"question": "q"}]) == "number"  # left to the checks
-    mixed = DatasetTask(train=TRAIN, test=[{"question": "Name a colour.", "answer": "teal"}])
-    assert mixed.answer_format == "text" and mixed.load("train")[0].gold == "3"  # all splits decide
+    mixed = DatasetTask(train=TRAIN[:2], test=COLOURS[:3])  # all splits decide
+    assert mixed.answer_format == "text" and mixed.load("train")[0].gold == "3"
+    with pytest.raises(DataError, match="split test, record 0: answer 'teal' is not a number, though 8 of"):
+        DatasetTask(train=TRAIN, test=[{"question": "Name a colour.", "answer": "teal"}])
     numbers = DatasetTask(train=TRAIN)
     assert numbers.answer_format == "number" and numbers.with_splits(train=COLOURS).answer_format == "text"
     with pytest.raises(DataError, match="answer 'green' is not a number.*answer_format="):
