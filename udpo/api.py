@@ -80,8 +80,10 @@ class UDPOTrainer(Trainer):
     task: a Task object (a :class:`~udpo.env.tasks.custom.DatasetTask`, with or without records, or your
         subclass of :class:`~udpo.env.tasks.Task`) or a task name; registered under ``task.name`` so
         recipes and config.json name it.
-    reward_funcs: extra reward terms, callables ``(trajectory, agent) -> float`` or ``module:function``
-        names, added after ``args.reward_functions``; ``args.reward_weights`` weighs the whole list.
+    reward_funcs: extra reward terms, callables ``(trajectory, agent) -> float`` or TRL's reward functions
+        ``(prompts, completions, **kwargs) -> list[float]`` (told apart by the signature:
+        :mod:`udpo.algorithms.reward_functions`), or ``module:function`` names, added after
+        ``args.reward_functions``; ``args.reward_weights`` weighs the whole list.
     peft_config: a PEFT ``LoraConfig`` for every agent's adapter (default: ``args.lora_*``).
     callbacks: :class:`~udpo.training.callbacks.TrainerCallback` objects and eval callbacks.
     processing_class: the tokenizer of a model object (default: loaded from its ``name_or_path``).
@@ -127,7 +129,9 @@ class UDPOTrainer(Trainer):
                 lora_dropout=lora.dropout,
                 lora_target_modules=list(lora.target_modules),
             )
-        rewards = load_reward_functions([*args.reward_functions, *(reward_funcs or [])], args.reward_weights)
+        rewards = load_reward_functions(
+            [*args.reward_functions, *(reward_funcs or [])], args.reward_weights, args.reward_format
+        )
         changes["reward_functions"] = [r.name for r in rewards]
         config = dataclasses.replace(args, **changes)  # validated again, with the objects' settings
         super().__init__(

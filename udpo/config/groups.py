@@ -337,10 +337,16 @@ class RewardArgs:
     )
     reward_functions: list[str] = _f(
         [],
-        "Your own reward terms: 'package.module:function' callables (trajectory, agent) -> float, each "
-        "weighted by reward_weights and added to every r_i (see docs/training.md).",
+        "Your own reward terms: 'package.module:function' callables (trajectory, agent) -> float, or TRL's "
+        "reward functions (prompts, completions, **kwargs) -> list[float], each weighted by reward_weights and "
+        "added to every r_i (see docs/library.md).",
     )
     reward_weights: list[float] = _f([], "One weight per reward_functions entry (default: 1 each).")
+    reward_format: Literal["conversational", "standard"] = _f(
+        "conversational",
+        "How reward functions of TRL's form get each agent's prompt and reply: conversational (chat messages, "
+        "as the agents exchange them) or standard (text), TRL's two dataset formats.",
+    )
     task_reward: Literal["correct", "coin"] = _f(
         "correct",
         "r_task: correct (the vote is right), or coin: a fixed coin per (seed, question, draw) that ignores "

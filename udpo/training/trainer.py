@@ -205,7 +205,9 @@ class Trainer:
             self.reward_functions = (
                 list(reward_functions)
                 if reward_functions is not None
-                else load_reward_functions(config.reward_functions, config.reward_weights)
+                else load_reward_functions(
+                    config.reward_functions, config.reward_weights, config.reward_format
+                )
             )
             self.data = load_training_data(
                 config.group(DebateArgs),
