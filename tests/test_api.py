@@ -16,7 +16,7 @@ from udpo.config import ConfigError, TrainConfig
 from udpo.env.tasks import Question, Task, get_task, register_task, task_names
 from udpo.env.tasks.custom import DatasetTask, infer_answer_format, normalize_text
 from udpo.env.tasks.data import DataError
-from udpo.training.callbacks import TrainerCallback, split_callbacks
+from udpo.training.callbacks import UDPOCallback, split_callbacks
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,12 +41,14 @@ def test_public_names_are_exported_lazily():
         "MAPPOConfig",
         "RMAACConfig",
         "DatasetTask",
-        "TrainerCallback",
+        "UDPOCallback",
     } <= names
     for name in names - {"__version__"}:
         assert getattr(udpo, name) is not None
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         udpo.Nope  # noqa: B018
+    with pytest.raises(AttributeError, match="udpo.TrainerCallback was renamed: use udpo.UDPOCallback"):
+        udpo.TrainerCallback  # noqa: B018
 
 
 def test_configs_pick_the_algorithm(tmp_path):
@@ -315,7 +317,7 @@ def test_lora_settings_from_peft():
 
 
 def test_split_callbacks():
-    class Hook(TrainerCallback):
+    class Hook(UDPOCallback):
         pass
 
     def evaluation(trainer, iteration):
@@ -325,12 +327,12 @@ def test_split_callbacks():
     assert split_callbacks([hook, evaluation]) == ([hook], [evaluation])
     with pytest.raises(TypeError, match="instance of Hook"):
         split_callbacks([Hook])
-    with pytest.raises(TypeError, match="neither a TrainerCallback"):
+    with pytest.raises(TypeError, match="neither a UDPOCallback, a transformers.TrainerCallback nor"):
         split_callbacks([3])
 
 
 # --- the real thing --------------------------------------------------------------------------------
-class Recorder(TrainerCallback):
+class Recorder(UDPOCallback):
     def __init__(self):
         self.calls: list[tuple] = []
 
@@ -395,9 +397,9 @@ def test_trainer_on_a_model_object_with_all_linear_lora(tmp_path, tiny_model):
         assert run_lock.locked(trainer.run_dir)
     assert not run_lock.locked(trainer.run_dir)
     assert recorder.calls == [
+        ("begin",),
         ("evaluate", 0, True),
         ("save", 0, True),
-        ("begin",),
         ("iteration", 1, True),
         ("save", 1, True),
         ("evaluate", 1, True),

@@ -20,7 +20,7 @@ from train_helpers import read_jsonl
 from udpo.analysis.compare import CompareConfig, format_progress, run_compare, write_results
 from udpo.analysis.run_record import EVALS, METRICS, RUN, RunRecord, write_record
 from udpo.cli.study_workers import Worker, plan_workers, run_workers
-from udpo.training.callbacks import TrainerCallback
+from udpo.training.callbacks import UDPOCallback
 from udpo.training.trainer import Trainer, train
 
 #: a single agent, no debate round, 2 iterations of 2 questions x 2 draws: the proof run's shape, tiny
@@ -72,7 +72,7 @@ class Interrupted(Exception):
     pass
 
 
-class StopAtCheckpoint(TrainerCallback):
+class StopAtCheckpoint(UDPOCallback):
     """Stop the run right after its checkpoint of iteration 1, as a machine that goes away would."""
 
     def on_save(self, trainer, iteration, path):

@@ -33,7 +33,7 @@ from udpo.config import TrainConfig, _f
 from udpo.env.backends.base import Backend
 from udpo.env.tasks import Task, register_task
 from udpo.env.tasks.custom import DatasetTask, Records
-from udpo.training.callbacks import EvalCallback, TrainerCallback
+from udpo.training.callbacks import EvalCallback, UDPOCallback
 from udpo.training.trainer import Trainer
 
 if TYPE_CHECKING:
@@ -85,7 +85,9 @@ class UDPOTrainer(Trainer):
         :mod:`udpo.algorithms.reward_functions`), or ``module:function`` names, added after
         ``args.reward_functions``; ``args.reward_weights`` weighs the whole list.
     peft_config: a PEFT ``LoraConfig`` for every agent's adapter (default: ``args.lora_*``).
-    callbacks: :class:`~udpo.training.callbacks.TrainerCallback` objects and eval callbacks.
+    callbacks: :class:`~udpo.training.callbacks.UDPOCallback` objects, ``transformers.TrainerCallback``
+        objects (:mod:`udpo.training.transformers_callbacks`: on_train_begin / end, on_step_end, on_log,
+        on_save, on_evaluate, with a real ``TrainerState``) and eval callbacks.
     processing_class: the tokenizer of a model object (default: loaded from its ``name_or_path``).
     backend: a running rollout engine to share (see :class:`~udpo.training.trainer.Trainer`).
 
@@ -101,7 +103,7 @@ class UDPOTrainer(Trainer):
         eval_dataset: Records | None = None,
         reward_funcs: Sequence[RewardFn | str] | None = None,
         peft_config: Any = None,
-        callbacks: Sequence[TrainerCallback | EvalCallback] | None = None,
+        callbacks: Sequence[UDPOCallback | EvalCallback | Any] | None = None,
         task: Task | str | None = None,
         processing_class: Any = None,
         backend: Backend | None = None,
