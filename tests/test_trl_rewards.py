@@ -215,3 +215,24 @@ def test_bad_returns_and_clashing_fields_are_named(debates):
     with pytest.raises(ValueError, match="field named 'round', a keyword UDPO passes"):
         scores(format_reward_func, clashing)
     assert scores(well_formed, clashing).shape == (1, 2)  # the per-trajectory form does not mind
+
+
+@pytest.mark.slow
+def test_udpo_needs_no_trl(tmp_path):
+    """trl is optional (udpo[trl]): with it unimportable, the package, the API and the command line's
+    config parser load, and a recipe parses."""
+    import subprocess
+    import sys
+
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("rounds: 3\n")
+    code = (
+        "import sys; sys.modules['trl'] = None\n"
+        "import udpo, udpo.api, udpo.training.trainer\n"
+        "from udpo.config import parse_config\n"
+        f"c = parse_config(['--config', {str(recipe)!r}, '--n_agents', '2', '--output_dir', {str(tmp_path)!r}])\n"
+        "print(c.rounds, c.n_agents, 'trl' in sys.modules and sys.modules['trl'] is not None)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["3", "2", "False"]
