@@ -135,3 +135,33 @@ def test_early_stopping_stops_with_a_checkpoint_and_a_resumed_run_keeps_its_stat
     assert again.history_at_begin == state.log_history  # read back from metrics.jsonl
     assert again.events[0] == ("train_begin", 1) and again.events[-1] == ("train_end", 2)
     assert ("evaluate", 2) in again.events and again.state.best_metric == 0.0
+
+
+@pytest.mark.slow
+def test_the_trl_example_trains_on_the_tiny_model(tiny_model, tmp_path):
+    """examples/train_with_trl_reward.py, run as a user would (on the tiny model, 2 iterations): its TRL-form
+    rewards are logged every iteration, its transformers callback prints every step and the evaluation."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "example"
+    script = Path(__file__).resolve().parents[1] / "examples" / "train_with_trl_reward.py"
+    done = subprocess.run(
+        [sys.executable, str(script), "--model", tiny_model, "--output-dir", str(out), "--iterations", "2"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "step 1/2: reward" in done.stdout and "step 2/2: reward" in done.stdout
+    assert "step 0: held-out accuracy" in done.stdout and "step 2: held-out accuracy" in done.stdout
+    assert "answer format 'number'" in done.stderr  # the '#### N' answers read as numbers, and said so
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if r["kind"] == "train"]
+    assert [r["iteration"] for r in train] == [1, 2]
+    assert all(f"reward/__main__:{name}" in r for r in train for name in ("boxed_once", "matches_reference"))
+    assert (out / "checkpoints" / "iter_000002").is_dir()
