@@ -15,8 +15,7 @@ from transformers import (
 )
 
 import udpo
-from udpo.training.callbacks import split_callbacks
-from udpo.training.transformers_callbacks import TransformersCallbacks
+from udpo.training.callbacks import TransformersCallbacks, split_callbacks
 
 TRAIN = [{"question": f"What is {a} + {a + 1}?", "answer": str(2 * a + 1)} for a in range(1, 9)]
 TEST = [{"question": f"What is {a} + {a}?", "answer": 2 * a} for a in range(1, 3)]

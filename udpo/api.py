@@ -86,7 +86,7 @@ class UDPOTrainer(Trainer):
         ``args.reward_functions``; ``args.reward_weights`` weighs the whole list.
     peft_config: a PEFT ``LoraConfig`` for every agent's adapter (default: ``args.lora_*``).
     callbacks: :class:`~udpo.training.callbacks.UDPOCallback` objects, ``transformers.TrainerCallback``
-        objects (:mod:`udpo.training.transformers_callbacks`: on_train_begin / end, on_step_end, on_log,
+        objects (:class:`~udpo.training.callbacks.TransformersCallbacks`: on_train_begin / end, on_step_end, on_log,
         on_save, on_evaluate, with a real ``TrainerState``) and eval callbacks.
     processing_class: the tokenizer of a model object (default: loaded from its ``name_or_path``).
     backend: a running rollout engine to share (see :class:`~udpo.training.trainer.Trainer`).

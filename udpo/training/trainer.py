@@ -145,7 +145,7 @@ class Trainer:
     backend: a running rollout engine of kind ``config.backend`` to use instead of starting one (e.g.
     one vLLM engine shared by several runs); the trainer registers its adapters there but never closes it.
     callbacks: :class:`~udpo.training.callbacks.UDPOCallback` objects (hooks), ``transformers.TrainerCallback``
-    objects (:mod:`udpo.training.transformers_callbacks`), or eval callbacks. A hook that sets
+    objects (:class:`~udpo.training.callbacks.TransformersCallbacks`), or eval callbacks. A hook that sets
     ``should_training_stop`` ends the run at the end of the iteration, with a checkpoint.
     model, tokenizer: a loaded base model (and its tokenizer) instead of loading ``config.model``, whose
     value must be the model's name (``udpo.UDPOTrainer`` sets it). lora: adapter settings instead of the
