@@ -2,10 +2,12 @@
 tabulate them as the UDPO paper's Table 1 and plot the gains over Standard MAD by difficulty (its
 Figure 5, through ``udpo diagnose``).
 
-Methods (:data:`METHODS`): ``standard_mad`` (the untrained team), ``mappo``, ``rmaac``, ``udpo``, the
-ablations ``udpo_wo_intra``, ``udpo_wo_inter``, ``udpo_wo_sys``, and ``task_only``: UDPO's trainer on the
-plain correctness reward (:data:`TASK_ONLY`: alpha = beta = gamma = 0, lambda = 1 for every agent; eta as
-UDPO's). Every trained method runs the same training recipe with the same seed, so it debates the same
+Methods (:data:`METHODS`): ``standard_mad`` (the untrained team), ``mappo``, ``rmaac``, ``udpo``,
+``udpo_floor`` (UDPO with ``correctness_floor``: each ``lambda_i`` raised until a correct split out-earns a
+unanimous wrong debate; on a shared ``calibration_file`` it floors the coefficients ``udpo`` trains with),
+the ablations ``udpo_wo_intra``, ``udpo_wo_inter``, ``udpo_wo_sys``, and ``task_only``: UDPO's trainer on
+the plain correctness reward (:data:`TASK_ONLY`: alpha = beta = gamma = 0, lambda = 1 for every agent; eta
+as UDPO's). Every trained method runs the same training recipe with the same seed, so it debates the same
 training questions in the same order for the same number of iterations, takes the same optimizer steps and
 is evaluated on the same held-out questions with the same ``eval_seed``; only the settings that define the
 method differ (a method's own settings win over ``settings:``). Standard MAD is the iteration-0 evaluation:
@@ -39,7 +41,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +61,7 @@ METHODS: dict[str, dict[str, Any] | None] = {
     "mappo": {"algorithm": "mappo"},
     "rmaac": {"algorithm": "rmaac"},
     "udpo": {"algorithm": "udpo", "ablations": []},
+    "udpo_floor": {"algorithm": "udpo", "ablations": [], "correctness_floor": True},
     "udpo_wo_intra": {"algorithm": "udpo", "ablations": ["intra"]},
     "udpo_wo_inter": {"algorithm": "udpo", "ablations": ["inter"]},
     "udpo_wo_sys": {"algorithm": "udpo", "ablations": ["sys"]},
@@ -133,7 +136,9 @@ class CompareConfig:
     be committed (default: output_dir). bootstrap_resamples: resamples of every bootstrap interval of the
     tables (10,000 as pre-registered; fewer only to try the machinery). tables_when_done: write the tables
     when the last run is recorded (false: records only, for a pilot that stays blind to its arms until its
-    sample-size rule is recorded; ``--tables-only`` writes them)."""
+    sample-size rule is recorded; ``--tables-only`` writes them). eval_seed_per_seed: each seed's
+    evaluations sample with ``eval_seed + seed``, so every method of a seed is evaluated, before and after,
+    on the same draws (paired), and the seeds' draws differ (false: one ``eval_seed`` for every seed)."""
 
     recipe: str
     methods: list[str] = field(default_factory=lambda: list(METHODS))
@@ -145,6 +150,7 @@ class CompareConfig:
     results_dir: str | None = None
     bootstrap_resamples: int = 10_000
     tables_when_done: bool = True
+    eval_seed_per_seed: bool = False
 
     def __post_init__(self) -> None:
         unknown = [m for m in [*self.methods, *self.method_settings] if m not in METHODS]
@@ -168,7 +174,7 @@ class CompareConfig:
                     f"method_settings.{method} sets {fixed}: those fix the method or its budget and must be "
                     f"the same for every method (put budget settings under settings:)"
                 )
-        for name in ("seed", "output_dir", "resume", "algorithm", "ablations"):
+        for name in ("seed", "output_dir", "resume", "algorithm", "ablations", "correctness_floor"):
             if name in self.settings:
                 raise ConfigError(
                     f"settings: {name} is set by compare itself (seeds:, output_dir:, methods:)"
@@ -249,7 +255,10 @@ class CompareConfig:
         }
         if self.shared_start and method != self.trained()[0]:
             values["eval_at_start"] = False  # Standard MAD is the first method's iteration 0
-        return TrainConfig(**values)
+        config = TrainConfig(**values)
+        if self.eval_seed_per_seed:
+            config = replace(config, eval_seed=config.eval_seed + seed)
+        return config
 
 
 def check_budgets(configs: dict[str, TrainConfig]) -> None:

@@ -335,6 +335,15 @@ class RewardArgs:
         [],
         "Ablations 'intra', 'inter', 'sys' (paper's w/o rows): alpha_i, beta_i or gamma_i set to 0 for all agents.",
     )
+    correctness_floor: bool = _f(
+        False,
+        "Beyond the paper: once the coefficients are set (calibrated, calibration_file or explicit), raise "
+        "each lambda_i to (1 + correctness_floor_margin) lambda*_i, lambda*_i the task weight above which a "
+        "correct split out-earns a unanimous wrong debate for agent i (docs/metrics.md); udpo only.",
+    )
+    correctness_floor_margin: float = _f(
+        0.1, "m of correctness_floor: lambda_i >= (1 + m) lambda*_i; m >= 0."
+    )
     reward_functions: list[str] = _f(
         [],
         "Your own reward terms: 'package.module:function' callables (trajectory, agent) -> float, or TRL's "
@@ -355,7 +364,7 @@ class RewardArgs:
 
     def check(self) -> None:
         """The rules on these fields alone (ConfigError naming the field)."""
-        _check_ranges(self, nonnegative=("kappa", "lambda_base", "eta_base"))
+        _check_ranges(self, nonnegative=("kappa", "lambda_base", "eta_base", "correctness_floor_margin"))
         if not 0 <= self.lam <= 1:
             raise ConfigError(f"lam must be in [0, 1], got {self.lam}")
         # weights without named functions weigh the callables given to udpo.UDPOTrainer (checked there,
