@@ -199,6 +199,8 @@ def test_bad_returns_and_clashing_fields_are_named(debates):
         scores(lambda completions, **kw: ["x"] * len(completions), debates)
     with pytest.raises(ValueError, match="returned nan for question"):
         scores(lambda completions, **kw: [float("nan")] * len(completions), debates)
+    as_array = scores(lambda completions, **kw: np.arange(len(completions)) / 2, debates)
+    assert as_array.tolist() == [[0.0, 0.0], [0.5, 0.5], [1.0, 1.0]]
     not_for_all = scores(lambda completions, **kw: [None, 1.0, None], debates)  # TRL's "does not apply"
     assert not_for_all.tolist() == [[0.0, 0.0], [1.0, 1.0], [0.0, 0.0]]
 

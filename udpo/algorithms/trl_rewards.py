@@ -23,7 +23,7 @@ functions' rewards skips it). TRL's ``trainer_state``, ``log_extra`` and ``log_m
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from udpo.env.trajectory import Trajectory, Turn
@@ -100,12 +100,9 @@ def call_batched(name: str, fn: Callable, inputs: dict[str, Any]) -> list[Any]:
             )
         inputs = {k: v for k, v in inputs.items() if k in named}
     values = fn(**inputs)
-    if isinstance(values, str | bytes) or not isinstance(values, Sequence) or len(values) != expected:
-        got = (
-            f"{len(values)} values"
-            if isinstance(values, Sequence)
-            else f"{type(values).__name__} {values!r:.60}"
-        )
+    sized = hasattr(values, "__len__") and not isinstance(values, str | bytes | Mapping)  # a list, an array
+    if not sized or len(values) != expected:
+        got = f"{len(values)} values" if sized else f"{type(values).__name__} {values!r:.60}"
         raise ValueError(
             f"reward function {name} returned {got} for {expected} completions; a reward function of TRL's form "
             f"returns a list with one value per completion"
