@@ -21,7 +21,7 @@ from udpo.study.plan import CompareConfig
 from udpo.study.record import EVALS, METRICS, RUN, RunRecord, write_record
 from udpo.study.runner import format_progress, run_compare, write_results
 from udpo.study.workers import Worker, plan_workers, run_workers
-from udpo.training.callbacks import TrainerCallback
+from udpo.training.callbacks import UDPOCallback
 from udpo.training.trainer import Trainer, train
 
 #: a single agent, no debate round, 2 iterations of 2 questions x 2 draws: the proof run's shape, tiny
@@ -73,7 +73,7 @@ class Interrupted(Exception):
     pass
 
 
-class StopAtCheckpoint(TrainerCallback):
+class StopAtCheckpoint(UDPOCallback):
     """Stop the run right after its checkpoint of iteration 1, as a machine that goes away would."""
 
     def on_save(self, trainer, iteration, path):

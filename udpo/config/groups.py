@@ -347,10 +347,16 @@ class RewardArgs:
     )
     reward_functions: list[str] = _f(
         [],
-        "Your own reward terms: 'package.module:function' callables (trajectory, agent) -> float, each "
-        "weighted by reward_weights and added to every r_i (see docs/training.md).",
+        "Your own reward terms: 'package.module:function' callables (trajectory, agent) -> float, or TRL's "
+        "reward functions (prompts, completions, **kwargs) -> list[float], each weighted by reward_weights and "
+        "added to every r_i (see docs/library.md).",
     )
     reward_weights: list[float] = _f([], "One weight per reward_functions entry (default: 1 each).")
+    reward_format: Literal["conversational", "standard"] = _f(
+        "conversational",
+        "How reward functions of TRL's form get each agent's prompt and reply: conversational (chat messages, "
+        "as the agents exchange them) or standard (text), TRL's two dataset formats.",
+    )
     task_reward: Literal["correct", "coin"] = _f(
         "correct",
         "r_task: correct (the vote is right), or coin: a fixed coin per (seed, question, draw) that ignores "
@@ -650,6 +656,15 @@ class RunArgs:
     )
     eval_steps: int = _f(50, "Evaluate every this many iterations (0: only before and after training).")
     eval_at_start: bool = _f(True, "Evaluate the initial policies before training (the 'before' numbers).")
+    metric_for_best_model: str | None = _f(
+        None,
+        "The evaluation metric (accuracy, u_sys, ...) whose best value transformers callbacks find in "
+        "TrainerState.best_metric, as transformers' TrainingArguments field (EarlyStoppingCallback reads it).",
+    )
+    greater_is_better: bool | None = _f(
+        None,
+        "Whether a higher metric_for_best_model is better (default: yes, unless its name ends in 'loss').",
+    )
     eval_callbacks: list[str] = _f(
         [],
         "Extra evaluations run at every evaluation: 'module:function' taking (trainer, iteration) -> dict.",
@@ -697,6 +712,10 @@ class RunArgs:
         if "none" in self.report_to and len(self.report_to) > 1:
             raise ConfigError(f"report_to: 'none' cannot be combined with other trackers ({self.report_to})")
         _check_spec_shapes("eval_callbacks", self.eval_callbacks)
+        if self.metric_for_best_model is not None and self.eval_questions == 0:
+            raise ConfigError("metric_for_best_model needs evaluations: eval_questions > 0")
+        if self.greater_is_better is not None and self.metric_for_best_model is None:
+            raise ConfigError("greater_is_better needs metric_for_best_model")
         if self.attack_eval != "none":
             if self.eval_questions == 0:
                 raise ConfigError(f"attack_eval: {self.attack_eval} needs eval_questions > 0")

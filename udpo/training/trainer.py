@@ -58,7 +58,7 @@ from udpo.env.trajectory import Trajectory, TrajectoryWriter
 from udpo.training import accelerate_state, autosize, calibration, checkpointing, run_lock
 from udpo.training import checkpoint_store as ckpt
 from udpo.training import distributed as dist
-from udpo.training.callbacks import EvalCallback, TrainerCallback, split_callbacks
+from udpo.training.callbacks import EvalCallback, UDPOCallback, split_callbacks
 from udpo.training.checkpointing import APPEND_ONLY, TRAIN_FILE
 from udpo.training.data import QuestionSchedule, check_context, load_training_data, split_warmup
 from udpo.training.errors import TrainingError, explain_oom
@@ -76,8 +76,8 @@ __all__ = [
     "EvalCallback",
     "QuestionSchedule",
     "Trainer",
-    "TrainerCallback",
     "TrainingError",
+    "UDPOCallback",
     "explain_oom",
     "split_warmup",
     "train",
@@ -144,7 +144,9 @@ class Trainer:
     ``trainer.config, run_dir, task, eval_set, backend, main, debate_config(), debate_protocol()``.
     backend: a running rollout engine of kind ``config.backend`` to use instead of starting one (e.g.
     one vLLM engine shared by several runs); the trainer registers its adapters there but never closes it.
-    callbacks: :class:`~udpo.training.callbacks.TrainerCallback` objects (hooks), or eval callbacks.
+    callbacks: :class:`~udpo.training.callbacks.UDPOCallback` objects (hooks), ``transformers.TrainerCallback``
+    objects (:class:`~udpo.training.callbacks.TransformersCallbacks`), or eval callbacks. A hook that sets
+    ``should_training_stop`` ends the run at the end of the iteration, with a checkpoint.
     model, tokenizer: a loaded base model (and its tokenizer) instead of loading ``config.model``, whose
     value must be the model's name (``udpo.UDPOTrainer`` sets it). lora: adapter settings instead of the
     config's ``lora_*`` fields (a PEFT LoraConfig, :meth:`udpo.training.policy.LoraSettings.from_peft`).
@@ -160,7 +162,7 @@ class Trainer:
         eval_callbacks: Sequence[EvalCallback] = (),
         backend: Backend | None = None,
         *,
-        callbacks: Sequence[TrainerCallback | EvalCallback] = (),
+        callbacks: Sequence[UDPOCallback | EvalCallback | Any] = (),
         model: Any = None,
         tokenizer: Any = None,
         lora: Any = None,
@@ -193,6 +195,7 @@ class Trainer:
             if self.main and (line := gpu_share.describe(self.gpu_share, str(self.accelerator.device))):
                 print(line, file=sys.stderr)
             self.callbacks, more_evals = split_callbacks(callbacks)
+            self.should_training_stop = False  # set by a callback: the run ends at the end of the iteration
             self.eval_callbacks = [
                 *load_callbacks(config.eval_callbacks),
                 *attack_callbacks(config),
@@ -212,7 +215,9 @@ class Trainer:
             self.reward_functions = (
                 list(reward_functions)
                 if reward_functions is not None
-                else load_reward_functions(config.reward_functions, config.reward_weights)
+                else load_reward_functions(
+                    config.reward_functions, config.reward_weights, config.reward_format
+                )
             )
             self.data = load_training_data(
                 config.group(DebateArgs),
@@ -556,7 +561,7 @@ class Trainer:
         self.rollouts.sync_adapters(self.state.iteration)
 
     def _call(self, hook: str, *args: Any) -> None:
-        """Call ``hook`` of every TrainerCallback."""
+        """Call ``hook`` of every UDPOCallback."""
         for callback in self.callbacks:
             getattr(callback, hook)(self, *args)
 
@@ -585,6 +590,8 @@ class Trainer:
                 f"torch threads per process: {torch.get_num_threads()} (UDPO_NUM_THREADS=k chooses)",
                 file=sys.stderr,
             )
+        self.should_training_stop = False
+        self._call("on_train_begin")
         # the iteration bar first, so that the debates' progress line (warm-up, evaluations, rollouts)
         # goes below it
         bar = progress_bar(total, self.state.iteration, cfg.progress and self.main)
@@ -617,7 +624,6 @@ class Trainer:
                 # stopped while evaluating at its checkpoint (or resumed past the end of a shortened run)
                 self.state.history["after"] = self._evaluate_and_log(self.state.iteration)
                 checkpointing.record_evaluation(self.state, self.state.iteration, self.run_dir, self.main)
-            self._call("on_train_begin")
             for k in range(self.state.iteration + 1, total + 1):
                 metrics = self.run_iteration(k)
                 self.state.iteration = k
@@ -627,13 +633,18 @@ class Trainer:
                 bar.set_postfix(
                     acc=f"{record.get('train/accuracy', 0):.2f}", r=f"{record['reward/mean']:.3f}"
                 )
-                saved = k % cfg.save_steps == 0 or k == total
+                stop = self.should_training_stop  # asked for by a callback: this iteration is the last
+                saved = k % cfg.save_steps == 0 or k == total or stop
                 if saved:  # before the evaluation: a run killed while evaluating keeps its iterations
                     self.save_checkpoint(k)
-                if self._evaluation_due(k, total):
+                if self._evaluation_due(k, total) or (stop and bool(self.eval_set)):
                     self.state.history["after"] = self._evaluate_and_log(k)
                     if saved:
                         checkpointing.record_evaluation(self.state, k, self.run_dir, self.main)
+                if self.should_training_stop:  # asked for now, or by the evaluation's callbacks
+                    if not saved:
+                        self.save_checkpoint(k)
+                    break
         finally:
             bar.close()
         self.tracker.close()
