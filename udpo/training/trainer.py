@@ -285,7 +285,9 @@ class Trainer:
             from udpo.algorithms.critic import Critic
 
             self.critic = Critic(self.policy)
-        self.config, plan = autosize.resolve(
+        # the update's sizes and the estimate behind them (benchmarks/iteration.py compares its peaks with it)
+        self.update_plan: autosize.UpdatePlan
+        self.config, self.update_plan = autosize.resolve(
             config,
             list(self.policy.models.values()),
             self.world,
@@ -294,7 +296,7 @@ class Trainer:
         )
         if self.main:
             print(
-                plan.describe([k for k in autosize.CPU_DEFAULTS if getattr(config, k) is None]),
+                self.update_plan.describe([k for k in autosize.CPU_DEFAULTS if getattr(config, k) is None]),
                 file=sys.stderr,
             )
         if self.config.gradient_checkpointing:
