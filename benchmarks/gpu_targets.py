@@ -182,10 +182,12 @@ def study_rows(record: dict | None) -> list[Row]:
     what = "the proof study plan, shortened (runs x iterations, workers sharing the GPU): wall time"
     if record is None:
         return [Row(what, NOT_MEASURED)]
+    failed = f"; FAILED: {record['error'].strip().splitlines()[-1][:150]}" if record.get("error") else ""
     rows = [
         Row(
             what,
-            f"{record['wall_s']:.0f} s ({record['runs']} runs x {record['iterations']}, {record['workers']} workers)",
+            f"{record['wall_s']:.0f} s ({record['runs']} runs x {record['iterations']}, {record['workers']} workers)"
+            + failed,
         )
     ]
     peaks, share = record.get("peaks_gib") or {}, record.get("share_gib")

@@ -91,11 +91,14 @@ def main() -> None:
         result = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
         wall = time.perf_counter() - start
         print("\n".join(line for line in result.stdout.splitlines() if line.startswith("worker ")))
-        if result.returncode != 0:
+        failure = None
+        if result.returncode != 0:  # the runs' figures so far are still written, with the error
             logs = sorted((out / "runs" / "logs").glob("worker_*.log"))
             tails = "\n".join(f"--- {log}\n{log.read_text()[-2000:]}" for log in logs)
-            raise SystemExit(f"udpo study failed ({result.returncode}):\n{result.stderr[-2000:]}\n{tails}")
-        runs = sorted(p.parent for p in (out / "runs").glob("*/seed_*/metrics.jsonl"))
+            failure = f"udpo study failed ({result.returncode}):\n{result.stderr[-2000:]}\n{tails}"
+        runs = sorted(
+            p.parent for p in (out / "runs").glob("*/seed_*/metrics.jsonl") if train_records(p.parent)
+        )
         medians = {}
         for run in runs:
             train = train_records(run)[1:] or train_records(run)
@@ -128,8 +131,11 @@ def main() -> None:
                 "eval_questions": args.eval_questions,
                 "wall_s": wall,
                 "medians": medians,
+                **({"error": failure[-1000:]} if failure else {}),
             }
             Path(args.json).write_text(json.dumps(record, indent=2))
+        if failure:
+            raise SystemExit(failure)
 
 
 if __name__ == "__main__":
