@@ -257,8 +257,10 @@ def main() -> None:
     if args.report:
         report = Path(args.report)
         report.mkdir(parents=True, exist_ok=True)
-        (report / "summary.md").write_text(text)
-        (report / "figures.json").write_text(json.dumps(found, indent=1))
+        for name, content in (("summary.md", text), ("figures.json", json.dumps(found, indent=1))):
+            tmp = report / f".{name}.tmp"  # renamed into place: a reader, or a kill, never meets half a file
+            tmp.write_text(content)
+            tmp.replace(report / name)
 
 
 if __name__ == "__main__":

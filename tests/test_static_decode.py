@@ -342,12 +342,17 @@ def test_auto_decodes_stacked_when_the_graph_fails_to_compile_and_says_so(
     expected = [c.completion_ids for c in reference.generate(requests_for(names))]
     error = RuntimeError("capture failed\n  at the second line of the error")
     backend = graph_backend(tiny_model, tiny_lora_adapters, monkeypatch, error, True)
+    resets = []
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(1))
     with caplog.at_level("WARNING", logger="udpo.env.backends.hf"):
         got = [c.completion_ids for c in backend.generate(requests_for(names))]
     assert got == expected and backend.decode == "stacked" and not backend._static.graph
+    assert resets == [1]  # the failed graph's decoder closed: dynamo's caches let go of it
     assert "graph decoding failed; decoding stacked, uncompiled, from now on" in caplog.text
     assert "RuntimeError: capture failed\n  at the second line of the error" in caplog.text  # all of it
     assert [c.completion_ids for c in backend.generate(requests_for(names))] == expected
+    backend.close()
+    assert resets == [1] and backend._static is None  # an uncompiled decoder needs no reset
 
 
 @pytest.mark.parametrize(
