@@ -146,14 +146,15 @@ run_part() {
   rc=$?
   for pid in $refresher $watchdog; do kill -- -"$pid" 2>/dev/null; wait "$pid" 2>/dev/null; done
   set -e +m
-  if [ "$rc" = 143 ] || [ "$rc" = 137 ]; then
-    echo "== $name: STOPPED at the budget ($(( $(date +%s) - start - spent )) s); what it finished is kept"
+  local took=$(( $(date +%s) - start - spent ))
+  if { [ "$rc" = 143 ] || [ "$rc" = 137 ]; } && [ "$cap" -gt 0 ] && [ "$took" -ge "$cap" ]; then
+    echo "== $name: STOPPED at the budget (${took} s); what it finished is kept"
     left="$left,$name"
   elif [ "$rc" != 0 ]; then
-    echo "== $name: FAILED (exit $rc), $(( $(date +%s) - start - spent )) s; the next parts run on"
+    echo "== $name: FAILED (exit $rc), ${took} s; the next parts run on"
     failed="$failed $name"
   else
-    echo "== $name: done in $(( $(date +%s) - start - spent )) s"
+    echo "== $name: done in ${took} s"
   fi
   summary >/dev/null
 }
