@@ -89,6 +89,16 @@ for pkgs in (["transformers"], ["peft"], ["accelerate"], ["trl"], ["deepspeed"],
     print(found[0] if found else f"{pkgs[0]} not installed")
 PY
 gpu_only=$([ "$gpus" -gt 0 ] && [ "$quick" = 0 ] && echo 1 || echo 0)
+# the memory targets are for an 80 GB card: on a larger one the training parts run capped at an H100
+# 80GB's 79.6 GiB (UDPO_GPU_MEMORY_SHARE: the allocator's cap, and autosize plans within it)
+card80=""
+if [ "$gpus" -gt 0 ]; then
+  card80=$(python -c "import torch; t = torch.cuda.get_device_properties(0).total_memory / 2**30
+print(f'{79.6 / t:.4f}' if t > 80 else '')")
+  if [ -n "$card80" ]; then
+    echo "the training parts run as on an 80 GB card: UDPO_GPU_MEMORY_SHARE=$card80 (79.6 GiB)"
+  fi
+fi
 failed="" left=""
 # estimate PART: the seconds it is expected to take, generously (on one H100/H200, from the issue-50
 # estimates; with --quick on a CPU core or two); a part that would end past the budget is left out
@@ -98,7 +108,7 @@ estimate() {
   if [ -n "$given" ]; then
     echo "$given"
   elif [ "$quick" = 1 ]; then
-    case "$1" in decode1b|decode) echo 60 ;; iteration1b) echo 120 ;; study) echo 150 ;; *) echo 150 ;; esac
+    case "$1" in decode1b|decode) echo 60 ;; iteration1b) echo 120 ;; study) echo 150 ;; *) echo 300 ;; esac
   else
     case "$1" in
       decode1b) echo 150 ;; iteration1b) echo 200 ;; decode) echo 70 ;; study) echo 110 ;;
@@ -227,8 +237,8 @@ part_decode() {
 iteration() {
   local name=$1 n=$2; shift 2
   rm -rf "$out/$name"
-  python benchmarks/iteration.py --config "$recipe" "${shape1b[@]}" --iterations "$n" --out "$out/$name" \
-    --json "$figures/$name.json" "${issue[@]}" "$@"
+  UDPO_GPU_MEMORY_SHARE=$card80 python benchmarks/iteration.py --config "$recipe" "${shape1b[@]}" \
+    --iterations "$n" --out "$out/$name" --json "$figures/$name.json" "${issue[@]}" "$@"
 }
 part_iteration1b() {
   echo "   the 1B shape built on the GPU, N = 3, $iterations iterations (the first compiles the decode step);"
@@ -251,8 +261,8 @@ part_7b() {
   echo "   Llama-2-7B's shape (hidden 4096, 32 layers, 32 heads and KV heads, intermediate 11008; random bf16"
   echo "   weights built on the GPU, none on disk), N = 3, the check's recipe and default sizes, 2 iterations"
   rm -rf "$out/shape7b"
-  python benchmarks/iteration.py --config "$recipe" --shape 7b --iterations 2 --out "$out/shape7b" \
-    --json "$figures/iteration_7b_n3.json"
+  UDPO_GPU_MEMORY_SHARE=$card80 python benchmarks/iteration.py --config "$recipe" --shape 7b --iterations 2 \
+    --out "$out/shape7b" --json "$figures/iteration_7b_n3.json"
 }
 part_study() {
   local n=2 held=16 extra=()
