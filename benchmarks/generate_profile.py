@@ -7,7 +7,7 @@ Times one call at 3 requests and at ``--requests`` (ms per decode step: if it ba
 per-step overhead, not arithmetic, sets the speed), then runs the larger call under torch's profiler and
 prints the kernel launches per decode step, the share of the wall time the GPU was busy, and the top
 operators by CPU time (and by GPU time on CUDA). On GPUs run it on the GPU check's model
-(`python scripts/check_model.py DIR`); results in docs/measurements.md ("The GPU check on one H200").
+(`python scripts/check_model.py DIR`); results in docs/lab/measurements.md ("The GPU check on one H200").
 """
 
 from __future__ import annotations

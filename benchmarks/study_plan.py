@@ -33,7 +33,7 @@ from multiprocess import iteration_figures, train_records  # noqa: E402  (benchm
 
 def shortened_plan(plan: Path, out: Path, args: argparse.Namespace) -> Path:
     """``plan`` with fewer seeds, iterations and held-out questions, on ``args.model``: written to ``out``."""
-    from udpo.analysis.compare import CompareConfig
+    from udpo.study import CompareConfig
 
     config = CompareConfig.load(plan)
     extra = dict(zip(args.extra[::2], args.extra[1::2], strict=True))

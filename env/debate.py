@@ -290,6 +290,9 @@ class DebateEnv:
         q, answers = state.question, state.answers
         prediction = majority_vote([a[-1] for a in answers])
         meta = {
+            **(
+                {"columns": q.meta["columns"]} if "columns" in q.meta else {}
+            ),  # the record's fields, for rewards
             "task": self.task.name,
             "n_agents": self.config.n_agents,
             "rounds": self.config.rounds,

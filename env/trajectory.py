@@ -49,7 +49,8 @@ class Trajectory:
 
     answers[i][t]: agent i's parsed answer after round t (round 0 = independent answer).
     turns[i][t]: the Turn behind answers[i][t]. prediction: majority vote of the last round.
-    meta: free-form run information (task, model, attack settings, compromised agents, ...).
+    meta: free-form run information (task, model, attack settings, compromised agents, ...) and, for a
+    question read from a record (DatasetTask), ``columns``: every field of that record.
     """
 
     question_id: str

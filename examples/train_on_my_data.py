@@ -17,7 +17,7 @@ import random
 
 from peft import LoraConfig
 
-from udpo import TrainerCallback, Trajectory, UDPOConfig, UDPOTrainer
+from udpo import Trajectory, UDPOCallback, UDPOConfig, UDPOTrainer
 
 
 def shopping_questions(n: int, seed: int) -> list[dict]:
@@ -43,7 +43,7 @@ def says_it_once(trajectory: Trajectory, agent: int) -> float:
     return float(last.count("\\boxed{") == 1)
 
 
-class PrintProgress(TrainerCallback):
+class PrintProgress(UDPOCallback):
     """Prints each iteration's mean reward and accuracy (main process only)."""
 
     def on_iteration_end(self, trainer, iteration, metrics):

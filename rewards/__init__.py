@@ -6,7 +6,8 @@ An answer matrix is N per-agent sequences of T+1 hashable answers (``None`` = un
 :func:`debate_metrics` on answer matrices, :func:`batch_uncertainty` on integer codes from
 :func:`encode_answers`, and :func:`agent_rewards` for each agent's UDPO reward. Warm-up calibration of
 per-agent coefficients: :func:`calibrate`; what coefficients pay for reference debates (unanimous wrong,
-correct split, all silent): :func:`reward_ordering`. Agents that stop answering: :func:`collapse_rate`. A
+correct split, all silent): :func:`reward_ordering`; the task weight at which the correct split wins, and
+the floor that raises ``lambda_i`` above it: :func:`correctness_threshold`, :func:`correctness_floor`. Agents that stop answering: :func:`collapse_rate`. A
 reward that ignores the answer (a learning check's negative control): :func:`coin_rewards`. Hallucination propagation (the DIGRA paper's woozle metrics
 MA, MR, IMR, CR per round): :func:`woozle_metrics`. Statistics for diagnostics live in
 :mod:`udpo.rewards.statistics` (with AUROC and abstention scores). DiverseAgentEntropy (weighted answer
@@ -42,6 +43,8 @@ from .metrics import (
 from .ordering import (
     REFERENCE_DEBATES,
     RewardOrdering,
+    correctness_floor,
+    correctness_threshold,
     ordering_from_dict,
     reference_debates,
     reward_ordering,
@@ -80,6 +83,8 @@ __all__ = [
     "collapse_rate",
     "composite_uncertainty",
     "correctness",
+    "correctness_floor",
+    "correctness_threshold",
     "dae_calibration_reward",
     "dae_certainty_reward",
     "debate_metrics",

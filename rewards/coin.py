@@ -1,5 +1,5 @@
 """A reward that ignores the answer: a fixed coin per (seed, question, draw), the negative control of a
-learning check (docs/preregistration_proof.md).
+learning check (docs/lab/preregistration_proof.md).
 
 Debate k of a question in a batch (k = 0, 1, ... in batch order: the ``debates_per_question`` draws of
 one question) gets ``coin(seed, question_id, k)``, 0 or 1 from a hash. Nothing of the debate but its

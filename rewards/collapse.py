@@ -1,5 +1,5 @@
 """Agents that stop answering: the share of a team's agents whose answers an evaluation could mostly not
-parse (the collapse that a reward paying for silence once taught, docs/results.md)."""
+parse (the collapse that a reward paying for silence once taught, docs/lab/results.md)."""
 
 from __future__ import annotations
 

@@ -18,12 +18,20 @@ The rewards are those of the library's reward function (:func:`~udpo.rewards.deb
 :func:`~udpo.rewards.agent_rewards`) on these answer matrices, with the given coefficients and reward
 scope. With scope "agent" an agent's reward depends on its seat: in ``correct_split`` the last ``d``
 agents are the dissenters.
+
+The correctness floor (docs/metrics.md, "The correctness floor"; beyond the paper): ``lambda*_i``, the task
+weight above which the correct split out-earns the unanimous wrong debate for agent i, is the difference of
+the two debates' rewards with ``lambda_i = 0`` (``r_task`` is 0 and 1 in them); with scope "agent" the
+largest difference over every seating of the dissenters that keeps the vote right. The floor raises each
+``lambda_i`` to ``(1 + margin) * lambda*_i`` where it is lower.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import combinations
 
 import numpy as np
 
@@ -42,13 +50,30 @@ def reference_debates(n_agents: int, rounds: int) -> dict[str, AnswerMatrix]:
         raise ValueError(
             f"reference debates need N >= 1 agents and T >= 0 rounds, got {n_agents} and {rounds}"
         )
-    dissent = 1 if n_agents == 2 else (n_agents - 1) // 2
+    dissent = _dissent(n_agents)
     seats = [RIGHT] * (n_agents - dissent) + [WRONG] * dissent
     return {
         "unanimous_wrong": [[WRONG] * (rounds + 1) for _ in range(n_agents)],
         "correct_split": [[answer] * (rounds + 1) for answer in seats],
         "all_silent": [[None] * (rounds + 1) for _ in range(n_agents)],
     }
+
+
+def _dissent(n_agents: int) -> int:
+    """The number of wrong agents in ``correct_split``."""
+    return 1 if n_agents == 2 else (n_agents - 1) // 2
+
+
+def split_seatings(n_agents: int, rounds: int) -> list[AnswerMatrix]:
+    """``correct_split`` with its dissenters in every set of seats whose debate the vote still gives to the
+    right answer (the vote's tie rule favours early seats: at N = 2 only the reference seating is right; at
+    N = 3 a dissenter in seat 0 or 1 makes removing some right agent a tie the vote gives to the wrong answer)."""
+    seatings = [
+        [[WRONG if i in wrong else RIGHT] * (rounds + 1) for i in range(n_agents)]
+        for wrong in map(set, combinations(range(n_agents), _dissent(n_agents)))
+    ]
+    right = debate_metrics(seatings, [RIGHT] * len(seatings)).r_task
+    return [a for a, r in zip(seatings, right, strict=True) if r == 1]
 
 
 @dataclass(frozen=True)
@@ -105,3 +130,41 @@ def reward_ordering(
     return RewardOrdering(
         rounds=rounds, scope=scope, rewards={name: rewards[k] for k, name in enumerate(debates)}
     )
+
+
+def correctness_threshold(
+    coefficients: Mapping[str, Sequence[float] | np.ndarray], rounds: int, scope: Scope = "trajectory"
+) -> np.ndarray:
+    """``lambda*_i`` per agent: ``R0_i(unanimous_wrong) - R0_i(correct_split)``, the rewards with ``lambda = 0``
+    of the given ``alpha``, ``beta``, ``gamma`` (one value per agent); with scope "agent" the largest of it
+    over :func:`split_seatings`. The split out-earns the wrong debate for agent i exactly when
+    ``lambda_i > lambda*_i``."""
+    weights = {k: np.asarray(coefficients[k], dtype=float) for k in ("alpha", "beta", "gamma")}
+    n_agents = len(weights["alpha"])
+    debates = reference_debates(n_agents, rounds)
+    splits = split_seatings(n_agents, rounds) if scope == "agent" else [debates["correct_split"]]
+    metrics = debate_metrics([debates["unanimous_wrong"], *splits], [RIGHT] * (1 + len(splits)))
+    r0 = agent_rewards(metrics, **weights, lambda_=0.0, scope=scope)
+    return (r0[0] - r0[1:]).max(axis=0)
+
+
+def correctness_floor(
+    coefficients: Mapping[str, Sequence[float] | np.ndarray],
+    rounds: int,
+    scope: Scope = "trajectory",
+    margin: float = 0.1,
+) -> dict[str, float | list[float]]:
+    """SPEC section 4's ``correctness_floor``: each ``lambda_i`` raised to ``(1 + margin) * lambda*_i``
+    (:func:`correctness_threshold`) where it is lower; unchanged where ``lambda*_i <= 0``. Returns the
+    record's block: ``margin``, ``lambda_star``, ``lambda_before`` and ``lambda_after`` (per agent)."""
+    if not (margin >= 0 and math.isfinite(margin)):
+        raise ValueError(f"the correctness floor's margin must be a finite number >= 0, got {margin}")
+    star = correctness_threshold(coefficients, rounds, scope)
+    before = np.asarray(coefficients["lambda_"], dtype=float)
+    after = np.where(star > 0, np.maximum(before, (1 + margin) * star), before)
+    return {
+        "margin": float(margin),
+        "lambda_star": star.tolist(),
+        "lambda_before": before.tolist(),
+        "lambda_after": after.tolist(),
+    }

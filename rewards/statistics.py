@@ -28,7 +28,7 @@ calibration turns into its 1/3 fallback (docs/metrics.md, "Agent-tailored coeffi
   questions share each draw, seeds with their own questions are resampled independently). It is
   conditional on the trained runs: it does not resample them.
 - :func:`seed_change`: the analysis of a study whose S training seeds were all evaluated on the same Q
-  problems (``docs/preregistration.md``): each seed's mean change ``d_s``; a t-interval over seeds,
+  problems (``docs/lab/preregistration.md``): each seed's mean change ``d_s``; a t-interval over seeds,
   ``mean(d) +- t_{S-1} sd(d) / sqrt(S)`` (run-to-run variance, problems fixed); and a percentile
   bootstrap that resamples seeds and problems together (S seeds and the distinct problems drawn with
   replacement, a problem posed by several questions drawn with all of them; the statistic the mean of

@@ -37,7 +37,7 @@
 # --quick: a 2-layer model, 16 tokens, 2 iterations: checks the script itself (with GPU_CHECK_ALLOW_CPU=1
 # on a machine without CUDA), measures nothing worth recording.
 # On a lent device machine: scripts/device_check.sh (wheels from scripts/gpu_wheels.sh). Record the summary,
-# with the machine's name, in docs/measurements.md.
+# with the machine's name, in docs/lab/measurements.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model="" out=runs/gpu_check report="" wheels="" layers=30 tokens=64 iterations=4 per_process=8 rows=96 quick=0
@@ -148,8 +148,10 @@ run_part() {
   local refresher=$! watchdog=""
   ( set -e; "part_$name" ) &
   local job=$!
-  if [ "$cap" -gt 0 ]; then  # stopped at the budget: TERM, KILL 10 s later; what it wrote so far stays
-    ( sleep "$cap"; kill -TERM -- -"$job"; sleep 10; kill -KILL -- -"$job" ) >/dev/null 2>&1 &
+  if [ "$cap" -gt 0 ]; then
+    # stopped at the budget, less 5 s for the summary after it: TERM, KILL 5 s later; what it wrote stays
+    ( sleep "$(( cap > 10 ? cap - 5 : cap ))"; kill -TERM -- -"$job"; sleep 5; kill -KILL -- -"$job" ) \
+      >/dev/null 2>&1 &
     watchdog=$!
   fi
   wait "$job"
@@ -157,7 +159,7 @@ run_part() {
   for pid in $refresher $watchdog; do kill -- -"$pid" 2>/dev/null; wait "$pid" 2>/dev/null; done
   set -e +m
   local took=$(( $(date +%s) - start - spent ))
-  if { [ "$rc" = 143 ] || [ "$rc" = 137 ]; } && [ "$cap" -gt 0 ] && [ "$took" -ge "$cap" ]; then
+  if { [ "$rc" = 143 ] || [ "$rc" = 137 ]; } && [ "$cap" -gt 0 ] && [ "$took" -ge "$(( cap > 10 ? cap - 5 : cap ))" ]; then
     echo "== $name: STOPPED at the budget (${took} s); what it finished is kept"
     left="$left,$name"
   elif [ "$rc" != 0 ]; then

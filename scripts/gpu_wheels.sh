@@ -13,7 +13,7 @@ py=${1:-.venv/bin/python}
 exclude=$(git rev-parse --git-path info/exclude)
 grep -qx '/.whl/' "$exclude" 2>/dev/null || echo /.whl/ >> "$exclude"
 mkdir -p .whl
-# trl and datasets, deepspeed's pydantic and hjson, gguf: none is in the GPU image (docs/measurements.md)
+# trl and datasets, deepspeed's pydantic and hjson, gguf: none is in the GPU image (docs/lab/measurements.md)
 pins=$("$py" - <<'PY'
 import importlib.metadata as md
 names = ["trl", "datasets", "dill", "multiprocess", "pydantic", "pydantic-core", "annotated-types",

@@ -1,7 +1,7 @@
 """Before/after comparison of training runs on their held-out evaluation: paired bootstrap intervals
 and learning curves.
 
-    python scripts/learning_study.py runs/study/seed0 runs/study/seed1 --out docs/results
+    python scripts/learning_study.py runs/study/seed0 runs/study/seed1 --out docs/lab/results
 
 Each run folder holds ``eval/iter_000000`` (the untrained team) and later ``eval/iter_<k>`` folders on
 the same questions, sampled with the same ``eval_seed``, and ``metrics.jsonl``. The "after" evaluation

@@ -3,7 +3,7 @@ unparsed rate of the training debates, as means of 10 iterations (`metrics.jsonl
 
     python scripts/prereg_curves.py COMPARE_DIR OUT.png [--method udpo]
 
-Used for the pre-registered study's figures (docs/results.md); the test-set numbers are compare's.
+Used for the pre-registered study's figures (docs/lab/results.md); the test-set numbers are compare's.
 """
 
 from __future__ import annotations

@@ -10,9 +10,10 @@ tree=build/typecheck
 rm -rf "$tree/udpo"
 mkdir -p "$tree/udpo"
 for entry in udpo/*; do
+  case "$entry" in udpo/env | udpo/rewards) continue ;; esac  # links a pinned worktree adds (docs/study.md)
   ln -s "$root/$entry" "$tree/udpo/"
 done
-ln -s "$root/env" "$tree/udpo/env"
-ln -s "$root/rewards" "$tree/udpo/rewards"
+ln -sfn "$root/env" "$tree/udpo/env"
+ln -sfn "$root/rewards" "$tree/udpo/rewards"
 cd "$tree"
 mypy --config-file "$root/pyproject.toml" -p udpo

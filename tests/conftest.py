@@ -27,8 +27,43 @@ def pytest_configure(config: pytest.Config) -> None:
     THREADS = configure_threads()
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    return f"torch threads: {THREADS.threads} ({THREADS.reason})"
+def header_lines() -> list[str]:
+    """The run's numeric path (the CPU, its matrix units, what ``dtype: auto`` picks; ``UDPO_DTYPE`` forces
+    it, docs/testing.md) and torch's threads."""
+    from udpo.env.backends.hf import describe_numeric_path
+
+    return [describe_numeric_path(), f"torch threads: {THREADS.threads} ({THREADS.reason})"]
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    return header_lines()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under ``-q`` pytest prints no header: the same lines are then the run's first."""
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None and not reporter.showheader and not hasattr(session.config, "workerinput"):
+        for line in header_lines():
+            reporter.write_line(line)
+
+
+@pytest.fixture(autouse=True)
+def numeric_settings_left_alone():
+    """A test leaves torch's process-wide numeric settings as it found them (autocast off, fp32 default
+    dtype): a leak would turn later tests' fp32 comparisons into bf16 ones, on some runs' order only. A
+    leaked setting is put back and fails the test that left it."""
+    import torch
+
+    yield
+    leaked = []
+    if torch.is_autocast_enabled("cpu"):
+        leaked.append(f"CPU autocast to {torch.get_autocast_dtype('cpu')} on")
+        torch.set_autocast_enabled("cpu", False)
+    if torch.get_default_dtype() != torch.float32:
+        leaked.append(f"default dtype {torch.get_default_dtype()}")
+        torch.set_default_dtype(torch.float32)
+    assert not leaked, f"the test left {', '.join(leaked)}"
 
 
 SHARED_DATA = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))

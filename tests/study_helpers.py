@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from udpo.analysis.compare import DONE
 from udpo.env.trajectory import Trajectory, TrajectoryWriter
+from udpo.study.runner import DONE
 from udpo.training import checkpoint_store as ckpt
 
 

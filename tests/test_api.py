@@ -16,7 +16,7 @@ from udpo.config import ConfigError, TrainConfig
 from udpo.env.tasks import Question, Task, get_task, register_task, task_names
 from udpo.env.tasks.custom import DatasetTask, infer_answer_format, normalize_text
 from udpo.env.tasks.data import DataError
-from udpo.training.callbacks import TrainerCallback, split_callbacks
+from udpo.training.callbacks import UDPOCallback, split_callbacks
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,12 +41,14 @@ def test_public_names_are_exported_lazily():
         "MAPPOConfig",
         "RMAACConfig",
         "DatasetTask",
-        "TrainerCallback",
+        "UDPOCallback",
     } <= names
     for name in names - {"__version__"}:
         assert getattr(udpo, name) is not None
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         udpo.Nope  # noqa: B018
+    with pytest.raises(AttributeError, match="udpo.TrainerCallback was renamed: use udpo.UDPOCallback"):
+        udpo.TrainerCallback  # noqa: B018
 
 
 def test_configs_pick_the_algorithm(tmp_path):
@@ -188,8 +190,10 @@ def test_the_answer_format_is_inferred_from_the_gold_answers():
     assert infer_answer_format([{"answer": True}]) == "text"  # a boolean is no number
     assert infer_answer_format([{"answer": 1, "options": ["x", "y"]}, {"answer": 0}]) == "choice"
     assert infer_answer_format(["not a record", {"question": "q"}]) == "number"  # left to the checks
-    mixed = DatasetTask(train=TRAIN, test=[{"question": "Name a colour.", "answer": "teal"}])
-    assert mixed.answer_format == "text" and mixed.load("train")[0].gold == "3"  # all splits decide
+    mixed = DatasetTask(train=TRAIN[:2], test=COLOURS[:3])  # all splits decide
+    assert mixed.answer_format == "text" and mixed.load("train")[0].gold == "3"
+    with pytest.raises(DataError, match="split test, record 0: answer 'teal' is not a number, though 8 of"):
+        DatasetTask(train=TRAIN, test=[{"question": "Name a colour.", "answer": "teal"}])
     numbers = DatasetTask(train=TRAIN)
     assert numbers.answer_format == "number" and numbers.with_splits(train=COLOURS).answer_format == "text"
     with pytest.raises(DataError, match="answer 'green' is not a number.*answer_format="):
@@ -313,7 +317,7 @@ def test_lora_settings_from_peft():
 
 
 def test_split_callbacks():
-    class Hook(TrainerCallback):
+    class Hook(UDPOCallback):
         pass
 
     def evaluation(trainer, iteration):
@@ -323,12 +327,12 @@ def test_split_callbacks():
     assert split_callbacks([hook, evaluation]) == ([hook], [evaluation])
     with pytest.raises(TypeError, match="instance of Hook"):
         split_callbacks([Hook])
-    with pytest.raises(TypeError, match="neither a TrainerCallback"):
+    with pytest.raises(TypeError, match="neither a UDPOCallback, a transformers.TrainerCallback nor"):
         split_callbacks([3])
 
 
 # --- the real thing --------------------------------------------------------------------------------
-class Recorder(TrainerCallback):
+class Recorder(UDPOCallback):
     def __init__(self):
         self.calls: list[tuple] = []
 
@@ -393,9 +397,9 @@ def test_trainer_on_a_model_object_with_all_linear_lora(tmp_path, tiny_model):
         assert run_lock.locked(trainer.run_dir)
     assert not run_lock.locked(trainer.run_dir)
     assert recorder.calls == [
+        ("begin",),
         ("evaluate", 0, True),
         ("save", 0, True),
-        ("begin",),
         ("iteration", 1, True),
         ("save", 1, True),
         ("evaluate", 1, True),

@@ -14,9 +14,10 @@ import yaml
 from study_helpers import finished_run, no_diagnosis_plots
 from train_helpers import TINY, read_jsonl
 
-from udpo.analysis.compare import METHODS, TASK_ONLY, CompareConfig, check_budgets, run_compare
 from udpo.config import ConfigError, TrainConfig
 from udpo.env.trajectory import Trajectory
+from udpo.study.plan import METHODS, TASK_ONLY, CompareConfig, check_budgets
+from udpo.study.runner import run_compare
 
 
 def write_compare(tmp_path: Path, model: str = "smollm2-135m-instruct", **config) -> Path:
@@ -41,19 +42,36 @@ def test_every_method_gets_the_same_budget(tmp_path):
                 f for f in TrainConfig.__dataclass_fields__ if getattr(tc, f) != getattr(configs["udpo"], f)
             }
             # (and, shared_start, whether it evaluates iteration 0: the first method's is Standard MAD;
-            # task_only's reward coefficients, and coin_control's reward, which ignores the answer)
+            # task_only's reward coefficients, coin_control's reward, which ignores the answer, and
+            # udpo_floor's correctness floor)
             defining = {"algorithm", "ablations", "output_dir", "run_name", "eval_at_start"}
-            own = {"task_only": set(TASK_ONLY), "coin_control": {*TASK_ONLY, "task_reward"}}.get(
-                method, set()
-            )
+            own = {
+                "task_only": set(TASK_ONLY),
+                "coin_control": {*TASK_ONLY, "task_reward"},
+                "udpo_floor": {"correctness_floor"},
+            }.get(method, set())
             assert differ <= defining | own, (method, differ)
             assert tc.eval_at_start == (method == "mappo")
     assert config.train_config("udpo_wo_sys", 3).ablations == ["sys"]
     assert config.train_config("rmaac", 3).algorithm == "rmaac"
+    assert config.train_config("udpo_floor", 3).correctness_floor
     a, b = config.train_config("udpo", 3), config.train_config("mappo", 3)
     b.max_iterations = 6
     with pytest.raises(ConfigError, match="differ in budget settings"):
         check_budgets({"udpo": a, "mappo": b})
+
+
+def test_eval_seed_per_seed_pairs_each_seeds_methods_and_varies_across_seeds(tmp_path):
+    settings = {"eval_seed": 10}
+    paired = CompareConfig.load(
+        write_compare(tmp_path, seeds=[0, 3], settings=settings, eval_seed_per_seed=True)
+    )
+    for seed in paired.seeds:
+        configs = {m: paired.train_config(m, seed) for m in paired.trained()}
+        check_budgets(configs)  # every method of a seed samples its evaluations alike
+        assert {tc.eval_seed for tc in configs.values()} == {10 + seed}
+    shared = CompareConfig.load(write_compare(tmp_path, seeds=[0, 3], settings=settings))
+    assert {shared.train_config("udpo", s).eval_seed for s in shared.seeds} == {10}
 
 
 @pytest.mark.parametrize(
@@ -64,6 +82,8 @@ def test_every_method_gets_the_same_budget(tmp_path):
         ({"seeds": [0, 0]}, "must not repeat"),
         ({"method_settings": {"mappo": {"max_tokens": 64}}}, "fix the method or its budget"),
         ({"method_settings": {"task_only": {"lambda_": [0.5]}}}, "fix the method or its budget"),
+        ({"method_settings": {"udpo_floor": {"correctness_floor": False}}}, "fix the method or its budget"),
+        ({"settings": {"correctness_floor": True}}, "set by compare itself"),
         ({"settings": {"seed": 1}}, "set by compare itself"),
         ({"colour": "red"}, "unknown key"),
     ],
@@ -235,6 +255,26 @@ def test_task_only_trains_udpo_on_the_correctness_reward_alone(tmp_path, monkeyp
     assert trained == ["udpo-seed0", "task_only-seed0"]
     assert results["methods"]["task_only"]["accuracy"]["change"] == pytest.approx(0.25)
     assert "| task_only | 0.500 [" in (tmp_path / "out" / "table.md").read_text()
+
+
+def test_udpo_floor_floors_the_calibration_udpo_shares(tmp_path):
+    """udpo_floor (issue 49): UDPO with correctness_floor on, its default margin, on the plan's shared
+    calibration_file like udpo, the same budget."""
+    pilot = (
+        Path(__file__).resolve().parents[1] / "docs" / "lab" / "results" / "pilot_udpo" / "calibration.json"
+    )
+    path = write_compare(
+        tmp_path,
+        methods=["standard_mad", "task_only", "udpo", "udpo_floor"],
+        settings={"n_agents": 3, "rounds": 2, "calibration_file": str(pilot)},
+    )
+    config = CompareConfig.load(path)
+    configs = {m: config.train_config(m, 0) for m in config.trained()}
+    check_budgets(configs)
+    floor, udpo = configs["udpo_floor"], configs["udpo"]
+    assert (floor.correctness_floor, udpo.correctness_floor) == (True, False)
+    assert floor.calibration_file == udpo.calibration_file == str(pilot)
+    assert floor.correctness_floor_margin == 0.1
 
 
 @pytest.mark.slow

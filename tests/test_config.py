@@ -161,7 +161,7 @@ def test_every_shipped_recipe_parses():
     assert len(recipes) >= 29  # quickstart + the 27-recipe paper grid + a compare config
     for recipe in recipes:
         if "compare" in recipe.parts:  # udpo compare configs: every method's training config builds
-            from udpo.analysis.compare import CompareConfig, check_budgets
+            from udpo.study.plan import CompareConfig, check_budgets
 
             config = CompareConfig.load(recipe)
             for seed in config.seeds:

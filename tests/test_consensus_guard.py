@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 
 from udpo.analysis.attack_eval import format_table
-from udpo.analysis.compare import TABLE_METRICS
 from udpo.analysis.report.overview import COMPARE_METRICS, sets_table
 from udpo.analysis.results import PER_QUESTION_METRICS
 from udpo.env.summary import summarize
 from udpo.env.trajectory import Trajectory
 from udpo.rewards import wrong_consensus
+from udpo.study.tables import TABLE_METRICS
 
 
 @pytest.mark.parametrize(

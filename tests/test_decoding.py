@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_models import tiny_team_with_distinct_adapters
+from tiny_models import logit_tolerance, tiny_team_with_distinct_adapters
 
 from udpo.env.backends import decoding
 from udpo.env.backends.decoding import RowAdapters, _draw, sample
@@ -17,7 +17,13 @@ from udpo.training.policy import MultiAgentPolicy
 
 @pytest.fixture(scope="module")
 def policy(tokenizer_path, tmp_path_factory) -> MultiAgentPolicy:
+    """fp32: the sampling tests compare tokens and log-probs to 1e-5, below bf16's resolution."""
     return tiny_team_with_distinct_adapters(tmp_path_factory.mktemp("tiny"), tokenizer_path)
+
+
+@pytest.fixture(scope="module")
+def bf16_policy(tokenizer_path, tmp_path_factory) -> MultiAgentPolicy:
+    return tiny_team_with_distinct_adapters(tmp_path_factory.mktemp("tiny_bf16"), tokenizer_path, "bf16")
 
 
 def batch(policy, lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -32,7 +38,10 @@ def batch(policy, lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, attention
 
 
-def test_row_adapters_give_the_logits_of_peft_per_row_dispatch(policy):
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_row_adapters_give_the_logits_of_peft_per_row_dispatch(request, dtype):
+    """On both numeric paths, to the rounding of the dtype (:func:`tiny_models.logit_tolerance`)."""
+    policy = request.getfixturevalue("policy" if dtype == "fp32" else "bf16_policy")
     model = policy.models[policy.base_model]
     names = ["agent_0", None, "agent_2", "agent_1", "agent_0"]
     ids, attention = batch(policy, [5, 9, 7, 9, 3])
@@ -44,8 +53,9 @@ def test_row_adapters_give_the_logits_of_peft_per_row_dispatch(policy):
         with RowAdapters(model, names):
             got = model(input_ids=ids, attention_mask=attention)
         after = model(input_ids=ids, attention_mask=attention)  # the layers' own forward is back
-    assert torch.allclose(got.logits, expected.logits, atol=1e-5)
-    assert not torch.allclose(got.logits, after.logits, atol=1e-3)  # the active adapter alone differs
+    tolerance = logit_tolerance(expected.logits)
+    assert (got.logits - expected.logits).abs().max().item() <= tolerance
+    assert (got.logits - after.logits).abs().max().item() > tolerance  # the active adapter alone differs
 
 
 def test_finished_rows_leaving_the_batch_change_nothing(policy, monkeypatch):

@@ -1,7 +1,10 @@
 """The pages cite files that exist (issue 40): every repository path in backticks, code blocks or a
-Markdown link of README.md, docs/**/*.md and the recipes' comments names a file or folder of this
-checkout, a link's #anchor names a heading of the page it points to, and no page names an absolute path
-of one machine. Pure file reads."""
+Markdown link of README.md, docs/**/*.md (the lab, docs/lab/, included) and the recipes' comments names a
+file or folder of this checkout, a link's #anchor names a heading of the page it points to, and no page
+names an absolute path of one machine. The guides and the lab stay apart (issue 52): the pages at the top
+of docs/ are the guides, which speak of the product and not of how it is developed; results, measurements,
+plans, pre-registrations and logs live under docs/lab/, every page of which its index lists. Pure file
+reads."""
 
 from __future__ import annotations
 
@@ -141,6 +144,62 @@ def test_recipe_comments_cite_existing_paths():
     assert not missing, f"recipe comments cite paths that do not exist: {missing}"
 
 
+LAB = ROOT / "docs" / "lab"
+#: the guides: the pages a user follows, at the top of docs/ (results, measurements, plans and logs: docs/lab/)
+GUIDES = {
+    "algorithms.md",
+    "architecture.md",
+    "attacks.md",
+    "backends.md",
+    "cli.md",
+    "error_detection.md",
+    "inputs.md",
+    "library.md",
+    "metrics.md",
+    "protocols.md",
+    "report.md",
+    "spec.md",
+    "study.md",
+    "tasks.md",
+    "testing.md",
+    "training.md",
+    "uncertainty.md",
+    "waiting.md",
+}
+#: how a page speaks of the project's development instead of the product: issue bookkeeping, which
+#: machine the developers were lent or had when, the session a figure was taken in
+DEVELOPMENT = re.compile(
+    r"\bissues? \d+|\blent\b|\bthis session\b|\bdevelopment machine\b|\bon this machine\b|"
+    r"\bthe project's (?:\d-core|CPU|GPU|machine|session)|\bat hand when\b",
+    flags=re.IGNORECASE,
+)
+
+
+def test_the_guides_are_the_pages_at_the_top_of_docs():
+    pages = {p.name for p in (ROOT / "docs").glob("*.md")}
+    assert pages == GUIDES, (
+        f"docs/ holds {sorted(pages - GUIDES)} beyond the guides and lacks {sorted(GUIDES - pages)}: a "
+        "result, measurement, plan or log goes under docs/lab/; a new guide goes into GUIDES"
+    )
+
+
+@pytest.mark.parametrize("page", [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))], ids=_rel)
+def test_the_guides_speak_of_the_product_not_its_development(page):
+    found = sorted({m.group(0) for m in DEVELOPMENT.finditer(page.read_text())})
+    assert not found, (
+        f"{_rel(page)} speaks of how the project is developed ({found}): say how things work, and cite "
+        "docs/lab/ for what was measured, where and when"
+    )
+
+
+def test_every_lab_page_is_listed_in_the_lab_index():
+    index = LAB / "README.md"
+    linked = {(LAB / target.partition("#")[0]).resolve() for target in LINK.findall(index.read_text())}
+    unlisted = sorted(_rel(p) for p in LAB.rglob("*.md") if p != index and p.resolve() not in linked)
+    unlisted = [p for p in unlisted if not p.startswith("docs/lab/results/")]  # a study's own tables
+    assert not unlisted, f"{_rel(index)} does not list {unlisted}: add each to its table"
+
+
 def test_the_checker_sees_what_it_should():
     text = "run `python benchmarks/x.py --out runs/y`, see `udpo/env/debate.py` and `tests/t.py::test_a`\n"
     text += "```bash\nbash scripts/{a,b}.sh\n```\nand `docs/<name>.md`, `tests/test_*.py`\n"
@@ -152,7 +211,13 @@ def test_the_checker_sees_what_it_should():
         "scripts/b.sh",
     }
     assert MACHINE.findall("in /work/main/udpo and ~/x and /tmp/y and /home/me") == ["/work/main", "/home/me"]
-    assert "docs/results/proof" in RESULTS_DIRS and exists("docs/results/proof/runs/")
+    assert "docs/lab/results/proof" in RESULTS_DIRS and exists("docs/lab/results/proof/runs/")
+    assert all(RESULTS_DIRS) and all(
+        d.startswith("docs/lab/results/") for d in RESULTS_DIRS if d.startswith("docs/")
+    )
+    said = "run on the machine lent in issue 42, on this machine, during this session, on the development machine"
+    assert len(DEVELOPMENT.findall(said)) == 5
+    assert not DEVELOPMENT.findall("a session of pytest; the project's own format; see issue-24's anchor")
     assert slug("Checkpoints and resuming") == "checkpoints-and-resuming"
     assert slug("CPU throughput: bf16 and the sampling loop") == "cpu-throughput-bf16-and-the-sampling-loop"
     assert slug("Optimizer defaults (appendix A.1)") == "optimizer-defaults-appendix-a1"

@@ -12,8 +12,9 @@ import torch
 
 from udpo import gpu_share
 from udpo.cli import build_parser
-from udpo.cli.study_workers import Worker, plan_workers, study_command
+from udpo.cli.study import study_command
 from udpo.config import TrainConfig
+from udpo.study.workers import Worker, plan_workers
 from udpo.training import autosize
 from udpo.training.autosize import ModelShape, Workload, plan_update
 from udpo.training.rollouts import COLOCATED_GPU_SHARE, colocated_engine_options

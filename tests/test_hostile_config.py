@@ -120,7 +120,7 @@ def cases(tmp: Path) -> list[tuple[str, str, list[str]]]:
         ("max_iterations: 0\n", "max_iterations must be >= 1", []),
         (
             "task_options: {bogus: 1}\n",
-            "task_options: task arithmetic takes difficulty, n_questions, not bogus",
+            "task_options: task arithmetic takes difficulty, n_questions, answer_only, not bogus",
             [],
         ),
         ("task_options: {difficulty: 99}\n", "difficulty must be levels among", []),

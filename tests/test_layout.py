@@ -12,4 +12,4 @@ def test_top_level_holds_the_entry_points_and_packages():
     packages = sorted(p.name for p in (ROOT / "udpo").iterdir() if (p / "__init__.py").is_file())
     # threads and gpu_share: a process's share of the machine, read by the CLI before torch is imported
     assert modules == ["__init__", "api", "gpu_share", "pretrained", "threads"]
-    assert packages == ["algorithms", "analysis", "cli", "config", "training"]
+    assert packages == ["algorithms", "analysis", "cli", "config", "study", "training"]

@@ -57,7 +57,7 @@ def param_snapshot(policy, agent):
 # tiny model: mechanics ----------------------------------------------------------------------------------
 def test_logprobs_batched_equal_unbatched_and_manual(tiny_path):
     policy = tiny_policy(tiny_path)
-    assert policy.dtype == torch.float32  # "auto" on CPU
+    assert policy.dtype == torch.float32  # tiny_policy pins fp32
     batched = policy.token_logprobs(1, PROMPTS, COMPLETIONS, batch_size=2)
     assert [len(lp) for lp in batched] == [len(c) for c in COMPLETIONS]
     model = policy.model_of(1)

@@ -580,7 +580,8 @@ def compare_folder(root: Path, done: bool = True) -> tuple[Path, dict | None]:
     with ``done``, its tables written by compare itself, else mappo still running."""
     from test_compare import finished_run
 
-    from udpo.analysis.compare import DONE, CompareConfig, write_results
+    from udpo.study.plan import CompareConfig
+    from udpo.study.runner import DONE, write_results
 
     config = CompareConfig(
         "unused.yaml", ["standard_mad", "udpo", "mappo"], [0], str(root), bootstrap_resamples=200
@@ -647,7 +648,7 @@ def test_compare_folder_shows_its_table_or_which_runs_are_done(tmp_path, no_figu
 def test_compare_folder_of_seeds_sharing_problems_shows_the_seed_analysis(tmp_path, no_figures):
     from test_compare import finished_run, write_compare
 
-    from udpo.analysis.compare import CompareConfig, run_compare
+    from udpo.study import CompareConfig, run_compare
 
     config = CompareConfig.load(
         write_compare(tmp_path, methods=["standard_mad", "udpo"], seeds=[0, 1], bootstrap_resamples=200)

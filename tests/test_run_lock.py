@@ -17,8 +17,9 @@ import pytest
 from study_helpers import finished_run
 from train_helpers import start, tiny_config, write_recipe
 
-from udpo.analysis.compare import DONE, CompareConfig, format_progress, run_compare
 from udpo.cli import main
+from udpo.study.plan import CompareConfig
+from udpo.study.runner import DONE, format_progress, run_compare
 from udpo.training import run_lock
 from udpo.training.run_lock import RunBusyError
 
@@ -135,17 +136,17 @@ def test_compare_leaves_a_run_another_process_trains_to_it(tmp_path):
 
 
 def test_compare_tables_are_written_by_one_process_at_a_time(tmp_path, monkeypatch):
-    from udpo.analysis import compare
+    from udpo.study import runner
 
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(json.dumps({"task": "arithmetic"}))
     out = tmp_path / "out"
     config = CompareConfig(recipe=str(recipe), methods=["udpo"], seeds=[0], output_dir=str(out))
     busy = hold_in_another_process(out)  # another compare process writing the tables
-    monkeypatch.setattr(compare, "TABLES_PATIENCE", 0.3)
+    monkeypatch.setattr(runner, "TABLES_PATIENCE", 0.3)
     try:
         with pytest.raises(RunBusyError, match="continue with udpo study --tables-only"):
-            compare.write_results(config)
+            runner.write_results(config)
     finally:
         busy.kill()
         busy.wait()

@@ -7,9 +7,10 @@ import pytest
 import yaml
 from study_helpers import finished_run
 
-from udpo.analysis.compare import CompareConfig, record_finished
-from udpo.analysis.sample_size import blind_sample_size
-from udpo.rewards.sample_size import pooled_sd, seeds_per_arm
+from udpo.study.plan import CompareConfig
+from udpo.study.power import pooled_sd, seeds_per_arm
+from udpo.study.runner import record_finished
+from udpo.study.sample_size import blind_sample_size
 
 
 def test_pooled_sd_is_the_spread_around_each_arms_own_mean():

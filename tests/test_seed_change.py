@@ -1,4 +1,4 @@
-"""The pre-registered analysis (docs/preregistration.md): each seed's change after - before on the same
+"""The pre-registered analysis (docs/lab/preregistration.md): each seed's change after - before on the same
 problems, a t-interval over seeds and a bootstrap over seeds and problems, by hand, and in ``udpo compare``'s
 tables and figure when every seed evaluated the same problems."""
 
@@ -11,9 +11,11 @@ import pytest
 from PIL import Image
 from test_compare import finished_run, write_compare
 
-from udpo.analysis.compare import SEED_CHANGES_PLOT, CompareConfig, run_compare
-from udpo.analysis.seed_change_plot import seed_change_figure
 from udpo.rewards.statistics import seed_change
+from udpo.study.plan import CompareConfig
+from udpo.study.runner import run_compare
+from udpo.study.seed_change_plot import seed_change_figure
+from udpo.study.tables import SEED_CHANGES_PLOT
 
 
 def test_t_interval_over_the_seeds_changes_by_hand():

@@ -17,10 +17,11 @@ import yaml
 from study_helpers import finished_run, no_diagnosis_plots
 from train_helpers import read_jsonl
 
-from udpo.analysis.compare import CompareConfig, format_progress, run_compare, write_results
-from udpo.analysis.run_record import EVALS, METRICS, RUN, RunRecord, write_record
-from udpo.cli.study_workers import Worker, plan_workers, run_workers
-from udpo.training.callbacks import TrainerCallback
+from udpo.study.plan import CompareConfig
+from udpo.study.record import EVALS, METRICS, RUN, RunRecord, write_record
+from udpo.study.runner import format_progress, run_compare, write_results
+from udpo.study.workers import Worker, plan_workers, run_workers
+from udpo.training.callbacks import UDPOCallback
 from udpo.training.trainer import Trainer, train
 
 #: a single agent, no debate round, 2 iterations of 2 questions x 2 draws: the proof run's shape, tiny
@@ -72,7 +73,7 @@ class Interrupted(Exception):
     pass
 
 
-class StopAtCheckpoint(TrainerCallback):
+class StopAtCheckpoint(UDPOCallback):
     """Stop the run right after its checkpoint of iteration 1, as a machine that goes away would."""
 
     def on_save(self, trainer, iteration, path):
@@ -249,3 +250,41 @@ def test_every_plans_records_are_committable():
     for record in records:
         ignored = subprocess.run(["git", "check-ignore", "-q", str(record)], cwd=root)
         assert ignored.returncode == 1, f"git ignores {record}: a study's records would never be committed"
+
+
+def test_the_command_checks_its_plan_and_hands_its_workers_their_command_line(tmp_path, monkeypatch):
+    """``udpo study`` parses; ``udpo.study`` checks the plan and runs it: the workers get the command line
+    the CLI built (with its --output-dir and --seed), and the study layer refuses workers without one."""
+    from udpo.cli import main
+    from udpo.study import load_plan, study
+    from udpo.study import workers as study_workers
+
+    plan, elsewhere = write_plan(tmp_path, "smollm2-135m-instruct"), tmp_path / "elsewhere"
+    config = load_plan(plan, output_dir=str(elsewhere))
+    assert config.output_dir == str(elsewhere) and config.trained() == ["task_only", "coin_control"]
+    with pytest.raises(ValueError, match="workers > 1 needs the command line"):
+        study(config, workers=2)
+    started = []
+    monkeypatch.setattr(
+        study_workers,
+        "run_workers",
+        lambda command, workers, log_dir: started.append((command, workers, log_dir)) or 0,
+    )
+    assert main(["study", str(plan), "--workers", "2", "--seed", "1", "--output-dir", str(elsewhere)]) == 0
+    [(command, workers, log_dir)] = started
+    assert command == [
+        sys.executable,
+        "-m",
+        "udpo.cli",
+        "study",
+        str(plan),
+        "--no-progress",
+        "--output-dir",
+        str(elsewhere),
+        "--seed=1",
+    ]
+    assert len(workers) == 2 and log_dir == elsewhere / "logs"
+    (tmp_path / "blind").mkdir()
+    no_eval = write_plan(tmp_path / "blind", "smollm2-135m-instruct", settings={"eval_questions": 0})
+    with pytest.raises(ValueError, match="a study needs eval_questions > 0"):
+        load_plan(no_eval)

@@ -13,7 +13,7 @@ import pytest
 import torch
 import train_helpers
 from safetensors.torch import load_file
-from train_helpers import EXPLICIT, read_jsonl, tiny_config
+from train_helpers import EXPLICIT, QUESTION_DIGEST, read_jsonl, tiny_config
 
 from udpo.config import ConfigError
 from udpo.env.tasks.base import Question
@@ -39,10 +39,13 @@ def digit_model(tokenizer_path, tmp_path_factory) -> str:
 def trained(digit_model, tmp_path_factory):
     """Two iterations of 2 questions, N=2, T=1, with warm-up calibration and evaluations, natural and
     with agent 1 compromised by AutoTransform (the built-in profile: no attacker call); progress drawn
-    to a captured stderr."""
+    to a captured stderr. dtype auto (UDPO_DTYPE picks the path); a reward term fixed by the question
+    (train_helpers.question_digest) makes every iteration's advantages non-zero on either path."""
     out = tmp_path_factory.mktemp("run") / "run"
     attack = {"attack_eval": "autotransform", "attack_eval_attacker": "builtin"}
-    config = tiny_config(digit_model, out, max_iterations=2, progress=True, **attack)
+    config = tiny_config(
+        digit_model, out, max_iterations=2, progress=True, reward_functions=[QUESTION_DIGEST], **attack
+    )
     trainer = Trainer(config, eval_callbacks=[count_eval])
     initial = [p.detach().clone() for p in trainer.params]
     stderr = io.StringIO()
@@ -156,6 +159,8 @@ def test_run_logs_every_metric_and_file(trained):
 
 def test_adapters_change_and_checkpoints_hold_them(trained):
     trainer, _, initial = trained
+    train = [r for r in read_jsonl(trainer.run_dir / "metrics.jsonl") if r["kind"] == "train"]
+    assert all(r["advantage/std"] > 0 for r in train), "all debates got the same reward: nothing to learn"
     for before, p in zip(initial, trainer.params, strict=True):
         assert p.shape == before.shape
     for agent in range(2):

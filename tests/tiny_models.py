@@ -105,15 +105,27 @@ def add_token_bias(model, tokenizer, favour: Mapping[str, float], stop_after_fav
             head[tokenizer.eos_token_id, 1] = stop_after_favoured / marked.mean().item()
 
 
-def tiny_team_with_distinct_adapters(folder: Path, tokenizer_path: str):
-    """A 3-agent fp32 ``MultiAgentPolicy`` on a tiny Llama (weights std 0.3) whose rank-4 adapters are
-    random and non-zero (std 0.3), so every agent's rows give other logits than the base model's."""
+def tiny_team_with_distinct_adapters(folder: Path, tokenizer_path: str, dtype: str = "fp32"):
+    """A 3-agent ``MultiAgentPolicy`` in ``dtype`` on a tiny Llama (weights std 0.3) whose rank-4 adapters
+    (fp32, as PEFT keeps them) are random and non-zero (std 0.3), so every agent's rows give other logits
+    than the base model's."""
     from udpo.training.policy import LoraSettings, MultiAgentPolicy
 
     tiny = build_tiny_llama(folder, tokenizer_path, initializer_range=0.3)
-    policy = MultiAgentPolicy(tiny, n_agents=3, lora=LoraSettings(r=4, alpha=8), dtype="fp32")
+    policy = MultiAgentPolicy(tiny, n_agents=3, lora=LoraSettings(r=4, alpha=8), dtype=dtype)
     perturb_adapters(policy, std=0.3)
     return policy
+
+
+def logit_tolerance(logits) -> float:
+    """How far two ways of computing the same logits may differ (summed or rounded in another order): 8
+    units of the logits' dtype's epsilon at their largest magnitude. fp32: 8.5e-6 at the tiny team's
+    largest logit (8.8). bf16: 0.56; there each layer's output is rounded to 8 bits of mantissa and the
+    tiny model's large random weights amplify it: PEFT's own bf16 logits lie up to 0.49 from its fp32
+    ones, and the per-row paths' up to 0.33 from PEFT's (measured on an Intel Xeon with AMX)."""
+    import torch
+
+    return 8 * torch.finfo(logits.dtype).eps * logits.abs().max().item()
 
 
 def perturb_adapters(policy, std: float = 0.05, seed: int = 0) -> None:

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -116,6 +117,19 @@ def train_here(recipe: Path, *extra: str) -> dict:
 
     with threads_as_started():
         return train(parse_config(["--config", str(recipe), *extra], require_config=True))
+
+
+#: the reward function :func:`question_digest`, as a recipe names it
+QUESTION_DIGEST = "train_helpers:question_digest"
+
+
+def question_digest(trajectory, agent: int) -> float:
+    """A reward in [0, 1) fixed by the question alone (a digest of its id): different for every question
+    of a batch, whatever the team says, so the advantages are never all zero and an update must move
+    every adapter. Without it whether a tiny model's debates earn different rewards is luck: its sampled
+    answers differ between the fp32 and bf16 paths, and on one of them the two debates of each iteration
+    may fall into one reward class (issue 48: both iterations' debates split and wrong under bf16)."""
+    return zlib.crc32(trajectory.question_id.encode()) / 2**32
 
 
 def token_parity(trajectory, agent: int) -> float:

@@ -4,7 +4,7 @@ The public API (imported on first use, so ``import udpo`` stays light)::
 
     from udpo import UDPOConfig, UDPOTrainer            # train a team (also MAPPOConfig, RMAACConfig)
     from udpo import DatasetTask, Task, register_task   # your own questions, prompt and parser
-    from udpo import TrainerCallback                    # hooks into the training loop
+    from udpo import UDPOCallback                       # hooks into the training loop (transformers' too)
     from udpo import Team                               # load a trained team, debate, evaluate, save
 
 See docs/library.md.
@@ -23,7 +23,7 @@ _EXPORTS = {
     "MAPPOConfig": "udpo.api",
     "RMAACConfig": "udpo.api",
     "UDPOTrainer": "udpo.api",
-    "TrainerCallback": "udpo.training.callbacks",
+    "UDPOCallback": "udpo.training.callbacks",
     "DatasetTask": "udpo.env.tasks.custom",
     "Task": "udpo.env.tasks",
     "Question": "udpo.env.tasks",
@@ -38,8 +38,8 @@ __all__ = [
     "RMAACConfig",
     "Task",
     "Team",
-    "TrainerCallback",
     "Trajectory",
+    "UDPOCallback",
     "UDPOConfig",
     "UDPOTrainer",
     "__version__",
@@ -52,10 +52,18 @@ if TYPE_CHECKING:
     from udpo.env.tasks.custom import DatasetTask
     from udpo.env.trajectory import Trajectory
     from udpo.pretrained import Team
-    from udpo.training.callbacks import TrainerCallback
+    from udpo.training.callbacks import UDPOCallback
+
+
+#: names the API had before a rename, each with what to use now
+_RENAMED = {
+    "TrainerCallback": "udpo.UDPOCallback (issue 51: transformers.TrainerCallback objects are taken as they are)",
+}
 
 
 def __getattr__(name: str) -> Any:
+    if name in _RENAMED:
+        raise AttributeError(f"udpo.{name} was renamed: use {_RENAMED[name]}")
     if name not in _EXPORTS:
         raise AttributeError(f"module 'udpo' has no attribute {name!r}")
     value = getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -33,7 +33,7 @@ from udpo.config import TrainConfig, _f
 from udpo.env.backends.base import Backend
 from udpo.env.tasks import Task, register_task
 from udpo.env.tasks.custom import DatasetTask, Records
-from udpo.training.callbacks import EvalCallback, TrainerCallback
+from udpo.training.callbacks import EvalCallback, UDPOCallback
 from udpo.training.trainer import Trainer
 
 if TYPE_CHECKING:
@@ -80,10 +80,14 @@ class UDPOTrainer(Trainer):
     task: a Task object (a :class:`~udpo.env.tasks.custom.DatasetTask`, with or without records, or your
         subclass of :class:`~udpo.env.tasks.Task`) or a task name; registered under ``task.name`` so
         recipes and config.json name it.
-    reward_funcs: extra reward terms, callables ``(trajectory, agent) -> float`` or ``module:function``
-        names, added after ``args.reward_functions``; ``args.reward_weights`` weighs the whole list.
+    reward_funcs: extra reward terms, callables ``(trajectory, agent) -> float`` or TRL's reward functions
+        ``(prompts, completions, **kwargs) -> list[float]`` (told apart by the signature:
+        :mod:`udpo.algorithms.reward_functions`), or ``module:function`` names, added after
+        ``args.reward_functions``; ``args.reward_weights`` weighs the whole list.
     peft_config: a PEFT ``LoraConfig`` for every agent's adapter (default: ``args.lora_*``).
-    callbacks: :class:`~udpo.training.callbacks.TrainerCallback` objects and eval callbacks.
+    callbacks: :class:`~udpo.training.callbacks.UDPOCallback` objects, ``transformers.TrainerCallback``
+        objects (:class:`~udpo.training.callbacks.TransformersCallbacks`: on_train_begin / end, on_step_end, on_log,
+        on_save, on_evaluate, with a real ``TrainerState``) and eval callbacks.
     processing_class: the tokenizer of a model object (default: loaded from its ``name_or_path``).
     backend: a running rollout engine to share (see :class:`~udpo.training.trainer.Trainer`).
 
@@ -99,7 +103,7 @@ class UDPOTrainer(Trainer):
         eval_dataset: Records | None = None,
         reward_funcs: Sequence[RewardFn | str] | None = None,
         peft_config: Any = None,
-        callbacks: Sequence[TrainerCallback | EvalCallback] | None = None,
+        callbacks: Sequence[UDPOCallback | EvalCallback | Any] | None = None,
         task: Task | str | None = None,
         processing_class: Any = None,
         backend: Backend | None = None,
@@ -127,7 +131,9 @@ class UDPOTrainer(Trainer):
                 lora_dropout=lora.dropout,
                 lora_target_modules=list(lora.target_modules),
             )
-        rewards = load_reward_functions([*args.reward_functions, *(reward_funcs or [])], args.reward_weights)
+        rewards = load_reward_functions(
+            [*args.reward_functions, *(reward_funcs or [])], args.reward_weights, args.reward_format
+        )
         changes["reward_functions"] = [r.name for r in rewards]
         config = dataclasses.replace(args, **changes)  # validated again, with the objects' settings
         super().__init__(

@@ -8,8 +8,10 @@ quantity the trainer's importance ratio compares against.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import platform
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -44,21 +46,63 @@ DECODE_MODES = ("auto", "eager", "stacked", "graph")
 SCORE_POSITIONS = 1024
 
 
+#: environment variable that forces what ``dtype: auto`` resolves to for a whole run (see :func:`forced_dtype`)
+DTYPE_ENV = "UDPO_DTYPE"
+#: the values it takes
+FORCED_DTYPES = ("fp32", "bf16")
+
+#: torch's probes of the CPU's bf16 matrix units, by the name the test header prints
+_BF16_UNITS = {"amx_bf16": "_is_amx_tile_supported", "avx512_bf16": "_is_avx512_bf16_supported"}
+
+
+def cpu_matrix_units() -> list[str]:
+    """The CPU's bf16 matrix units (``amx_bf16``, ``avx512_bf16``) or, where it has none, the vector units
+    torch's fp32 kernels use (``avx512``, ``avx2``, ``default``; bf16 is emulated there)."""
+    units = [name for name, probe in _BF16_UNITS.items() if getattr(torch.cpu, probe, lambda: False)()]
+    return units or [torch.backends.cpu.get_cpu_capability().lower()]
+
+
 def cpu_has_bf16() -> bool:
     """Whether this CPU multiplies bf16 matrices in hardware (AMX tiles or AVX512-BF16): there bf16 runs
     several times faster than fp32; elsewhere torch emulates it, slower than fp32."""
-    probes = ("_is_amx_tile_supported", "_is_avx512_bf16_supported")
-    return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in probes)
+    return any(unit in _BF16_UNITS for unit in cpu_matrix_units())
+
+
+def forced_dtype() -> str | None:
+    """What ``UDPO_DTYPE`` forces ``dtype: auto`` to (``fp32`` or ``bf16``), or None when it is unset: one
+    switch that runs a whole run (or the test suite) on the numeric path another machine would take."""
+    value = os.environ.get(DTYPE_ENV, "").strip().lower()
+    if not value:
+        return None
+    if value not in FORCED_DTYPES:
+        raise ValueError(f"{DTYPE_ENV}={value!r}: use {' or '.join(FORCED_DTYPES)} (or leave it unset)")
+    return value
 
 
 def pick_dtype(name: str, device: str) -> torch.dtype:
-    """ "auto" is bf16 on GPU and on CPUs with bf16 matrix units (:func:`cpu_has_bf16`), else fp32."""
+    """ "auto" is what ``UDPO_DTYPE`` forces (:func:`forced_dtype`), else bf16 on GPU and on CPUs with bf16
+    matrix units (:func:`cpu_has_bf16`), else fp32."""
     if name == "auto":
+        forced = forced_dtype()
+        if forced is not None:
+            return DTYPES[forced]
         return torch.bfloat16 if device.startswith("cuda") or cpu_has_bf16() else torch.float32
     try:
         return DTYPES[name]
     except KeyError:
         raise ValueError(f"unknown dtype {name!r}; use auto, bf16, fp16 or fp32") from None
+
+
+def describe_numeric_path() -> str:
+    """One line: this CPU's model, its matrix units and what ``dtype: auto`` picks on it (and whether
+    ``UDPO_DTYPE`` forced that), e.g. ``cpu: Intel(R) Xeon(R) ... (amx_bf16, avx512_bf16); dtype auto = bf16``."""
+    model = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as info:
+        model = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), model)
+    picked = {torch.bfloat16: "bf16", torch.float32: "fp32"}[pick_dtype("auto", "cpu")]
+    forced = forced_dtype()
+    why = f" (forced by {DTYPE_ENV}={forced})" if forced is not None else ""
+    return f"cpu: {model} ({', '.join(cpu_matrix_units())}); dtype auto = {picked}{why}"
 
 
 def pick_decode(name: str, device: str) -> str:

@@ -117,7 +117,7 @@ class Procedure(abc.ABC):
         **meta,
     ) -> Trajectory:
         """A finished item: its answer matrix, prediction, turns, and run + item metadata."""
-        item = {k: question.meta[k] for k in ("subtask", "response_model") if k in question.meta}
+        item = {k: question.meta[k] for k in ("subtask", "response_model", "columns") if k in question.meta}
         return Trajectory(
             question_id=question.id,
             question=question.text,

@@ -95,6 +95,8 @@ class Arithmetic(NumericTask):
 
     difficulty: one level or a list of levels (question k uses ``levels[k % len(levels)]``).
     n_questions: questions per split (default 100); ``load(limit=K)`` keeps the first K.
+    answer_only: ask for the bare answer (a number in ``\\boxed{}``, no working) instead of reasoning
+    first (default False): short completions, so a small ``max_tokens`` cap cuts few answers.
     """
 
     name = "arithmetic"
@@ -103,7 +105,9 @@ class Arithmetic(NumericTask):
         "You are a careful calculator discussing arithmetic with other solvers. Double-check each step."
     )
 
-    def __init__(self, difficulty: int | Sequence[int] = 1, n_questions: int = 100):
+    def __init__(
+        self, difficulty: int | Sequence[int] = 1, n_questions: int = 100, answer_only: bool = False
+    ):
         self.levels = [difficulty] if isinstance(difficulty, int) else [int(x) for x in difficulty]
         unknown = [x for x in self.levels if x not in LEVELS]
         if not self.levels or unknown:
@@ -111,6 +115,12 @@ class Arithmetic(NumericTask):
         if n_questions < 1:
             raise ValueError(f"n_questions must be >= 1, got {n_questions}")
         self.n_questions = n_questions
+        self.answer_only = bool(answer_only)
+
+    def format_instruction(self, question: Question) -> str:
+        if self.answer_only:
+            return "Reply with the final answer only: a number inside \\boxed{}, no working and no units."
+        return super().format_instruction(question)
 
     def load(
         self,

@@ -5,7 +5,9 @@ Debates the recipe's warm-up questions, calibrates the per-agent reward coeffici
 ``OUTPUT_DIR/trajectories/warmup.jsonl``, without training.
 Other runs then share that one calibration with ``calibration_file: OUTPUT_DIR/calibration.json``
 (a study's runs differ in their trained weights, not in coefficients drawn from a few noisy warm-up
-debates). Arguments are config fields, as for ``udpo train``.
+debates). Arguments are config fields, as for ``udpo train``. With ``--correctness_floor true`` it also prints
+``lambda*`` and each ``lambda_`` before and after the floor (docs/metrics.md, "The correctness floor"); such a
+file is no ``calibration_file`` (the runs set the floor themselves).
 """
 
 from __future__ import annotations

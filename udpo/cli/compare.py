@@ -1,4 +1,4 @@
-"""``udpo compare --config PLAN.yaml``: ``udpo study PLAN.yaml`` under its earlier name (udpo.cli.study):
+"""``udpo compare --config PLAN.yaml``: ``udpo study PLAN.yaml`` under its earlier name (udpo.cli.study, udpo.study):
 train Standard MAD, MAPPO, RMAAC, UDPO, its ablations and its correctness-reward baseline on the same
 questions, budget and seeds, record each run, and tabulate them."""
 

@@ -1,11 +1,13 @@
 """``udpo study PLAN.yaml``: run a pre-registered plan's runs (one or several processes), record each run
 as it finishes in the plan's committed results folder, and build every table and figure from those
-records (udpo.analysis.compare, udpo.analysis.study_tables; its worker processes: udpo.cli.study_workers)."""
+records. This module parses the command line; the study layer does the work (:func:`udpo.study.study`)."""
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
+from collections.abc import Sequence
 
 from udpo import gpu_share
 from udpo.cli.argtypes import gpu_memory_share, positive_int, probability
@@ -86,19 +88,9 @@ def add_options(p: argparse.ArgumentParser) -> None:
 
 def check(args: argparse.Namespace):
     """Read and check the plan (and every method's training config) before torch loads."""
-    from udpo.analysis.compare import CompareConfig, check_budgets
+    from udpo.study import load_plan
 
-    config = CompareConfig.load(args.plan)
-    if args.output_dir:
-        config.output_dir = args.output_dir
-    for seed in config.seeds:
-        configs = {m: config.train_config(m, seed) for m in config.trained()}
-        check_budgets(configs)
-        first = configs[config.trained()[0]]
-        if not (first.eval_questions and first.eval_at_start):
-            raise ValueError(
-                "a study needs eval_questions > 0 and eval_at_start: true (Standard MAD is iteration 0)"
-            )
+    config = load_plan(args.plan, args.output_dir)
     if args.workers > 1 and (args.status or args.tables_only or args.sample_size):
         raise ValueError("--workers trains; --status, --tables-only and --sample-size do not")
     if args.threads is not None and args.workers == 1:  # this process trains: set before torch starts
@@ -109,58 +101,25 @@ def check(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    from pathlib import Path
+    from udpo.study import study
 
-    from udpo.analysis.compare import format_progress, run_compare, write_results
-    from udpo.analysis.study_tables import markdown_table
-
-    config = check(args)
-    if args.status:
-        print("\n".join(format_progress(config)))
-        return 0
-    if args.sample_size:
-        from udpo.analysis.sample_size import blind_sample_size
-
-        rule = blind_sample_size(config, args.sample_size)
-        print(
-            f"per-seed {rule.metric} change over Standard MAD, arms {', '.join(rule.arms)}, seeds "
-            f"{', '.join(map(str, rule.seeds))}: pooled within-arm sd {rule.pooled_sd:.4f}; a difference of "
-            f"{rule.effect:g} at a two-sided {rule.level:.0%} t-test with {rule.power:.0%} power needs "
-            f"{rule.seeds_per_arm} seeds per arm"
-        )
-        return 0
-    if args.workers > 1:
-        from udpo.cli.study_workers import plan_workers, run_workers, study_command
-
-        extra = [*(["--output-dir", args.output_dir] if args.output_dir else [])]
-        extra += [f"--seed={s}" for s in args.seed or []]
-        workers = plan_workers(args.workers, args.threads, share=args.gpu_memory_share)
-        code = run_workers(study_command(args.plan, extra), workers, Path(config.output_dir) / "logs")
-        print("\n".join(format_progress(config)))
-        done = all(config.recorded(m, s) for s in config.seeds for m in config.trained())
-        if code == 0 and done and config.tables_when_done:
-            print((config.results_path() / "table.md").read_text())
-        return code
-    if args.tables_only:
-        results = write_results(config)
-    else:
-        results = run_compare(config, progress=args.progress, seeds=args.seed)
-    if results is None:
-        done = all(config.recorded(m, s) for s in config.seeds for m in config.trained())
-        print(
-            "every run is recorded; tables_when_done is false: no table written (--tables-only writes them)"
-            if done
-            else "\n".join(
-                [
-                    "some runs are not done yet (other seeds, or trained by another process); the tables "
-                    "follow when the last of them is recorded:",
-                    *format_progress(config),
-                ]
-            )
-        )
-        return 0
-    print(markdown_table(results))
-    print(
-        f"wrote {config.results_path()}: table.md, table.csv, runs.csv, budget.csv, results.json, diagnosis/"
+    extra = [*(["--output-dir", args.output_dir] if args.output_dir else [])]
+    extra += [f"--seed={s}" for s in args.seed or []]
+    return study(
+        check(args),
+        status=args.status,
+        tables_only=args.tables_only,
+        sample_size=args.sample_size,
+        workers=args.workers,
+        worker_command=study_command(args.plan, extra),
+        threads=args.threads,
+        gpu_memory_share=args.gpu_memory_share,
+        seeds=args.seed,
+        progress=args.progress,
     )
-    return 0
+
+
+def study_command(plan: str, extra: Sequence[str] = ()) -> list[str]:
+    """The command line of one worker of ``--workers K``: ``udpo study PLAN --no-progress *extra`` in this
+    interpreter."""
+    return [sys.executable, "-m", "udpo.cli", "study", plan, "--no-progress", *extra]

@@ -102,7 +102,8 @@ class ModelArgs:
     )
     dtype: str = _f(
         "auto",
-        "Weights dtype: auto (bf16 on GPU and on CPUs with bf16 matrix units, else fp32), bf16, fp16 or fp32.",
+        "Weights dtype: auto (bf16 on GPU and on CPUs with bf16 matrix units, else fp32; "
+        "UDPO_DTYPE=fp32 or bf16 forces it), bf16, fp16 or fp32.",
     )
     bf16: bool | None = _f(None, "bf16 autocast (default: on when the weights are bf16).")
     gradient_checkpointing: bool | None = _f(
@@ -335,12 +336,27 @@ class RewardArgs:
         [],
         "Ablations 'intra', 'inter', 'sys' (paper's w/o rows): alpha_i, beta_i or gamma_i set to 0 for all agents.",
     )
+    correctness_floor: bool = _f(
+        False,
+        "Beyond the paper: once the coefficients are set (calibrated, calibration_file or explicit), raise "
+        "each lambda_i to (1 + correctness_floor_margin) lambda*_i, lambda*_i the task weight above which a "
+        "correct split out-earns a unanimous wrong debate for agent i (docs/metrics.md); udpo only.",
+    )
+    correctness_floor_margin: float = _f(
+        0.1, "m of correctness_floor: lambda_i >= (1 + m) lambda*_i; m >= 0."
+    )
     reward_functions: list[str] = _f(
         [],
-        "Your own reward terms: 'package.module:function' callables (trajectory, agent) -> float, each "
-        "weighted by reward_weights and added to every r_i (see docs/training.md).",
+        "Your own reward terms: 'package.module:function' callables (trajectory, agent) -> float, or TRL's "
+        "reward functions (prompts, completions, **kwargs) -> list[float], each weighted by reward_weights and "
+        "added to every r_i (see docs/library.md).",
     )
     reward_weights: list[float] = _f([], "One weight per reward_functions entry (default: 1 each).")
+    reward_format: Literal["conversational", "standard"] = _f(
+        "conversational",
+        "How reward functions of TRL's form get each agent's prompt and reply: conversational (chat messages, "
+        "as the agents exchange them) or standard (text), TRL's two dataset formats.",
+    )
     task_reward: Literal["correct", "coin"] = _f(
         "correct",
         "r_task: correct (the vote is right), or coin: a fixed coin per (seed, question, draw) that ignores "
@@ -349,7 +365,7 @@ class RewardArgs:
 
     def check(self) -> None:
         """The rules on these fields alone (ConfigError naming the field)."""
-        _check_ranges(self, nonnegative=("kappa", "lambda_base", "eta_base"))
+        _check_ranges(self, nonnegative=("kappa", "lambda_base", "eta_base", "correctness_floor_margin"))
         if not 0 <= self.lam <= 1:
             raise ConfigError(f"lam must be in [0, 1], got {self.lam}")
         # weights without named functions weigh the callables given to udpo.UDPOTrainer (checked there,
@@ -640,6 +656,15 @@ class RunArgs:
     )
     eval_steps: int = _f(50, "Evaluate every this many iterations (0: only before and after training).")
     eval_at_start: bool = _f(True, "Evaluate the initial policies before training (the 'before' numbers).")
+    metric_for_best_model: str | None = _f(
+        None,
+        "The evaluation metric (accuracy, u_sys, ...) whose best value transformers callbacks find in "
+        "TrainerState.best_metric, as transformers' TrainingArguments field (EarlyStoppingCallback reads it).",
+    )
+    greater_is_better: bool | None = _f(
+        None,
+        "Whether a higher metric_for_best_model is better (default: yes, unless its name ends in 'loss').",
+    )
     eval_callbacks: list[str] = _f(
         [],
         "Extra evaluations run at every evaluation: 'module:function' taking (trainer, iteration) -> dict.",
@@ -687,6 +712,10 @@ class RunArgs:
         if "none" in self.report_to and len(self.report_to) > 1:
             raise ConfigError(f"report_to: 'none' cannot be combined with other trackers ({self.report_to})")
         _check_spec_shapes("eval_callbacks", self.eval_callbacks)
+        if self.metric_for_best_model is not None and self.eval_questions == 0:
+            raise ConfigError("metric_for_best_model needs evaluations: eval_questions > 0")
+        if self.greater_is_better is not None and self.metric_for_best_model is None:
+            raise ConfigError("greater_is_better needs metric_for_best_model")
         if self.attack_eval != "none":
             if self.eval_questions == 0:
                 raise ConfigError(f"attack_eval: {self.attack_eval} needs eval_questions > 0")

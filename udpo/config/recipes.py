@@ -124,7 +124,7 @@ def parse_config(
     ``require_config``: refuse to run without ``--config`` (the training entry points: a run of every
     default is rarely what was meant).
     """
-    from trl import TrlParser
+    from transformers import HfArgumentParser
 
     args = list(sys.argv[1:] if argv is None else argv)
     recipe: dict[str, Any] = {}
@@ -147,7 +147,7 @@ def parse_config(
         )
     apply_env(recipe)
     recipe.pop("env", None)
-    parser = TrlParser(dataclass_types=[TrainConfig], prog=prog, formatter_class=_HelpFormatter)
+    parser = HfArgumentParser(TrainConfig, prog=prog, formatter_class=_HelpFormatter)
     recipe_action = parser.add_argument(
         "--config",
         metavar="RECIPE.yaml",
@@ -160,7 +160,7 @@ def parse_config(
         negated = [o for o in action.option_strings if o.startswith("--no_")]
         if negated:
             action.help = f"turn --{negated[0][5:]} off"
-    parser.set_defaults_with_config(**recipe)
+    parser.set_defaults(**recipe)  # the recipe's values become the defaults the command line overrides
     try:
         config, *_ = parser.parse_args_into_dataclasses(args)  # *_: the namespace holding --config
     except ConfigError:

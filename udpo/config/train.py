@@ -64,6 +64,7 @@ class TrainConfig(RunArgs, OptimizerArgs, AlgorithmArgs, RewardArgs, DebateArgs,
             udpo_only = {
                 "replay": self.replay,
                 "ablations": self.ablations,
+                "correctness_floor": self.correctness_floor,
                 "reward_functions": self.reward_functions,
                 "ratio_level: token": self.ratio_level == "token",
                 "task_reward: coin": self.task_reward == "coin",

@@ -1,6 +1,7 @@
 """UDPO's per-agent reward coefficients for a run: calibrated on warm-up debates (docs/metrics.md,
 "Agent-tailored coefficients"), or read from another run's calibration (``calibration_file``: the runs of a
-study share one), then explicit config values override and ``ablations`` zero their terms. The baselines
+study share one), then explicit config values override, ``ablations`` zero their terms and
+``correctness_floor`` raises each ``lambda_i`` above the weight at which a correct split wins. The baselines
 (mappo, rmaac) train on the team reward and need no coefficients; they debate the warm-up questions only to
 warm-start their critic (``critic_warmup_epochs``). Every algorithm holds the warm-up questions out of
 training all the same, so every algorithm trains on the same questions."""
@@ -18,7 +19,7 @@ from udpo.env.summary import summarize
 from udpo.env.tasks.base import Question
 from udpo.env.trajectory import Trajectory, TrajectoryWriter
 from udpo.rewards import calibrate as calibrate_coefficients
-from udpo.rewards import ordering_from_dict, reward_ordering
+from udpo.rewards import correctness_floor, ordering_from_dict, reward_ordering
 
 WARMUP_FILE = "trajectories/warmup.jsonl"
 
@@ -37,8 +38,8 @@ def warmup_debates(
 
 def shared_calibration(path: str | Path) -> dict[str, Any]:
     """The calibration record another run wrote (RUN/calibration.json), checked: it holds five
-    coefficients per agent, none given explicitly and none ablated (those would leak that run's
-    settings into this one)."""
+    coefficients per agent, none given explicitly, none ablated and none floored (those would leak that
+    run's settings into this one)."""
     path = Path(path).expanduser()
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
@@ -53,6 +54,11 @@ def shared_calibration(path: str | Path) -> dict[str, Any]:
         raise ConfigError(
             f"calibration_file {path}: written by a run with explicit coefficients {record.get('explicit')} "
             f"or ablations {record.get('ablations')}; share the calibration of a plain UDPO run"
+        )
+    if "correctness_floor" in record:
+        raise ConfigError(
+            f"calibration_file {path}: its lambda_ was raised by correctness_floor; share a calibration "
+            f"written without it (each run sets correctness_floor itself)"
         )
     return record
 
@@ -70,11 +76,13 @@ def calibrate(
 ) -> tuple[dict[str, Any], list[Trajectory]]:
     """The calibration record (what RUN_DIR/calibration.json holds) and the warm-up debates run for it
     ([] when none ran). The record: ``coefficients`` per agent (empty for the baselines), ``explicit``
-    (those given in the config), ``ablations``, for a calibrated run the warm-up statistics, and with
-    ``calibration_file`` that file's record and its path, and ``ordering``: the rewards the final
-    coefficients pay for the reference debates (:mod:`udpo.rewards.ordering`). The baselines debate the
-    warm-up questions only when ``critic_warmup_epochs`` asks for a warm start. ``n_agents`` and ``rounds``:
-    the team's size (one explicit coefficient stands for every agent) and its debates' rounds."""
+    (those given in the config), ``ablations``, for a calibrated run the warm-up statistics, with
+    ``calibration_file`` that file's record and its path, with ``correctness_floor`` on the floor's block
+    ``correctness_floor`` (``margin``, ``lambda_star``, ``lambda_before``, ``lambda_after``:
+    :func:`~udpo.rewards.correctness_floor`; ``coefficients`` holds ``lambda_after``), and ``ordering``: the
+    rewards the final coefficients pay for the reference debates (:mod:`udpo.rewards.ordering`). The
+    baselines debate the warm-up questions only when ``critic_warmup_epochs`` asks for a warm start. ``n_agents`` and ``rounds``: the team's size (one
+    explicit coefficient stands for every agent) and its debates' rounds."""
     if algorithm.algorithm != "udpo":
         trajectories = (
             warmup_debates(warmup_set, debate, run_dir, main)
@@ -121,17 +129,22 @@ def calibrate(
         from udpo.algorithms.udpo import Coefficients
 
         coefficients = Coefficients.from_dict(coefficients).without(*reward.ablations).to_dict()
-    record["coefficients"] = coefficients
     record["explicit"] = sorted(overrides)
     record["ablations"] = list(reward.ablations)
+    if reward.correctness_floor and set(COEFFICIENTS) <= coefficients.keys():
+        floor = correctness_floor(coefficients, rounds, reward.reward_scope, reward.correctness_floor_margin)
+        coefficients["lambda_"] = floor["lambda_after"]
+        record["correctness_floor"] = floor
+    record["coefficients"] = coefficients
     if set(COEFFICIENTS) <= coefficients.keys():
         record["ordering"] = reward_ordering(coefficients, rounds, reward.reward_scope).to_dict()
     return record, trajectories
 
 
 def describe(record: dict[str, Any]) -> str:
-    """The coefficients per agent as printed at the start of a run (and by ``udpo calibrate``), with the
-    rewards they pay for the reference debates when the record has them."""
+    """The coefficients per agent as printed at the start of a run (and by ``udpo calibrate``), with
+    ``lambda_`` before and after the correctness floor and the rewards the coefficients pay for the reference
+    debates when the record has them."""
     coefs = record["coefficients"]
     if not coefs:
         return f"{record.get('algorithm', 'this algorithm')}: team reward, no per-agent coefficients"
@@ -143,6 +156,13 @@ def describe(record: dict[str, Any]) -> str:
         + "".join(f", w/o {a}" for a in record.get("ablations", []))
         + "):"
     )
+    floor = record.get("correctness_floor")
+    if floor:
+        lines.append(
+            f"correctness floor, margin {floor['margin']:g}: lambda_ raised to (1 + margin) lambda* where lower"
+        )
+        for name, key in (("lambda*", "lambda_star"), ("before", "lambda_before"), ("after", "lambda_after")):
+            lines.append(f"  {name:8s}" + " ".join(f"{v:7.4f}" for v in floor[key]))
     ordering = record.get("ordering")
     if ordering:
         lines.append(ordering_from_dict(ordering).table())
@@ -150,8 +170,9 @@ def describe(record: dict[str, Any]) -> str:
 
 
 def flat_coefficients(record: dict[str, Any]) -> dict[str, float]:
-    """``{"alpha/agent_0": ..., ...}`` for the metrics log."""
-    coefs = record["coefficients"]
-    return {
-        f"{name}/agent_{i}": v for name in COEFFICIENTS if name in coefs for i, v in enumerate(coefs[name])
-    }
+    """``{"alpha/agent_0": ..., ...}`` for the metrics log, with the correctness floor's ``lambda_star`` and
+    ``lambda_before`` when the record has them."""
+    values = {name: record["coefficients"][name] for name in COEFFICIENTS if name in record["coefficients"]}
+    floor = record.get("correctness_floor") or {}
+    values.update({key: floor[key] for key in ("lambda_star", "lambda_before") if key in floor})
+    return {f"{name}/agent_{i}": v for name, per_agent in values.items() for i, v in enumerate(per_agent)}

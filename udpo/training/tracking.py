@@ -56,6 +56,17 @@ def flatten(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def scalars(record: Mapping[str, Any]) -> dict[str, float]:
+    """The finite numbers (booleans as 0 / 1) of a flat metrics record, without its ``iteration``, ``kind``
+    and ``time``: what trackers and transformers callbacks get."""
+    return {
+        k: s
+        for k, v in record.items()
+        if k not in ("iteration", "kind", "time")
+        if (s := _scalar(v)) is not None
+    }
+
+
 def _scalar(value: Any) -> float | None:
     if isinstance(value, bool):
         return float(value)
@@ -94,13 +105,7 @@ class Tracker:
                 os.fsync(fh.fileno())
         if self.trackers:
             prefix = "" if kind == "train" else f"{kind}/"
-            scalars = {
-                f"{prefix}{k}": s
-                for k, v in record.items()
-                if k not in ("iteration", "kind", "time")
-                if (s := _scalar(v)) is not None
-            }
-            self.accelerator.log(scalars, step=iteration)
+            self.accelerator.log({f"{prefix}{k}": s for k, s in scalars(record).items()}, step=iteration)
         return record
 
     def close(self) -> None:

@@ -55,10 +55,10 @@ from udpo.env.protocols import Protocol
 from udpo.env.summary import summarize
 from udpo.env.tasks.base import Question
 from udpo.env.trajectory import Trajectory, TrajectoryWriter
-from udpo.training import autosize, calibration, checkpointing, run_lock
+from udpo.training import accelerate_state, autosize, calibration, checkpointing, run_lock
 from udpo.training import checkpoint_store as ckpt
 from udpo.training import distributed as dist
-from udpo.training.callbacks import EvalCallback, TrainerCallback, split_callbacks
+from udpo.training.callbacks import EvalCallback, UDPOCallback, split_callbacks
 from udpo.training.checkpointing import APPEND_ONLY, TRAIN_FILE
 from udpo.training.data import QuestionSchedule, check_context, load_training_data, split_warmup
 from udpo.training.errors import TrainingError, explain_oom
@@ -76,8 +76,8 @@ __all__ = [
     "EvalCallback",
     "QuestionSchedule",
     "Trainer",
-    "TrainerCallback",
     "TrainingError",
+    "UDPOCallback",
     "explain_oom",
     "split_warmup",
     "train",
@@ -144,7 +144,9 @@ class Trainer:
     ``trainer.config, run_dir, task, eval_set, backend, main, debate_config(), debate_protocol()``.
     backend: a running rollout engine of kind ``config.backend`` to use instead of starting one (e.g.
     one vLLM engine shared by several runs); the trainer registers its adapters there but never closes it.
-    callbacks: :class:`~udpo.training.callbacks.TrainerCallback` objects (hooks), or eval callbacks.
+    callbacks: :class:`~udpo.training.callbacks.UDPOCallback` objects (hooks), ``transformers.TrainerCallback``
+    objects (:class:`~udpo.training.callbacks.TransformersCallbacks`), or eval callbacks. A hook that sets
+    ``should_training_stop`` ends the run at the end of the iteration, with a checkpoint.
     model, tokenizer: a loaded base model (and its tokenizer) instead of loading ``config.model``, whose
     value must be the model's name (``udpo.UDPOTrainer`` sets it). lora: adapter settings instead of the
     config's ``lora_*`` fields (a PEFT LoraConfig, :meth:`udpo.training.policy.LoraSettings.from_peft`).
@@ -160,7 +162,7 @@ class Trainer:
         eval_callbacks: Sequence[EvalCallback] = (),
         backend: Backend | None = None,
         *,
-        callbacks: Sequence[TrainerCallback | EvalCallback] = (),
+        callbacks: Sequence[UDPOCallback | EvalCallback | Any] = (),
         model: Any = None,
         tokenizer: Any = None,
         lora: Any = None,
@@ -171,42 +173,52 @@ class Trainer:
 
         self.config = config
         self.run_dir = Path(config.output_dir)
-        use_bf16 = config.bf16 if config.bf16 is not None else bf16_autocast_default(config.dtype)
-        self.accelerator = Accelerator(
-            **process_group_settings(),
-            mixed_precision="bf16" if use_bf16 else "no",
-            log_with=accelerate_trackers(config.report_to) or None,
-            project_dir=str(self.run_dir),
-            step_scheduler_with_optimizer=False,  # the schedule counts optimizer steps, whatever the process count
-        )
-        self.deepspeed = self.accelerator.distributed_type == DistributedType.DEEPSPEED
-        self.rank, self.world = self.accelerator.process_index, self.accelerator.num_processes
-        if self.world > 1:
-            atexit.unregister(dist.leave)  # once, however many trainers this process builds
-            atexit.register(dist.leave)
-        self.main = self.accelerator.is_main_process
-        # several runs on one GPU (udpo study --workers K): this process's share of the card, capped now
-        device = gpu_share.indexed(str(self.accelerator.device))  # cuda -> cuda:N, as torch's calls need
-        self.gpu_share = gpu_share.apply(device)
-        if self.main and (line := gpu_share.describe(self.gpu_share, device)):
-            print(line, file=sys.stderr)
-        self.callbacks, more_evals = split_callbacks(callbacks)
-        self.eval_callbacks = [
-            *load_callbacks(config.eval_callbacks),
-            *attack_callbacks(config),
-            *eval_callbacks,
-            *more_evals,
-        ]
-        self._model, self._tokenizer, self._lora = model, tokenizer, lora
-        self.critic = None  # set before the checkpoint check, which asks whether the run has one
-        self.critic_needed = algorithm_class(config.algorithm).needs_critic
-        self._lock = run_lock.acquire_on_main(self.run_dir, self.main)  # released by close(), or on failure
+        #: bf16 autocast in the update (this trainer's own precision: see udpo.training.accelerate_state)
+        self.bf16 = config.bf16 if config.bf16 is not None else bf16_autocast_default(config.dtype)
+        accelerate_state.hold(self)  # released by close(), or on failure
+        try:
+            self.accelerator = Accelerator(
+                **process_group_settings(),
+                **accelerate_state.precision_settings(self.bf16, deepspeed_launch()),
+                log_with=accelerate_trackers(config.report_to) or None,
+                project_dir=str(self.run_dir),
+                step_scheduler_with_optimizer=False,  # the schedule counts optimizer steps, whatever the process count
+            )
+            self.deepspeed = self.accelerator.distributed_type == DistributedType.DEEPSPEED
+            self.rank, self.world = self.accelerator.process_index, self.accelerator.num_processes
+            if self.world > 1:
+                atexit.unregister(dist.leave)  # once, however many trainers this process builds
+                atexit.register(dist.leave)
+            self.main = self.accelerator.is_main_process
+            # several runs on one GPU (udpo study --workers K): this process's share of the card, capped now
+            device = gpu_share.indexed(str(self.accelerator.device))  # cuda -> cuda:N, as torch's calls need
+            self.gpu_share = gpu_share.apply(device)
+            if self.main and (line := gpu_share.describe(self.gpu_share, device)):
+                print(line, file=sys.stderr)
+            self.callbacks, more_evals = split_callbacks(callbacks)
+            self.should_training_stop = False  # set by a callback: the run ends at the end of the iteration
+            self.eval_callbacks = [
+                *load_callbacks(config.eval_callbacks),
+                *attack_callbacks(config),
+                *eval_callbacks,
+                *more_evals,
+            ]
+            self._model, self._tokenizer, self._lora = model, tokenizer, lora
+            self.critic = None  # set before the checkpoint check, which asks whether the run has one
+            self.critic_needed = algorithm_class(config.algorithm).needs_critic
+            # released by close(), or on failure
+            self._lock = run_lock.acquire_on_main(self.run_dir, self.main)
+        except BaseException:
+            accelerate_state.release(self)
+            raise
         try:
             checkpointing.check_run_dir(config, deepspeed=self.deepspeed, critic=self.critic_needed)
             self.reward_functions = (
                 list(reward_functions)
                 if reward_functions is not None
-                else load_reward_functions(config.reward_functions, config.reward_weights)
+                else load_reward_functions(
+                    config.reward_functions, config.reward_weights, config.reward_format
+                )
             )
             self.data = load_training_data(
                 config.group(DebateArgs),
@@ -234,6 +246,7 @@ class Trainer:
                 temperature=config.temperature,
                 critic=self.critic,
                 deepspeed=self.deepspeed,
+                bf16=self.bf16,
             )
             self.rollouts = Rollouts(
                 config.group(ModelArgs),
@@ -250,6 +263,7 @@ class Trainer:
         except BaseException:
             if self._lock is not None:
                 self._lock.close()
+            accelerate_state.release(self)
             raise
         # built once the coefficients are known (calibration or checkpoint)
         self.algorithm: Algorithm | None = None
@@ -550,7 +564,7 @@ class Trainer:
         self.rollouts.sync_adapters(self.state.iteration)
 
     def _call(self, hook: str, *args: Any) -> None:
-        """Call ``hook`` of every TrainerCallback."""
+        """Call ``hook`` of every UDPOCallback."""
         for callback in self.callbacks:
             getattr(callback, hook)(self, *args)
 
@@ -579,6 +593,8 @@ class Trainer:
                 f"torch threads per process: {torch.get_num_threads()} (UDPO_NUM_THREADS=k chooses)",
                 file=sys.stderr,
             )
+        self.should_training_stop = False
+        self._call("on_train_begin")
         # the iteration bar first, so that the debates' progress line (warm-up, evaluations, rollouts)
         # goes below it
         bar = progress_bar(total, self.state.iteration, cfg.progress and self.main)
@@ -611,7 +627,6 @@ class Trainer:
                 # stopped while evaluating at its checkpoint (or resumed past the end of a shortened run)
                 self.state.history["after"] = self._evaluate_and_log(self.state.iteration)
                 checkpointing.record_evaluation(self.state, self.state.iteration, self.run_dir, self.main)
-            self._call("on_train_begin")
             for k in range(self.state.iteration + 1, total + 1):
                 metrics = self.run_iteration(k)
                 self.state.iteration = k
@@ -621,13 +636,18 @@ class Trainer:
                 bar.set_postfix(
                     acc=f"{record.get('train/accuracy', 0):.2f}", r=f"{record['reward/mean']:.3f}"
                 )
-                saved = k % cfg.save_steps == 0 or k == total
+                stop = self.should_training_stop  # asked for by a callback: this iteration is the last
+                saved = k % cfg.save_steps == 0 or k == total or stop
                 if saved:  # before the evaluation: a run killed while evaluating keeps its iterations
                     self.save_checkpoint(k)
-                if self._evaluation_due(k, total):
+                if self._evaluation_due(k, total) or (stop and bool(self.eval_set)):
                     self.state.history["after"] = self._evaluate_and_log(k)
                     if saved:
                         checkpointing.record_evaluation(self.state, k, self.run_dir, self.main)
+                if self.should_training_stop:  # asked for now, or by the evaluation's callbacks
+                    if not saved:
+                        self.save_checkpoint(k)
+                    break
         finally:
             bar.close()
         self.tracker.close()
@@ -662,6 +682,7 @@ class Trainer:
         if self._lock is not None:
             self._lock.close()
             self._lock = None
+        accelerate_state.release(self)
 
     def __enter__(self) -> Trainer:
         return self

@@ -20,6 +20,7 @@ backward passes (micro-batches of the smallest shard's size) and, through the po
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 from collections.abc import Callable, Sequence
@@ -41,8 +42,9 @@ class Updater:
 
     optim: the optimizer's settings (and the update's sizes); algorithm: the update's epochs, the critic's
     settings, where behavior log-probs come from. params: every trainable parameter, summed over processes
-    before each step. ``accelerator``: the run's (autocast, DeepSpeed's backward). temperature: the
-    sampling temperature, at which the policy scores log-probs in training."""
+    before each step. ``accelerator``: the run's (its device, DeepSpeed's engine). temperature: the
+    sampling temperature, at which the policy scores log-probs in training. bf16: autocast the update's
+    passes to bf16 (:meth:`autocast`)."""
 
     def __init__(
         self,
@@ -56,8 +58,10 @@ class Updater:
         temperature: float,
         critic=None,
         deepspeed: bool = False,
+        bf16: bool = False,
     ):
         self.optim, self.algorithm = optim, algorithm
+        self.bf16 = bf16
         self.policy, self.accelerator, self.temperature = policy, accelerator, temperature
         self.n_agents = len(policy.adapter_names)
         self.deepspeed = deepspeed
@@ -116,6 +120,14 @@ class Updater:
         )
         self.engine = model
 
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """The update's precision: bf16 autocast on the run's device where ``bf16`` asks for it, none under
+        DeepSpeed (its engine keeps its own precision) or in fp32. The updater's own, not accelerate's
+        process-wide setting, so trainers of either precision can follow one another in one process."""
+        if not self.bf16 or self.deepspeed:
+            return contextlib.nullcontext()
+        return torch.autocast(self.accelerator.device.type, dtype=torch.bfloat16)
+
     def micro_batches(self, local: list[int], total: int) -> list[list[int]]:
         """This process's debates split into ``gradient_accumulation_steps`` micro-batches (of ``total``
         debates over all processes: every process decides alike, from the smallest shard)."""
@@ -165,7 +177,7 @@ class Updater:
         local = dist.shard(total, self.rank, self.world)
         chunks = self.micro_batches(local, total)
         self.policy.forward_stats.reset()
-        with self.accelerator.autocast():
+        with self.autocast():
             reference = self._reference_logprobs(algorithm, batch, local)
         recompute = settings.behavior_logprobs == "recompute" and fresh_count > 0
         stats: dict[str, list[float]] = {}
@@ -176,7 +188,7 @@ class Updater:
                 for chunk in chunks:
                     sub = batch.select(chunk)
                     prompts, completions = sub.agent_sequences(agent)
-                    with self.accelerator.autocast():
+                    with self.autocast():
                         flat = self.policy.token_logprobs(agent, prompts, completions, **self.scoring())
                     if epoch == 0:  # the adapters have not moved: these are the sampling policy's log-probs
                         fresh = [m for m, g in enumerate(chunk) if g < fresh_count]
@@ -262,7 +274,7 @@ class Updater:
         """One pass of the critic's loss over ``chunks`` and one step of the critic's group alone (the
         schedule advances with the actors' steps only)."""
         for chunk in chunks:
-            with self.accelerator.autocast():
+            with self.autocast():
                 loss, info = algorithm.critic_loss(chunk)
             self._record(stats, "critic", loss, info, "the critic's loss", iteration, on_non_finite)
             self._backward(loss * len(chunk) / total)

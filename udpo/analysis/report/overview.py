@@ -51,6 +51,14 @@ COMPARE_METRICS = {
 BASELINE = "standard_mad"
 #: the calibration record's block of the ordering report (udpo.rewards.ordering)
 ORDERING = "ordering"
+#: the calibration record's block of the correctness floor (udpo.rewards.correctness_floor)
+FLOOR = "correctness_floor"
+#: the correctness floor's per-agent rows: record key -> row label
+FLOOR_ROWS = {
+    "lambda_star": "lambda* (the split wins above it)",
+    "lambda_before": "lambda before the floor",
+    "lambda_after": "lambda after the floor",
+}
 _AGENT_KEY = re.compile(r"^agent_(\d+)/(.+)$")
 
 
@@ -322,22 +330,14 @@ def training_plots(metrics: Sequence[dict[str, Any]]) -> list[str]:
 
 def calibration_tables(calibration: dict[str, Any]) -> str:
     """Per-agent tables for the coefficient and profile blocks, the ordering report's table
-    (:func:`ordering_table`), key/value tables for the rest."""
+    (:func:`ordering_table`), the correctness floor's (:func:`floor_table`), key/value tables for the rest."""
     parts = []
     for block, value in calibration.items():
-        if block == ORDERING and (table := ordering_table(value)):
+        own = {ORDERING: ordering_table, FLOOR: floor_table}.get(block)
+        if own is not None and (table := own(value)):
             parts.append(table)
         elif isinstance(value, dict) and value and all(_numbers(v) for v in value.values()):
-            n = max(len(v) for v in value.values())
-            head = "".join(f"<th>agent {i}</th>" for i in range(n))
-            rows = "".join(
-                f"<tr><th>{escape(str(k))}</th>{''.join(f'<td>{number(x)}</td>' for x in v)}</tr>"
-                for k, v in value.items()
-            )
-            parts.append(
-                f'<table class="stats calib"><caption>{escape(str(block))}</caption><thead><tr><th></th>{head}'
-                f"</tr></thead><tbody>{rows}</tbody></table>"
-            )
+            parts.append(per_agent_table(str(block), value))
         elif isinstance(value, dict):
             flat = _flatten(value)
             rows = "".join(f"<tr><th>{escape(k)}</th><td>{number(v)}</td></tr>" for k, v in flat.items())
@@ -347,6 +347,33 @@ def calibration_tables(calibration: dict[str, Any]) -> str:
         elif isinstance(value, list) and value:
             parts.append(f"<p><b>{escape(str(block))}</b>: {escape(', '.join(map(str, value)))}</p>")
     return f'<div class="calibration">{"".join(parts)}</div>'
+
+
+def per_agent_table(caption: str, rows: dict[str, list]) -> str:
+    """A table of one row per entry of ``rows`` (label -> one number per agent), a column per agent."""
+    head = "".join(f"<th>agent {i}</th>" for i in range(max(len(v) for v in rows.values())))
+    body = "".join(
+        f"<tr><th>{escape(str(k))}</th>{''.join(f'<td>{number(x)}</td>' for x in v)}</tr>"
+        for k, v in rows.items()
+    )
+    return (
+        f'<table class="stats calib"><caption>{escape(caption)}</caption><thead><tr><th></th>{head}'
+        f"</tr></thead><tbody>{body}</tbody></table>"
+    )
+
+
+def floor_table(floor: Any) -> str:
+    """The correctness floor (``correctness_floor``, :func:`udpo.rewards.correctness_floor`): per agent the
+    threshold lambda* and lambda before and after the floor, the margin in the caption. Empty when the block
+    is not such a record."""
+    if not (
+        isinstance(floor, dict)
+        and isinstance(floor.get("margin"), int | float)
+        and all(_numbers(floor.get(key)) for key in FLOOR_ROWS)
+    ):
+        return ""
+    caption = f"correctness floor: lambda raised to (1 + {number(floor['margin'])}) lambda* where lower"
+    return per_agent_table(caption, {label: floor[key] for key, label in FLOOR_ROWS.items()})
 
 
 def ordering_table(ordering: Any) -> str:

@@ -1,9 +1,9 @@
 """``udpo study PLAN --sample-size EFFECT``: the seeds per arm a follow-up study needs, from a pilot's
-records, blind to the difference between its arms (docs/plan_udpo_pilot.md).
+records, blind to the difference between its arms (docs/lab/plan_udpo_pilot.md).
 
 Each trained arm's per-seed change of a metric over Standard MAD (the seed's mean over the test questions
-of after - before) gives the pooled within-arm standard deviation (:func:`udpo.rewards.sample_size.pooled_sd`);
-the rule returns it and the seeds per arm of :func:`udpo.rewards.sample_size.seeds_per_arm`, and never an
+of after - before) gives the pooled within-arm standard deviation (:func:`udpo.study.power.pooled_sd`);
+the rule returns it and the seeds per arm of :func:`udpo.study.power.seeds_per_arm`, and never an
 arm's mean or the difference between arms.
 """
 
@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from udpo.analysis.compare import CompareConfig
 from udpo.analysis.results import question_metrics
-from udpo.analysis.study_tables import evaluated, load_records
-from udpo.rewards.sample_size import pooled_sd, seeds_per_arm
+from udpo.study.plan import CompareConfig
+from udpo.study.power import pooled_sd, seeds_per_arm
+from udpo.study.tables import evaluated, load_records
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """The tables and figures of a study (``udpo study``, ``udpo compare``), built from the runs' records alone
-(:mod:`udpo.analysis.run_record`, ``results_dir/runs/``): no run folder is read, so a study's committed
+(:mod:`udpo.study.record`, ``results_dir/runs/``): no run folder is read, so a study's committed
 folder rebuilds them anywhere.
 
 Written to ``results_dir``: ``results.json``, ``table.md``, ``table.csv``, ``runs.csv`` (each run's training
@@ -12,25 +12,45 @@ from __future__ import annotations
 
 import csv
 import shutil
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from udpo.analysis.compare import (
-    METHODS,
-    RUN_METRICS,
-    SEED_CHANGES_PLOT,
-    TABLE_METRICS,
-    TRAINING_DIAGNOSTICS,
-    CompareConfig,
-)
 from udpo.analysis.results import PER_QUESTION_METRICS, problems, question_metrics
-from udpo.analysis.run_record import RunRecord
 from udpo.env.jsonl import write_json
 from udpo.env.trajectory import Trajectory
+from udpo.rewards import collapse_rate
+from udpo.study.plan import METHODS, CompareConfig
+from udpo.study.record import RunRecord
 
+#: the metrics of the tables and of the seed analysis: the unparsed rate beside the guard, since an agent that
+#: stops answering lowers ``wrong_majority`` (unparsed answers never count there) and the U terms alike
+TABLE_METRICS = (
+    "accuracy",
+    "u_intra",
+    "u_inter",
+    "u_sys",
+    "wrong_majority",
+    "wrong_unanimous",
+    "unparsed_rate",
+)
+#: metrics of a whole evaluation, not of one question: analysed over seeds (one value per seed and evaluation)
+RUN_METRICS: dict[str, Callable[[Sequence[Trajectory]], float]] = {
+    "collapse_rate": lambda debates: collapse_rate([t.answers for t in debates]),
+}
+#: training diagnostics of each run, ``metrics.jsonl`` key -> name: the mean over the run's iterations
+TRAINING_DIAGNOSTICS = {
+    "update/clip_frac": "clip_frac",
+    "update/dual_clip_frac": "dual_clip_frac",
+    "update/kl": "kl",
+    "mismatch/abs_mean": "mismatch_abs_mean",
+    "mismatch/kl": "mismatch_kl",
+}
+#: the figure of the seeds' changes over Standard MAD (written when the seeds share their problems)
+SEED_CHANGES_PLOT = "seed_changes.png"
 #: the columns of runs.csv and of table.md's per-run table, after method and seed
 RUN_COLUMNS = (
     "iterations",
@@ -201,7 +221,7 @@ def write_tables(config: CompareConfig) -> dict[str, Any]:
     write_csv(out / "table.csv", results)
     changes = seed_changes(results)
     if changes:
-        from udpo.analysis.seed_change_plot import seed_change_figure
+        from udpo.study.seed_change_plot import seed_change_figure
 
         seed_change_figure(changes).savefig(out / SEED_CHANGES_PLOT, dpi=110)
     for name, rows in (("budget.csv", results["budget"]), ("runs.csv", results["runs"])):
@@ -256,7 +276,7 @@ def markdown_table(results: dict[str, Any]) -> str:
         per_run = any(m in RUN_METRICS for per_metric in changes.values() for m in per_metric)
         lines += [
             "",
-            "Change over Standard MAD, seeds sharing their problems (docs/preregistration.md): mean of the "
+            "Change over Standard MAD, seeds sharing their problems (docs/lab/preregistration.md): mean of the "
             "seeds' changes, 95% t-interval over seeds, 95% bootstrap over seeds and problems"
             + (" (over seeds alone for the collapse rate, one number per evaluation)." if per_run else "."),
             "",

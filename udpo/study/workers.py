@@ -1,6 +1,6 @@
 """Several processes sharing a study's runs (``udpo study PLAN --workers K``).
 
-Each worker is ``udpo study PLAN`` itself: it trains the runs no other process is training (each run folder
+Each worker is ``udpo study PLAN`` itself (its command line comes from the CLI): it trains the runs no other process is training (each run folder
 is locked while it trains, :mod:`udpo.training.run_lock`), records each as it finishes, and the worker that
 records the last run writes the tables. The thread count of each worker is set, not guessed: ``threads``
 torch threads (``UDPO_NUM_THREADS``, and ``OMP_NUM_THREADS`` for the libraries beside torch), by default
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,11 +64,6 @@ def plan_workers(
         Worker(k, threads, tuple(cores[k * threads : (k + 1) * threads]) if pinned else (), card)
         for k in range(workers)
     ]
-
-
-def study_command(plan: str, extra: Sequence[str] = ()) -> list[str]:
-    """The command line of one worker: ``udpo study PLAN --no-progress *extra`` in this interpreter."""
-    return [sys.executable, "-m", "udpo.cli", "study", plan, "--no-progress", *extra]
 
 
 def run_workers(command: Sequence[str], workers: Sequence[Worker], log_dir: Path) -> int:

@@ -1,5 +1,5 @@
 """How many training seeds a study needs, from a pilot's run-to-run variance, blind to the difference
-between its arms (docs/plan_udpo_pilot.md).
+between its arms (docs/lab/plan_udpo_pilot.md).
 
 - :func:`pooled_sd`: the standard deviation of per-seed values around their own arm's mean, pooled over
   arms, ``sqrt(sum_arms sum_seeds (x - mean_arm)^2 / (n - arms))``. It reads every arm's mean and returns

@@ -1,0 +1,79 @@
+"""The study layer's one entry point, :func:`study`: what ``udpo study PLAN`` (and ``udpo compare --config
+PLAN``) does with a checked plan (:func:`udpo.study.plan.load_plan`), printing what the command prints."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from udpo.study.plan import CompareConfig
+from udpo.study.runner import format_progress, run_compare, write_results
+from udpo.study.tables import markdown_table
+
+
+def study(
+    config: CompareConfig,
+    *,
+    status: bool = False,
+    tables_only: bool = False,
+    sample_size: float | None = None,
+    workers: int = 1,
+    worker_command: Sequence[str] = (),
+    threads: int | None = None,
+    gpu_memory_share: float | None = None,
+    seeds: Sequence[int] | None = None,
+    progress: bool = True,
+) -> int:
+    """Run one of the study's modes on ``config``; returns the exit status.
+
+    ``status``: one line per run (done, started, waiting). ``sample_size``: the blind sample-size rule
+    (:func:`udpo.study.sample_size.blind_sample_size`) for a difference of that size. ``workers`` > 1:
+    that many processes run ``worker_command`` (the study's own command line) and share the runs
+    (:mod:`udpo.study.workers`; ``threads`` and ``gpu_memory_share`` per worker), then the progress and,
+    when every run is recorded, the table. ``tables_only``: the tables from the records alone. Otherwise
+    this process trains the runs not yet done (only ``seeds`` when given) and prints the table once the
+    last is recorded."""
+    if status:
+        print("\n".join(format_progress(config)))
+        return 0
+    if sample_size:
+        from udpo.study.sample_size import blind_sample_size
+
+        rule = blind_sample_size(config, sample_size)
+        print(
+            f"per-seed {rule.metric} change over Standard MAD, arms {', '.join(rule.arms)}, seeds "
+            f"{', '.join(map(str, rule.seeds))}: pooled within-arm sd {rule.pooled_sd:.4f}; a difference of "
+            f"{rule.effect:g} at a two-sided {rule.level:.0%} t-test with {rule.power:.0%} power needs "
+            f"{rule.seeds_per_arm} seeds per arm"
+        )
+        return 0
+    if workers > 1:
+        from udpo.study.workers import plan_workers, run_workers
+
+        if not worker_command:
+            raise ValueError("workers > 1 needs the command line each worker runs")
+        planned = plan_workers(workers, threads, share=gpu_memory_share)
+        code = run_workers(worker_command, planned, Path(config.output_dir) / "logs")
+        print("\n".join(format_progress(config)))
+        if code == 0 and config.all_recorded() and config.tables_when_done:
+            print((config.results_path() / "table.md").read_text())
+        return code
+    results = write_results(config) if tables_only else run_compare(config, progress=progress, seeds=seeds)
+    if results is None:
+        print(
+            "every run is recorded; tables_when_done is false: no table written (--tables-only writes them)"
+            if config.all_recorded()
+            else "\n".join(
+                [
+                    "some runs are not done yet (other seeds, or trained by another process); the tables "
+                    "follow when the last of them is recorded:",
+                    *format_progress(config),
+                ]
+            )
+        )
+        return 0
+    print(markdown_table(results))
+    print(
+        f"wrote {config.results_path()}: table.md, table.csv, runs.csv, budget.csv, results.json, diagnosis/"
+    )
+    return 0
