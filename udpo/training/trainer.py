@@ -191,8 +191,9 @@ class Trainer:
                 atexit.register(dist.leave)
             self.main = self.accelerator.is_main_process
             # several runs on one GPU (udpo study --workers K): this process's share of the card, capped now
-            self.gpu_share = gpu_share.apply(str(self.accelerator.device))
-            if self.main and (line := gpu_share.describe(self.gpu_share, str(self.accelerator.device))):
+            device = gpu_share.indexed(str(self.accelerator.device))  # cuda -> cuda:N, as torch's calls need
+            self.gpu_share = gpu_share.apply(device)
+            if self.main and (line := gpu_share.describe(self.gpu_share, device)):
                 print(line, file=sys.stderr)
             self.callbacks, more_evals = split_callbacks(callbacks)
             self.should_training_stop = False  # set by a callback: the run ends at the end of the iteration
@@ -298,7 +299,9 @@ class Trainer:
             from udpo.algorithms.critic import Critic
 
             self.critic = Critic(self.policy)
-        self.config, plan = autosize.resolve(
+        # the update's sizes and the estimate behind them (benchmarks/iteration.py compares its peaks with it)
+        self.update_plan: autosize.UpdatePlan
+        self.config, self.update_plan = autosize.resolve(
             config,
             list(self.policy.models.values()),
             self.world,
@@ -307,7 +310,7 @@ class Trainer:
         )
         if self.main:
             print(
-                plan.describe([k for k in autosize.CPU_DEFAULTS if getattr(config, k) is None]),
+                self.update_plan.describe([k for k in autosize.CPU_DEFAULTS if getattr(config, k) is None]),
                 file=sys.stderr,
             )
         if self.config.gradient_checkpointing:
