@@ -42,6 +42,8 @@ DTYPES = {
 #: decode paths of the hf backend (see :func:`pick_decode`)
 DECODE_MODES = ("auto", "eager", "stacked", "graph")
 
+#: KV cache one sampling loop may fill, GiB (:class:`HFBackend`'s ``kv_cache_gib`` default)
+KV_CACHE_GIB = 2.0
 #: the stacked decode paths keep up to this many calls' KV cache (``kv_cache_gib`` each) across calls
 KEPT_KV_CALLS = 2
 
@@ -121,6 +123,13 @@ def pick_decode(name: str, device: str) -> str:
     if name == "graph" and not cuda:
         raise ValueError(f"decode: graph needs a CUDA device, got {device!r}")
     return name
+
+
+def kept_kv_bytes(decode: str, device: str, kv_cache_gib: float = KV_CACHE_GIB) -> int:
+    """Bytes of KV buffers an :class:`HFBackend` with ``decode`` on ``device`` keeps between its calls
+    (through a training update too): ``KEPT_KV_CALLS x kv_cache_gib`` on the stacked paths (:func:`pick_decode`),
+    none on the eager loop."""
+    return 0 if pick_decode(decode, device) == "eager" else int(KEPT_KV_CALLS * kv_cache_gib * 2**30)
 
 
 _logged: set[str] = set()
@@ -222,7 +231,7 @@ class HFBackend(Backend):
         device: str | None = None,
         dtype: str = "auto",
         max_batch: int = 512,
-        kv_cache_gib: float = 2.0,
+        kv_cache_gib: float = KV_CACHE_GIB,
         chat_template_kwargs: dict | None = None,
         prefix_cache: bool = True,
         decode: str = "auto",

@@ -178,26 +178,31 @@ class StaticDecoder:
             use_cache=True,
         ).logits[:, -1]
 
-    def _step(self, buf: _Buffers) -> torch.Tensor:
-        """One decode step: compiled (at most :attr:`shapes` compilations, for this step alone), or
-        uncompiled for a shape past dynamo's recompile limit (warned once per shape)."""
-        shape = (len(buf.tokens), buf.mask.shape[1])
-        if self.step == self._forward or shape in self.uncompiled:
-            return self._forward(buf)
+    def _limits(self) -> Any:
+        """For a call of a compiled step: dynamo's recompile limits raised to :attr:`shapes` and reaching
+        them made an error (:meth:`_step` decodes that shape uncompiled), restored when the call ends."""
+        if self.step == self._forward:
+            return nullcontext()
         dynamo = torch._dynamo.config
-        limits = dict(
+        return dynamo.patch(
+            fail_on_recompile_limit_hit=True,
             recompile_limit=max(dynamo.recompile_limit, self.shapes),
             accumulated_recompile_limit=max(dynamo.accumulated_recompile_limit, self.shapes),
         )
+
+    def _step(self, buf: _Buffers) -> torch.Tensor:
+        """One decode step: compiled, or uncompiled for a shape past the recompile limit (warned once)."""
+        shape = (len(buf.tokens), buf.mask.shape[1])
+        if shape in self.uncompiled:
+            return self._forward(buf)
         try:
-            with dynamo.patch(fail_on_recompile_limit_hit=True, **limits):
-                return self.step(buf)
+            return self.step(buf)
         except torch._dynamo.exc.FailOnRecompileLimitHit as e:
             self.uncompiled.add(shape)
             log.warning(
                 "static decoder: dynamo's recompile limit (%d) reached at the bucket of %d rows x %d "
                 "columns; that shape decodes uncompiled from now on (%d shape(s) so far). The error: %s",
-                limits["recompile_limit"],
+                torch._dynamo.config.recompile_limit,
                 *shape,
                 len(self.uncompiled),
                 e,
@@ -255,7 +260,7 @@ class StaticDecoder:
         stack = self._adapters() if adapters is not None else None
         if stack is not None:
             stack.select(stack.slots(adapters))
-        with stack or nullcontext():
+        with stack or nullcontext(), self._limits():
             prompt, logits, attention, positions, prompt_end = prompt_pass(
                 self.model, input_ids, attention, prefixes, answer_columns=0
             )
