@@ -381,12 +381,20 @@ def test_a_graph_asked_for_or_out_of_memory_stays_an_error(
     assert backend.decode == "graph"
 
 
-def counting_backend(graphs: list):
-    """A ``torch.compile`` backend that records each graph dynamo hands it and runs it uncompiled."""
+def counting_backend(graphs: list, runs: list | None = None):
+    """A ``torch.compile`` backend that records each graph dynamo hands it and runs it uncompiled (each
+    run of a compiled graph appended to ``runs``: its index in ``graphs``)."""
 
     def count(graph, inputs):
         graphs.append(graph)
-        return graph.forward
+        index = len(graphs) - 1
+
+        def forward(*args):
+            if runs is not None:
+                runs.append(index)
+            return graph.forward(*args)
+
+        return forward
 
     return count
 
@@ -449,19 +457,26 @@ def test_a_shape_past_the_recompile_limit_decodes_uncompiled_and_says_so(policy,
     model = policy.models[policy.base_model]
     pad = policy.tokenizer.pad_token_id
     graphs: list = []
+    runs: list = []
     kwargs = dict(max_new_tokens=4, temperature=1.0, top_p=1.0, stops=set())
     small = batch(pad, [4, 7, 5, 7, 3], seed=0)  # bucket 6 x 64
     large = batch(pad, [70, 66, 61], seed=1)  # bucket 3 x 96
     limit = torch._dynamo.config.recompile_limit
-    decoder = StaticDecoder(model, max_rows=8, compile_backend=counting_backend(graphs))
+    decoder = StaticDecoder(model, max_rows=8, compile_backend=counting_backend(graphs, runs))
     assert decoder.shapes > 2
     decoder.shapes = 1
+    compiled_steps = []
     try:
         with torch._dynamo.config.patch(recompile_limit=1), caplog.at_level("WARNING"):
             for seed, (ids, attention) in enumerate([small, large, small, large]):
                 adapters = NAMES[: len(ids)]
+                before = len(runs)
                 assert_same(*both(model, decoder, seed, input_ids=ids, attention=attention, adapters=adapters,
                                   **kwargs))  # fmt: skip
+                compiled_steps.append(len(runs) - before)
+        # 3 decode steps a call (4 tokens; the first from the prompt pass): compiled for the small bucket,
+        # before and after the large one met the limit; uncompiled for the large one
+        assert compiled_steps == [3, 0, 3, 0]
         assert len(graphs) == 1 and decoder.uncompiled == {(3, 96)}
         warnings = [r for r in caplog.records if "recompile limit (1) reached" in r.getMessage()]
         assert len(warnings) == 1 and "3 rows x 96 columns" in warnings[0].getMessage()
