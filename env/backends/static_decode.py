@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 SYNC_EVERY = 8
 #: the smallest KV cache bucket (columns)
 MIN_COLUMNS = 64
+#: what dynamo raises at its recompile limit when told to (``torch._dynamo.exc``; renamed in torch 2.7)
+LIMIT_ERRORS = ("FailOnRecompileLimitHit", "FailOnCacheLimitHit")
 
 
 def bucket(n: int, smallest: int = 1) -> int:
@@ -180,14 +182,15 @@ class StaticDecoder:
 
     def _limits(self) -> Any:
         """For a call of a compiled step: dynamo's recompile limits raised to :attr:`shapes` and reaching
-        them made an error (:meth:`_step` decodes that shape uncompiled), restored when the call ends."""
+        them made an error (:meth:`_step` decodes that shape uncompiled), restored when the call ends.
+        The settings by their names before torch 2.7 (``cache_size_limit``...; aliases since)."""
         if self.step == self._forward:
             return nullcontext()
         dynamo = torch._dynamo.config
         return dynamo.patch(
-            fail_on_recompile_limit_hit=True,
-            recompile_limit=max(dynamo.recompile_limit, self.shapes),
-            accumulated_recompile_limit=max(dynamo.accumulated_recompile_limit, self.shapes),
+            fail_on_cache_limit_hit=True,
+            cache_size_limit=max(dynamo.cache_size_limit, self.shapes),
+            accumulated_cache_size_limit=max(dynamo.accumulated_cache_size_limit, self.shapes),
         )
 
     def _step(self, buf: _Buffers) -> torch.Tensor:
@@ -197,12 +200,14 @@ class StaticDecoder:
             return self._forward(buf)
         try:
             return self.step(buf)
-        except torch._dynamo.exc.FailOnRecompileLimitHit as e:
+        except Exception as e:
+            if type(e).__name__ not in LIMIT_ERRORS:
+                raise
             self.uncompiled.add(shape)
             log.warning(
                 "static decoder: dynamo's recompile limit (%d) reached at the bucket of %d rows x %d "
                 "columns; that shape decodes uncompiled from now on (%d shape(s) so far). The error: %s",
-                torch._dynamo.config.recompile_limit,
+                torch._dynamo.config.cache_size_limit,
                 *shape,
                 len(self.uncompiled),
                 e,
