@@ -183,15 +183,18 @@ class StaticDecoder:
     def _limits(self) -> Any:
         """For a call of a compiled step: dynamo's recompile limits raised to :attr:`shapes` and reaching
         them made an error (:meth:`_step` decodes that shape uncompiled), restored when the call ends.
-        The settings by their names before torch 2.7 (``cache_size_limit``...; aliases since)."""
+        The settings by their names before torch 2.7 (``cache_size_limit``...; aliases since); a torch
+        without ``fail_on_cache_limit_hit`` runs a shape past the limit uncompiled unannounced."""
         if self.step == self._forward:
             return nullcontext()
         dynamo = torch._dynamo.config
-        return dynamo.patch(
-            fail_on_cache_limit_hit=True,
-            cache_size_limit=max(dynamo.cache_size_limit, self.shapes),
-            accumulated_cache_size_limit=max(dynamo.accumulated_cache_size_limit, self.shapes),
-        )
+        limits = {
+            "cache_size_limit": max(dynamo.cache_size_limit, self.shapes),
+            "accumulated_cache_size_limit": max(dynamo.accumulated_cache_size_limit, self.shapes),
+        }
+        if hasattr(dynamo, "fail_on_cache_limit_hit"):
+            limits["fail_on_cache_limit_hit"] = True
+        return dynamo.patch(**limits)
 
     def _step(self, buf: _Buffers) -> torch.Tensor:
         """One decode step: compiled, or uncompiled for a shape past the recompile limit (warned once)."""
