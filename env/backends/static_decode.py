@@ -15,7 +15,7 @@ every step and changes its batch's shape as rows finish. Here a call's shapes ar
   (temperature, top-p, stop tokens) runs on the device;
 - with ``graph``, the step is ``torch.compile(mode="reduce-overhead")``: captured once per shape as a
   CUDA graph and replayed; the adapters' stacked weights and the cache keep their storage, so new
-  adapter weights (copied in place at each call) need no new capture. The step calls the model under
+  adapter weights (copied in place at each call) need no new capture. The step calls the model beneath
   the PEFT wrapper (its LoRA layers run the stacked adapters, selected by row index), so it reads no
   ``active_adapter``: the trainer switching adapters between rollouts recompiles nothing. Each bucket
   shape compiles once; dynamo's recompile limit is raised, for this step alone, to the number of
@@ -139,8 +139,8 @@ class StaticDecoder:
         if graph and not torch.cuda.is_available():
             raise ValueError("graph decoding needs CUDA")
         self.model = model
-        # what the compiled step calls: the model under a PEFT wrapper, whose forward reads (and dynamo
-        # guards on) the active adapter; the LoRA layers beneath run the stacked adapters by row index
+        # what the compiled step calls: the model beneath a PEFT wrapper (whose forward reads the active
+        # adapter, which dynamo then guards on); its LoRA layers run the stacked adapters by row index
         self.inner = model.get_base_model() if hasattr(model, "get_base_model") else model
         self.max_bytes = max_bytes
         self.max_rows = max_rows
