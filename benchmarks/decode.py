@@ -173,6 +173,20 @@ def anchor_call(model, tokenizer, device, args) -> Callable[[], int]:
     return call
 
 
+def path_label(path: str, backend: HFBackend, device: str) -> str:
+    """The path's name as measured: for auto, the path it chose (after a failed graph, the one it fell
+    back to); with the shapes that met dynamo's recompile limit and decoded uncompiled, if any."""
+    notes = []
+    if path == "auto":
+        notes.append(backend.decode)
+        if backend.decode != pick_decode("auto", device):
+            notes.append("graph failed")
+    uncompiled = len(backend._static.uncompiled) if backend._static is not None else 0
+    if uncompiled:
+        notes.append(f"{uncompiled} shape(s) uncompiled: recompile limit")
+    return f"{path} ({', '.join(notes)})" if notes else path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m-instruct")
@@ -245,13 +259,8 @@ def main() -> None:
         if k == 0 and args.anchor:
             calls[ANCHOR] = anchor_call(model, tokenizer, device, args)
         for name, (first, seconds, tokens) in side_by_side(calls, args.repeats).items():
-            if name == "auto":  # the path auto chose; after a failed graph, the one it fell back to
-                used = backends[name][0].decode
-                name = (
-                    f"auto ({used})"
-                    if used == pick_decode("auto", device)
-                    else f"auto ({used}, graph failed)"
-                )
+            if name in backends:
+                name = path_label(name, backends[name][0], device)
             results.append(Measure(name, len(names), tokens, seconds, args.max_tokens, first))
         for backend, _ in backends.values():
             backend.close()

@@ -10,12 +10,13 @@ that says "not measured", so a check cut short still reports what it finished):
 - ``update_1b.json``: ``benchmarks/train_step.py --only update --json``;
 - ``study.json``: ``benchmarks/study_plan.py --json``;
 - ``iteration_1b_n3.torch.log``: the 1B N = 3 run's ``TORCH_LOGS=recompiles,graph_breaks`` output
-  (``TORCH_LOGS_OUT``), whose recompiles and graph breaks are counted.
+  (``TORCH_LOGS_OUT``), whose recompiles and graph breaks are counted (and a recompile limit dynamo hit
+  named: past it calls run uncompiled).
 
 The memory targets are what a user needs of the defaults on an 80 GB card: each of the 1B N = 3, 1B N = 10
 and 7B N = 3 runs trains every iteration asked without running out of memory; the update's peak stays
-within the plan autosize printed (what the process held before training plus the estimated activations)
-with 10% to spare; each study worker's peak stays within its share of the card.
+within the plan autosize printed (what the process held before training, the decode buffers the rollouts
+keep and the estimated activations) with 10% to spare; each study worker's peak stays within its share of the card.
 
 Prints the table (markdown): each target's measured value, the goal and whether it was met ("-" where a row
 is reported without a goal); ``--failed`` names the check's parts that failed, in the title; ``--left``
@@ -130,6 +131,9 @@ def recompile_row(log: str | None) -> Row:
     )
     common = max(set(reasons), key=reasons.count)[:100] if reasons else None
     measured = f"{recompiles} recompiles, {breaks} graph breaks" + (f" (most: {common})" if common else "")
+    limits = sorted(set(re.findall(r"torch._dynamo hit config\.(\w+)", log)))
+    if limits:  # past it dynamo runs the function uncompiled
+        measured += f"; {', '.join(limits)} hit: some calls ran uncompiled"
     return Row(what, measured)
 
 
@@ -153,11 +157,13 @@ def memory_rows(found: dict[str, dict]) -> list[Row]:
             it["update_peak_gib"] for it in record.get("iterations", []) if "update_peak_gib" in it
         ]
         if "plan_activations_gib" in record and update_peaks:
-            planned = record["plan_held_gib"] + record["plan_activations_gib"]
+            planned = (
+                record["plan_held_gib"] + record.get("plan_kept_gib", 0) + record["plan_activations_gib"]
+            )
             most = max(update_peaks)
             rows.append(
                 Row(
-                    f"{what}: update peak / the plan autosize printed (held + estimated activations)",
+                    f"{what}: update peak / the plan autosize printed (held + decode buffers + estimated activations)",
                     f"{most / planned:.2f}x ({most:.1f} / {planned:.1f} GiB; "
                     f"{record['plan_free_gib']:.1f} GiB free at planning)",
                     f"<= {PLAN_MARGIN}x",

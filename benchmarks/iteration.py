@@ -15,8 +15,8 @@ temporary folder).
 
 ``--json FILE`` is written after every iteration (a run killed mid-way keeps what it finished) and once
 more at the end: the iterations asked for and done, the error a failed run ended with (an out-of-memory,
-say), and on a GPU the update plan autosize printed (its estimated activations and what the process held
-before training), which ``benchmarks/gpu_targets.py`` holds each phase's peak against.
+say), and on a GPU the update plan autosize printed (its estimated activations, the decode buffers it set
+aside and what the process held before training), which ``benchmarks/gpu_targets.py`` holds each phase's peak against.
 """
 
 from __future__ import annotations
@@ -131,6 +131,7 @@ def main() -> None:
                     plan = {
                         "plan_held_gib": torch.cuda.memory_allocated() / 2**30,
                         "plan_activations_gib": update.peak_bytes / 2**30,
+                        "plan_kept_gib": update.kept_bytes / 2**30,
                         "plan_free_gib": (update.free_bytes or 0) / 2**30,
                     }
                 watcher.start()

@@ -85,6 +85,7 @@ def bench_config(args, out: Path, iterations: int):
         questions_per_iteration=args.questions, max_iterations=iterations, eval_questions=0,
         warmup_fraction=0.0, alpha=[0.3], beta=[0.3], gamma=[0.3], lambda_=[1.0], eta=[0.01],
         learning_rate=1e-4, warmup_steps=0, output_dir=str(out), save_steps=10_000, progress=False,
+        hf_decode=args.decode,
     )  # fmt: skip
 
 
@@ -323,6 +324,13 @@ def main() -> int:
         "--update-modes",
         default=",".join(UPDATE_MODES),
         help="the update measurement's modes, comma-separated (default: all): " + ", ".join(UPDATE_MODES),
+    )
+    parser.add_argument(
+        "--decode",
+        choices=["auto", "eager", "stacked", "graph"],
+        default="auto",
+        help="the rollouts' decode path (hf_decode); --only update needs no compiled one: eager skips the "
+        "CUDA graph's compiles (tens of seconds each on a GPU)",
     )
     parser.add_argument("--only", choices=["iteration", "update", "sync", "memory"], default=None)
     parser.add_argument("--vllm", action="store_true", help="also time a vLLM engine (needs vllm)")

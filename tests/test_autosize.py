@@ -97,14 +97,34 @@ def test_on_a_gpu_the_free_memory_sizes_the_update(monkeypatch):
         parameters=lambda: iter([torch.zeros(1, dtype=torch.bfloat16)]),
     )
     assert ModelShape.of(model) == SHAPE
-    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (500_000_000, 80 * 2**30))
+    # 4 GiB of the free memory go to the hf backend's graph decode buffers (2 x kv_cache_gib 2), 5e8 left
+    free = 500_000_000 + 4 * 2**30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, 80 * 2**30))
     config = TrainConfig(questions_per_iteration=8, n_agents=3, rounds=2, max_tokens=64)
     resolved, plan = autosize.resolve(config, [model], world=1, device="cuda:0")
     # 8 debates of 800 positions and 192 scored tokens: 8 x (800 x 16,384 + 1,920,000) + 1024 x 73,728
     # = 195,713,024 bytes with checkpointing fit 3.5e8; one debate without (473,779,200) does not
     assert (resolved.gradient_checkpointing, resolved.gradient_accumulation_steps) == (True, 1)
     assert resolved.logprob_token_budget == 1024 and plan.peak_bytes == 195_715_072
-    assert "0.2 GiB of 0.5 GiB free" in plan.describe([])
+    assert plan.kept_bytes == 4 * 2**30
+    assert "0.2 GiB of 4.5 GiB free, 4.0 GiB of it kept for the decode buffers" in plan.describe([])
+
+
+def test_the_decode_buffers_the_rollouts_keep_are_set_aside_before_sizing():
+    """2e9 bytes free, 5e8 of them kept by the decoder: 1.05e9 usable, passes of 1.05e9 / 4 / 83,728 =
+    3135 positions -> 2048; 4 to 7 micro-batches hold 2 debates (1.18e9 bytes: too many), 8 hold one
+    (5.9e8): they fit. Without the decoder's share, 4 micro-batches would have been planned."""
+    plan = plan_update(SHAPE, WORK, free_bytes=2_000_000_000, kept_bytes=500_000_000)
+    assert plan == UpdatePlan(2048, 8, False, 591_824_000, 2_000_000_000, kept_bytes=500_000_000)
+    assert plan_update(SHAPE, WORK, free_bytes=2_000_000_000).gradient_accumulation_steps == 4
+    # what each engine keeps per base model: the hf backend's stacked paths 2 x kv_cache_gib (2 GiB)
+    gib = 2**30
+    hf = TrainConfig()
+    assert autosize.decode_kept_bytes(hf, "cuda:0") == 4 * gib  # auto: the CUDA graph
+    assert autosize.decode_kept_bytes(hf, "cpu") == 0  # auto: the eager loop, which keeps none
+    assert autosize.decode_kept_bytes(TrainConfig(hf_decode="stacked"), "cpu") == 4 * gib
+    assert autosize.decode_kept_bytes(TrainConfig(hf_decode="eager"), "cuda:0") == 0
+    assert autosize.decode_kept_bytes(TrainConfig(backend="vllm"), "cuda:0") == 0
 
 
 def test_auto_sizes_are_null_in_a_recipe_and_explicit_ones_still_checked():

@@ -379,3 +379,107 @@ def test_a_graph_asked_for_or_out_of_memory_stays_an_error(
     with pytest.raises(BackendError, match="hf generation failed"):
         backend.generate(requests_for([*tiny_lora_adapters, None]))
     assert backend.decode == "graph"
+
+
+def counting_backend(graphs: list, runs: list | None = None):
+    """A ``torch.compile`` backend that records each graph dynamo hands it and runs it uncompiled (each
+    run of a compiled graph appended to ``runs``: its index in ``graphs``)."""
+
+    def count(graph, inputs):
+        graphs.append(graph)
+        index = len(graphs) - 1
+
+        def forward(*args):
+            if runs is not None:
+                runs.append(index)
+            return graph.forward(*args)
+
+        return forward
+
+    return count
+
+
+def test_switching_the_active_adapter_between_rollouts_recompiles_nothing(policy):
+    """The trainer's update makes each agent's adapter the PEFT model's active one in turn
+    (``MultiAgentPolicy._set_active``); the compiled decode step reads no ``active_adapter`` (on an H200
+    each switch recompiled every bucket, issue 50), so rollouts after a switch reuse the compiled code."""
+    model = policy.models[policy.base_model]
+    pad = policy.tokenizer.pad_token_id
+    graphs: list = []
+    kwargs = dict(max_new_tokens=4, temperature=1.0, top_p=1.0, stops=set(), adapters=NAMES[:5])
+    ids, attention = batch(pad, [4, 7, 5, 7, 3])
+    active = model.active_adapter
+    decoder = StaticDecoder(model, max_rows=8, compile_backend=counting_backend(graphs))
+    try:
+        assert_same(*both(model, decoder, 0, input_ids=ids, attention=attention, **kwargs))
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            for agent in (1, 2, 0):
+                policy._set_active(agent)  # as the update does, agent by agent
+                assert model.active_adapter == policy.adapter_names[agent]
+                assert_same(*both(model, decoder, agent, input_ids=ids, attention=attention, **kwargs))
+        assert len(graphs) == 1
+    finally:
+        decoder.close()
+        model.set_adapter(active)
+
+
+def test_shape_count_by_hand():
+    """Rows buckets 1, 2, 3, 4, 6 (fewest rows in each: 1, 2, 3, 4, 5) and column buckets 64, 96, 128
+    (fewest columns: 1, 65, 97): 15 shapes; at most 200 positions in a call of several rows: one row any
+    columns (3), 2 rows 2/130/194 (3), 3 rows 3/195 (2), 4 and 5 rows only the first (1 + 1): 10."""
+    from udpo.env.backends.static_decode import bucket_sizes, shape_count
+
+    assert bucket_sizes(6) == [1, 2, 3, 4, 6] and bucket_sizes(100, 64) == [64, 96, 128]
+    assert shape_count(6, 128) == 15
+    assert shape_count(6, 128, max_positions=200) == 10
+
+
+def test_the_hf_backend_bounds_its_decoders_shapes_by_its_kv_cap(tiny_model, tiny_lora_adapters):
+    from udpo.env.backends.hf import kv_bytes_per_token
+    from udpo.env.backends.static_decode import context_length, shape_count
+
+    backend = HFBackend(model=tiny_model, dtype="fp32", decode="stacked", max_batch=24, kv_cache_gib=0.001)
+    for name, path in tiny_lora_adapters.items():
+        backend.load_adapter(name, path)
+    decoder = backend._decoder()
+    positions = int(2**30 * 0.001 // kv_bytes_per_token(backend.model))
+    assert decoder.shapes == shape_count(24, context_length(backend.model), positions)
+    assert decoder.shapes < shape_count(24, context_length(backend.model))  # the cap bounds them
+    assert decoder.max_bytes == 2 * 0.001 * 2**30
+    backend.close()
+
+
+def test_a_shape_past_the_recompile_limit_decodes_uncompiled_and_says_so(policy, caplog):
+    """A decoder whose calls meet more bucket shapes than its recompile limit (one, here): the first shape
+    is compiled; the second meets the limit, warns once and decodes uncompiled, the same tokens as the
+    eager loop; the first shape still runs its compiled code (no new graph); the limit applies to this
+    step alone (dynamo's global setting is untouched)."""
+    model = policy.models[policy.base_model]
+    pad = policy.tokenizer.pad_token_id
+    graphs: list = []
+    runs: list = []
+    kwargs = dict(max_new_tokens=4, temperature=1.0, top_p=1.0, stops=set())
+    small = batch(pad, [4, 7, 5, 7, 3], seed=0)  # bucket 6 x 64
+    large = batch(pad, [70, 66, 61], seed=1)  # bucket 3 x 96
+    limit = torch._dynamo.config.recompile_limit
+    decoder = StaticDecoder(model, max_rows=8, compile_backend=counting_backend(graphs, runs))
+    assert decoder.shapes > 2
+    decoder.shapes = 1
+    compiled_steps = []
+    try:
+        with torch._dynamo.config.patch(recompile_limit=1), caplog.at_level("WARNING"):
+            for seed, (ids, attention) in enumerate([small, large, small, large]):
+                adapters = NAMES[: len(ids)]
+                before = len(runs)
+                assert_same(*both(model, decoder, seed, input_ids=ids, attention=attention, adapters=adapters,
+                                  **kwargs))  # fmt: skip
+                compiled_steps.append(len(runs) - before)
+        # 3 decode steps a call (4 tokens; the first from the prompt pass): compiled for the small bucket,
+        # before and after the large one met the limit; uncompiled for the large one
+        assert compiled_steps == [3, 0, 3, 0]
+        assert len(graphs) == 1 and decoder.uncompiled == {(3, 96)}
+        warnings = [r for r in caplog.records if "recompile limit (1) reached" in r.getMessage()]
+        assert len(warnings) == 1 and "3 rows x 96 columns" in warnings[0].getMessage()
+        assert torch._dynamo.config.recompile_limit == limit
+    finally:
+        decoder.close()

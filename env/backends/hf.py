@@ -42,6 +42,11 @@ DTYPES = {
 #: decode paths of the hf backend (see :func:`pick_decode`)
 DECODE_MODES = ("auto", "eager", "stacked", "graph")
 
+#: KV cache one sampling loop may fill, GiB (:class:`HFBackend`'s ``kv_cache_gib`` default)
+KV_CACHE_GIB = 2.0
+#: the stacked decode paths keep up to this many calls' KV cache (``kv_cache_gib`` each) across calls
+KEPT_KV_CALLS = 2
+
 #: forced decoding keeps at most this many (row x response position) logit vectors in memory at once
 SCORE_POSITIONS = 1024
 
@@ -118,6 +123,13 @@ def pick_decode(name: str, device: str) -> str:
     if name == "graph" and not cuda:
         raise ValueError(f"decode: graph needs a CUDA device, got {device!r}")
     return name
+
+
+def kept_kv_bytes(decode: str, device: str, kv_cache_gib: float = KV_CACHE_GIB) -> int:
+    """Bytes of KV buffers an :class:`HFBackend` with ``decode`` on ``device`` keeps between its calls
+    (through a training update too): ``KEPT_KV_CALLS x kv_cache_gib`` on the stacked paths (:func:`pick_decode`),
+    none on the eager loop."""
+    return 0 if pick_decode(decode, device) == "eager" else int(KEPT_KV_CALLS * kv_cache_gib * 2**30)
 
 
 _logged: set[str] = set()
@@ -200,7 +212,8 @@ class HFBackend(Backend):
     prefix_cache: inside :meth:`reuse_prefixes`, start prompts from the keys and values of earlier rows
     (False: every prompt runs whole; the results are the same up to rounding).
     decode: the decode path, :func:`pick_decode` ("auto": a CUDA graph on GPU, the eager loop on CPU);
-    the stacked paths keep up to twice ``kv_cache_gib`` of KV buffers across calls. Models they cannot
+    the stacked paths keep up to ``KEPT_KV_CALLS`` (2) times ``kv_cache_gib`` of KV buffers across calls
+    (:mod:`udpo.training.autosize` plans the update around them). Models they cannot
     run (cache layers other than full attention, LoRA variants other than plain linear LoRA) decode
     eagerly; the choice is logged once. Where "auto" picked the graph and compiling or capturing it fails
     (a RuntimeError other than running out of memory), the call is made again stacked, uncompiled, and
@@ -218,7 +231,7 @@ class HFBackend(Backend):
         device: str | None = None,
         dtype: str = "auto",
         max_batch: int = 512,
-        kv_cache_gib: float = 2.0,
+        kv_cache_gib: float = KV_CACHE_GIB,
         chat_template_kwargs: dict | None = None,
         prefix_cache: bool = True,
         decode: str = "auto",
@@ -446,7 +459,11 @@ class HFBackend(Backend):
                 mode = "stacked"
             if StaticDecoder.supported(self.model):
                 self._static = StaticDecoder(
-                    self.model, graph=mode == "graph", max_bytes=2 * self.kv_bytes, max_rows=self.max_batch
+                    self.model,
+                    graph=mode == "graph",
+                    max_bytes=KEPT_KV_CALLS * self.kv_bytes,
+                    max_rows=self.max_batch,
+                    max_positions=int(self.kv_bytes // kv_bytes_per_token(self.model)),
                 )
                 why = (
                     " (not graph: ZeRO-3 gathers the weights afresh for every rollout)"

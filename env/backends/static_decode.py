@@ -15,7 +15,12 @@ every step and changes its batch's shape as rows finish. Here a call's shapes ar
   (temperature, top-p, stop tokens) runs on the device;
 - with ``graph``, the step is ``torch.compile(mode="reduce-overhead")``: captured once per shape as a
   CUDA graph and replayed; the adapters' stacked weights and the cache keep their storage, so new
-  adapter weights (copied in place at each call) need no new capture.
+  adapter weights (copied in place at each call) need no new capture. The step calls the model beneath
+  the PEFT wrapper (its LoRA layers run the stacked adapters, selected by row index), so it reads no
+  ``active_adapter``: the trainer switching adapters between rollouts recompiles nothing. Each bucket
+  shape compiles once; dynamo's recompile limit is raised, for this step alone, to the number of
+  shapes the decoder can meet (:func:`shape_count`), and a shape past it decodes uncompiled with a
+  warning (:attr:`StaticDecoder.uncompiled`), never silently.
 
 The prompt pass is the eager loop's (:func:`.decoding.prompt_pass`, variable shapes, not captured) with
 the stacked adapters; its keys and values are copied into the bucket's cache. Draws are the eager loop's
@@ -27,6 +32,7 @@ not the eager loop's (the hf backend seeds each call when a seed is given).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -38,10 +44,14 @@ import torch
 from .decoding import RowKV, Sampled, _draw, _read_kv, _uniforms, prefix_reuse_supported, prompt_pass, results
 from .stacked import StackedAdapters, _static
 
+log = logging.getLogger(__name__)
+
 #: decode steps between two reads of the finished mask on the host
 SYNC_EVERY = 8
 #: the smallest KV cache bucket (columns)
 MIN_COLUMNS = 64
+#: what dynamo raises at its recompile limit when told to (``torch._dynamo.exc``; renamed in torch 2.7)
+LIMIT_ERRORS = ("FailOnRecompileLimitHit", "FailOnCacheLimitHit")
 
 
 def bucket(n: int, smallest: int = 1) -> int:
@@ -50,6 +60,35 @@ def bucket(n: int, smallest: int = 1) -> int:
     while size < n:
         size *= 2
     return size * 3 // 4 if size >= 4 and size * 3 // 4 >= n else size
+
+
+def bucket_sizes(largest: int, smallest: int = 1) -> list[int]:
+    """Every bucket (:func:`bucket`) from ``bucket(1, smallest)`` to ``bucket(largest, smallest)``."""
+    sizes = [bucket(1, smallest)]
+    while sizes[-1] < bucket(largest, smallest):
+        sizes.append(bucket(sizes[-1] + 1, smallest))
+    return sizes
+
+
+def shape_count(max_rows: int, max_columns: int, max_positions: int | None = None) -> int:
+    """How many (rows, columns) buckets calls of at most ``max_rows`` rows and ``max_columns`` KV columns
+    fall into, where a call of more than one row holds at most ``max_positions`` rows x columns (None: no
+    such bound). A bucket counts if the fewest rows and columns that land in it fit."""
+    rows, columns = bucket_sizes(max_rows), bucket_sizes(max_columns, MIN_COLUMNS)
+    fewest_rows = [1] + [r + 1 for r in rows[:-1]]
+    fewest_columns = [1] + [c + 1 for c in columns[:-1]]
+    return sum(
+        1
+        for r in fewest_rows
+        for c in fewest_columns
+        if r == 1 or max_positions is None or r * c <= max_positions
+    )
+
+
+def context_length(model) -> int:
+    """The most positions ``model`` reads (its config's ``max_position_embeddings``; 2^17 if unset)."""
+    config = getattr(model.config, "text_config", None) or model.config
+    return int(getattr(config, "max_position_embeddings", None) or 2**17)
 
 
 def _cache_tensors(cache: Any) -> list[torch.Tensor]:
@@ -76,7 +115,11 @@ class StaticDecoder:
     only). max_bytes: KV cache kept allocated across calls, all shapes together. max_rows: the most rows
     a call decodes (the stacked adapters' slot index is sized for its bucket once). compile_backend:
     without ``graph``, compile the step with this ``torch.compile`` backend (the tests: "eager" on a CPU,
-    where dynamo's guards and recompiles are those of the graph path).
+    where dynamo's guards and recompiles are those of the graph path). max_positions: the most rows x KV
+    columns a call of several rows holds (the hf backend's KV cap; None: no bound), which with
+    ``max_rows`` and the model's context length bounds the shapes a compiled step compiles for
+    (:attr:`shapes`, its recompile limit). A shape past that limit decodes uncompiled (listed in
+    :attr:`uncompiled`, with a warning).
 
     A compiled step never recompiles for a buffer it has seen the shape of: every buffer it reads is
     marked static without an identity guard (:func:`.stacked._static`), so a bucket evicted at
@@ -91,10 +134,14 @@ class StaticDecoder:
         max_bytes: float = 4 * 2**30,
         max_rows: int = 1,
         compile_backend: str | Callable | None = None,
+        max_positions: int | None = None,
     ):
         if graph and not torch.cuda.is_available():
             raise ValueError("graph decoding needs CUDA")
         self.model = model
+        # what the compiled step calls: the model beneath a PEFT wrapper (whose forward reads the active
+        # adapter, which dynamo then guards on); its LoRA layers run the stacked adapters by row index
+        self.inner = model.get_base_model() if hasattr(model, "get_base_model") else model
         self.max_bytes = max_bytes
         self.max_rows = max_rows
         self.buffers: dict[tuple[int, int], _Buffers] = {}  # (rows, columns) -> buffers, oldest first
@@ -106,6 +153,10 @@ class StaticDecoder:
             self.step = torch.compile(self._forward, backend=compile_backend, dynamic=False)
         self.graph = graph
         self.compiled = graph or compile_backend is not None
+        #: the bucket shapes calls can meet: the compiled step's recompile limit
+        self.shapes = shape_count(max_rows, context_length(model), max_positions)
+        #: shapes that met dynamo's recompile limit all the same and decode uncompiled
+        self.uncompiled: set[tuple[int, int]] = set()
 
     def close(self) -> None:
         """Free the buffers and, if the step was compiled, reset dynamo (its caches hold the compiled
@@ -121,13 +172,50 @@ class StaticDecoder:
         return prefix_reuse_supported(model) and StackedAdapters.supported(model)
 
     def _forward(self, buf: _Buffers) -> torch.Tensor:
-        return self.model(
+        return self.inner(
             input_ids=buf.tokens,
             attention_mask=buf.mask,
             position_ids=buf.positions,
             past_key_values=buf.cache,
             use_cache=True,
         ).logits[:, -1]
+
+    def _limits(self) -> Any:
+        """For a call of a compiled step: dynamo's recompile limits raised to :attr:`shapes` and reaching
+        them made an error (:meth:`_step` decodes that shape uncompiled), restored when the call ends.
+        The settings by their names before torch 2.7 (``cache_size_limit``...; aliases since); a torch
+        without ``fail_on_cache_limit_hit`` runs a shape past the limit uncompiled unannounced."""
+        if self.step == self._forward:
+            return nullcontext()
+        dynamo = torch._dynamo.config
+        limits = {
+            "cache_size_limit": max(dynamo.cache_size_limit, self.shapes),
+            "accumulated_cache_size_limit": max(dynamo.accumulated_cache_size_limit, self.shapes),
+        }
+        if hasattr(dynamo, "fail_on_cache_limit_hit"):
+            limits["fail_on_cache_limit_hit"] = True
+        return dynamo.patch(**limits)
+
+    def _step(self, buf: _Buffers) -> torch.Tensor:
+        """One decode step: compiled, or uncompiled for a shape past the recompile limit (warned once)."""
+        shape = (len(buf.tokens), buf.mask.shape[1])
+        if shape in self.uncompiled:
+            return self._forward(buf)
+        try:
+            return self.step(buf)
+        except Exception as e:
+            if type(e).__name__ not in LIMIT_ERRORS:
+                raise
+            self.uncompiled.add(shape)
+            log.warning(
+                "static decoder: dynamo's recompile limit (%d) reached at the bucket of %d rows x %d "
+                "columns; that shape decodes uncompiled from now on (%d shape(s) so far). The error: %s",
+                torch._dynamo.config.cache_size_limit,
+                *shape,
+                len(self.uncompiled),
+                e,
+            )
+            return self._forward(buf)
 
     def _adapters(self) -> StackedAdapters:
         """The stacked adapters, rebuilt if the model's adapters changed, else refreshed in place."""
@@ -180,7 +268,7 @@ class StaticDecoder:
         stack = self._adapters() if adapters is not None else None
         if stack is not None:
             stack.select(stack.slots(adapters))
-        with stack or nullcontext():
+        with stack or nullcontext(), self._limits():
             prompt, logits, attention, positions, prompt_end = prompt_pass(
                 self.model, input_ids, attention, prefixes, answer_columns=0
             )
@@ -228,7 +316,7 @@ class StaticDecoder:
                 buf.positions.add_(1)
                 if self.graph:
                     torch.compiler.cudagraph_mark_step_begin()
-                logits = self.step(buf)
+                logits = self._step(buf)
             kept: dict[int, RowKV] = {}
             if keep_kv:
                 every = torch.arange(rows, device=device)

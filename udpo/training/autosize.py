@@ -9,6 +9,12 @@ checkpointing only where the activations of one debate at a time would not fit o
 with other runs (``UDPO_GPU_MEMORY_SHARE``, :mod:`udpo.gpu_share`) sizes from its share of the card, not
 from all that is free.
 
+Besides what the process holds when the plan is made, the update shares the device with what the
+rollouts keep between their calls: the hf backend's decode buffers on its stacked paths (up to
+``KEPT_KV_CALLS x kv_cache_gib`` per base model, :func:`udpo.env.backends.hf.kept_kv_bytes`), allocated
+at the first rollout. They are set aside from the free memory before the update is sized
+(``UpdatePlan.kept_bytes``).
+
 The estimate is deliberately generous (every tensor a Llama-type layer keeps for backward, the fp32
 copies of the norms included), so that the plan leaves room for what it does not count: the allocator's
 slack and the optimizer's few LoRA tensors.
@@ -119,7 +125,8 @@ class Workload:
 class UpdatePlan:
     """The sizes the update runs with, and the estimate behind them (``peak_bytes``: one micro-batch's
     activations; ``free_bytes``: what the device had free, within this process's ``share`` of the card
-    where one is set; None on a CPU)."""
+    where one is set; None on a CPU; ``kept_bytes``: of that, what the rollouts' decode buffers will
+    hold through the update, set aside)."""
 
     logprob_token_budget: int
     gradient_accumulation_steps: int
@@ -127,6 +134,7 @@ class UpdatePlan:
     peak_bytes: int | None = None
     free_bytes: int | None = None
     share: float | None = None
+    kept_bytes: int = 0
 
     def describe(self, auto: list[str]) -> str:
         """One line for the log: the sizes, which of them were sized here, and the estimate."""
@@ -137,9 +145,14 @@ class UpdatePlan:
         if self.free_bytes is None or self.peak_bytes is None:  # on a CPU
             return f"update sizes: {sizes}"
         within = "" if self.share is None else f" within this process's GPU memory share {self.share:.3g}"
+        kept = (
+            f", {self.kept_bytes / 2**30:.1f} GiB of it kept for the decode buffers"
+            if self.kept_bytes
+            else ""
+        )
         return (
             f"update sizes: {sizes}; estimated activations {self.peak_bytes / 2**30:.1f} GiB of "
-            f"{self.free_bytes / 2**30:.1f} GiB free{within}"
+            f"{self.free_bytes / 2**30:.1f} GiB free{within}{kept}"
         )
 
 
@@ -163,15 +176,20 @@ def token_budget(shape: ModelShape, usable: int) -> int:
 
 
 def plan_update(
-    shape: ModelShape, work: Workload, free_bytes: int, explicit: dict[str, Any] | None = None
+    shape: ModelShape,
+    work: Workload,
+    free_bytes: int,
+    explicit: dict[str, Any] | None = None,
+    kept_bytes: int = 0,
 ) -> UpdatePlan:
-    """The update's sizes for ``free_bytes`` of device memory; ``explicit`` settings (a recipe's values)
-    are kept as given and the others chosen around them: the token budget first, then the fewest
-    micro-batches whose activations fit ``MEMORY_SHARE`` of the free memory without gradient checkpointing,
-    else with it. Where even one debate per micro-batch does not fit, the smallest micro-batches with
-    checkpointing (the estimate is generous; the run may still fit)."""
+    """The update's sizes for ``free_bytes`` of device memory of which ``kept_bytes`` will be held by
+    the rollouts' decode buffers; ``explicit`` settings (a recipe's values) are kept as given and the
+    others chosen around them: the token budget first, then the fewest micro-batches whose activations
+    fit ``MEMORY_SHARE`` of the free memory left without gradient checkpointing, else with it. Where even
+    one debate per micro-batch does not fit, the smallest micro-batches with checkpointing (the estimate
+    is generous; the run may still fit)."""
     explicit = {k: v for k, v in (explicit or {}).items() if v is not None}
-    usable = int(free_bytes * MEMORY_SHARE)
+    usable = int(max(0, free_bytes - kept_bytes) * MEMORY_SHARE)
     budget = explicit.get("logprob_token_budget") or token_budget(shape, usable)
     counts = [explicit["gradient_accumulation_steps"]] if "gradient_accumulation_steps" in explicit else None
     checkpointing = (
@@ -183,7 +201,19 @@ def plan_update(
         candidates[-1],
     )
     ckpt, n = chosen
-    return UpdatePlan(budget, n, ckpt, micro_batch_bytes(shape, work, n, ckpt, budget), free_bytes)
+    peak = micro_batch_bytes(shape, work, n, ckpt, budget)
+    return UpdatePlan(budget, n, ckpt, peak, free_bytes, kept_bytes=kept_bytes)
+
+
+def decode_kept_bytes(config: Any, device: str) -> int:
+    """Bytes the rollout backend's decode buffers keep through an update, per base model: the hf backend
+    on the live model keeps its stacked paths' KV buffers (:func:`udpo.env.backends.hf.kept_kv_bytes`);
+    another engine (vLLM: its own memory share) none here."""
+    if not config.backend_capabilities.serves_live_model:
+        return 0
+    from udpo.env.backends.hf import kept_kv_bytes
+
+    return kept_kv_bytes(config.hf_decode, device)
 
 
 def resolve(
@@ -193,7 +223,8 @@ def resolve(
     plan. On a CUDA device they are sized from its free memory now (the least over the processes, which
     must split their work alike), for the largest of the team's base ``models``; with a ``share`` of the
     card (several runs on one GPU) from what is left of that share (:func:`udpo.gpu_share.usable_bytes`);
-    elsewhere auto is ``CPU_DEFAULTS``. Every process calls it."""
+    elsewhere auto is ``CPU_DEFAULTS``. The decode buffers the rollouts keep (:func:`decode_kept_bytes`,
+    per base model) are set aside first. Every process calls it."""
     explicit = {name: getattr(config, name) for name in CPU_DEFAULTS}
     if not device.startswith("cuda"):
         plan = UpdatePlan(
@@ -209,8 +240,9 @@ def resolve(
         free = usable_bytes(free, total, torch.cuda.memory_reserved(torch.device(device)), share)
         free = -dist.max_over_processes(-free)  # the least any process has: every process sizes alike
         shape = max((ModelShape.of(m) for m in models), key=lambda m: m.token_bytes(checkpointing=False))
+        kept = len(models) * decode_kept_bytes(config, device)
         plan = dataclasses.replace(
-            plan_update(shape, Workload.bound(config, world), free, explicit), share=share
+            plan_update(shape, Workload.bound(config, world), free, explicit, kept), share=share
         )
     chosen = {name: getattr(plan, name) for name in CPU_DEFAULTS}
     return dataclasses.replace(config, **chosen), plan
