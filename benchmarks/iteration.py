@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "scripts"), str(REPO / "benchmarks")]
 
 import check_model  # noqa: E402  (scripts/check_model.py)
-from multiprocess import iteration_figures, train_records  # noqa: E402  (benchmarks/multiprocess.py)
+from launch_paths import iteration_figures, train_records  # noqa: E402  (benchmarks/launch_paths.py)
 
 
 def line(figures: dict[str, float]) -> str:

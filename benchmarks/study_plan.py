@@ -28,7 +28,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from multiprocess import iteration_figures, train_records  # noqa: E402  (benchmarks/multiprocess.py)
+from launch_paths import iteration_figures, train_records  # noqa: E402  (benchmarks/launch_paths.py)
 
 
 def shortened_plan(plan: Path, out: Path, args: argparse.Namespace) -> Path:

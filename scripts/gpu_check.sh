@@ -289,19 +289,19 @@ part_paths() {
   python -c "import deepspeed" 2>/dev/null && paths=$paths,zero2,zero3 || echo "deepspeed not installed: ZeRO-2/3 skipped"
   echo "   hf rollouts, training: $paths ($processes processes where several)"
   rm -rf "$out/hf"
-  python benchmarks/multiprocess.py --config "$recipe" --iterations "$iterations" --processes "$processes" \
+  python benchmarks/launch_paths.py --config "$recipe" --iterations "$iterations" --processes "$processes" \
     --paths "$paths" --keep "$out/hf"
   if [ "$gpu_only" = 0 ]; then
     echo "   N = 10 agents, one process (single above is N = 3): iteration split and peak memory per phase"
     rm -rf "$out/agents10"
-    python benchmarks/multiprocess.py --config "$recipe" --iterations "$iterations" --paths single \
+    python benchmarks/launch_paths.py --config "$recipe" --iterations "$iterations" --paths single \
       --keep "$out/agents10" n_agents 10
   fi
   if python -c "import vllm" 2>/dev/null; then
     echo "   vllm rollouts (one engine per process, adapters synced after every update)"
     rm -rf "$out/vllm"
     vpaths=single; [ "$processes" -gt 1 ] && vpaths=$vpaths,ddp
-    python benchmarks/multiprocess.py --config "$recipe" --iterations "$iterations" --processes "$processes" \
+    python benchmarks/launch_paths.py --config "$recipe" --iterations "$iterations" --processes "$processes" \
       --paths "$vpaths" --keep "$out/vllm" backend vllm
   else
     echo "   vllm not installed: vllm rollouts skipped"

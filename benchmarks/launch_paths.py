@@ -1,6 +1,6 @@
 """Benchmark: one recipe trained by each multi-process path, side by side, with the iteration split.
 
-    python benchmarks/multiprocess.py [--config recipes/quickstart.yaml] [--iterations 3] [--processes 2]
+    python benchmarks/launch_paths.py [--config recipes/quickstart.yaml] [--iterations 3] [--processes 2]
         [--paths single,ddp,zero2,zero3] [--keep DIR] [KEY VALUE ...]
 
 Paths: ``single`` (``python train_udpo.py``), ``ddp`` (``torchrun``, gloo on CPU / NCCL on GPU), ``zero2``
