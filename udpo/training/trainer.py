@@ -40,11 +40,10 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from udpo.algorithms import algorithm_class, build_algorithm
 from udpo.algorithms.base import Algorithm, RolloutBatch, fill_behavior_logprobs
-from udpo.algorithms.reward_functions import RewardFunction, load_reward_functions
+from udpo.algorithms.reward_functions import RewardFunction
 from udpo.config import TrainConfig
-from udpo.config.groups import AlgorithmArgs, DebateArgs, ModelArgs, OptimizerArgs, RewardArgs, RunArgs
+from udpo.config.groups import AlgorithmArgs, ModelArgs, RewardArgs, RunArgs
 from udpo.env.backends.base import Backend
 from udpo.env.debate import DebateConfig
 from udpo.env.imports import load_callable
@@ -53,21 +52,20 @@ from udpo.env.protocols import Protocol
 from udpo.env.summary import summarize
 from udpo.env.tasks.base import Question
 from udpo.env.trajectory import Trajectory, TrajectoryWriter
-from udpo.training import autosize, calibration, checkpointing
+from udpo.training import calibration, checkpointing
 from udpo.training import checkpoint_store as ckpt
 from udpo.training import distributed as dist
 from udpo.training.callbacks import EvalCallback, UDPOCallback, split_callbacks
 from udpo.training.checkpointing import APPEND_ONLY, TRAIN_FILE
-from udpo.training.data import QuestionSchedule, check_context, load_training_data, split_warmup
+from udpo.training.data import QuestionSchedule, split_warmup
 from udpo.training.errors import TrainingError, explain_oom
 from udpo.training.memory import PhasePeaks
+from udpo.training.parts import algorithm_parts, build_parts
 from udpo.training.replay import RunReplay
-from udpo.training.rollouts import Rollouts
 from udpo.training.run_env import RunEnvironment
 from udpo.training.state import TrainingState
 from udpo.training.team import DEBATE_SETTINGS
 from udpo.training.tracking import Timer, Tracker, progress_bar
-from udpo.training.update import Updater
 
 __all__ = [
     "EvalCallback",
@@ -146,124 +144,32 @@ class Trainer:
             *eval_callbacks,
             *more_evals,
         ]
-        self.critic_needed = algorithm_class(config.algorithm).needs_critic
         self.env = RunEnvironment(config.group(ModelArgs), config.group(RunArgs))
         with self.env.closed_on_failure():
-            checkpointing.check_run_dir(config, deepspeed=self.env.deepspeed, critic=self.critic_needed)
-            self.reward_functions = (
-                list(reward_functions)
-                if reward_functions is not None
-                else load_reward_functions(
-                    config.reward_functions, config.reward_weights, config.reward_format
-                )
+            parts = build_parts(
+                config,
+                self.env,
+                backend,
+                model=model,
+                tokenizer=tokenizer,
+                lora=lora,
+                reward_functions=reward_functions,
             )
-            self.data = load_training_data(
-                config.group(DebateArgs),
-                config.group(OptimizerArgs),
-                config.group(RunArgs),
-                calibrates=not config.coefficients_explicit,
-            )
-            check_context(
-                config.group(ModelArgs), config.group(DebateArgs), self.data.task, self.data.questions
-            )
-            self.env.seed_initialization()  # identical initialization on every process
-            self._build_team(model, tokenizer, lora)
-            self.config = self._resolve()  # from here on the one configuration every part reads
-            self.env.seed_sampling()  # different sampling per process from here on
-            self._build_update_and_rollouts(backend)
+        self.config = parts.config  # resolved: the one configuration of the run from here on
+        self.reward_functions, self.data = parts.reward_functions, parts.data
+        self.policy, self.critic = parts.policy, parts.critic
+        self.updater, self.rollouts = parts.updater, parts.rollouts
         # built once the coefficients are known (calibration or checkpoint)
         self.algorithm: Algorithm | None = None
         self.replay: RunReplay | None = None
         self.tracker: Tracker | None = None
         self.state = TrainingState()  # where the run stands; what a checkpoint gives back on resume
 
-    # ------------------------------------------------------------------------------------------
-    # setup
-    # ------------------------------------------------------------------------------------------
-    def _build_team(self, model: Any, tokenizer: Any, lora: Any) -> None:
-        """The team (one base, one adapter per agent) and, for mappo / rmaac, the critic on its base."""
-        from udpo.training.policy import LoraSettings, MultiAgentPolicy
-
-        config = self.config
-        lora = lora or LoraSettings(
-            config.lora_r, config.lora_alpha, config.lora_dropout, config.lora_target_modules
-        )
-        with explain_oom(config):
-            self.policy = MultiAgentPolicy(
-                model=config.model if model is None else model,
-                tokenizer=tokenizer,
-                n_agents=config.n_agents,
-                lora=lora,
-                shared_adapter=config.shared_adapter,
-                agent_models=config.agent_models,
-                dtype=config.dtype,
-                device=self.env.device,
-                reference=config.reference,
-            )
-        self.policy.symmetric_passes = self.env.world > 1
-        self.critic = None
-        if self.critic_needed:
-            from udpo.algorithms.critic import Critic
-
-            self.critic = Critic(self.policy)
-
-    def _resolve(self) -> TrainConfig:
-        """The whole configuration: the update's auto sizes measured on the loaded team and checked
-        (:func:`udpo.training.autosize.resolve`), announced on the main process and applied to the team."""
-        models = list(self.policy.models.values())
-        env = self.env
-        config, plan = autosize.resolve(self.config, models, env.world, env.device, share=env.gpu_share)
-        if env.main:
-            auto = [k for k in autosize.CPU_DEFAULTS if getattr(self.config, k) is None]
-            print(plan.describe(auto), file=sys.stderr)
-        if config.gradient_checkpointing:
-            self.policy.enable_gradient_checkpointing()
-        return config
-
-    def _build_update_and_rollouts(self, backend: Backend | None) -> None:
-        """The optimizer and its update (``updater``), and the debate engine (``rollouts``)."""
-        config, env = self.config, self.env
-        total_steps = self.data.total_iterations * config.update_epochs
-        self.updater = Updater(
-            config.group(OptimizerArgs),
-            config.group(AlgorithmArgs),
-            self.policy,
-            env.accelerator,
-            total_steps=total_steps,
-            warmup_steps=config.warmup_for(total_steps),
-            temperature=config.temperature,
-            critic=self.critic,
-            deepspeed=env.deepspeed,
-            bf16=env.bf16,
-        )
-        self.rollouts = Rollouts(
-            config.group(ModelArgs),
-            config.group(DebateArgs),
-            config.group(RunArgs),
-            self.data.task,
-            self.policy,
-            env.rank,
-            env.world,
-            backend,
-            engine=self.updater.engine,
-            card_share=env.gpu_share,
-        )
-
     def use_calibration(self, record: dict[str, Any]) -> None:
         """Build the algorithm (and the replay buffer, whose priority uses the base weights) from a
         calibration record."""
-        cfg = self.config
         self.state.calibration = record
-        self.algorithm = build_algorithm(
-            cfg.group(AlgorithmArgs),
-            cfg.group(RewardArgs),
-            record,
-            self.critic,
-            self.reward_functions,
-            cfg.seed,
-        )
-        if cfg.replay:
-            self.replay = RunReplay(cfg.group(AlgorithmArgs), cfg.group(RewardArgs), cfg.seed, record)
+        self.algorithm, self.replay = algorithm_parts(self.config, record, self.critic, self.reward_functions)
 
     def _algorithm(self) -> Algorithm:
         """The algorithm, once :meth:`use_calibration` has built it."""
