@@ -103,6 +103,31 @@ def split_callbacks(callbacks: Sequence[Any]) -> tuple[list[UDPOCallback], list[
     return hooks, evals
 
 
+def load_callbacks(specs: Sequence[str]) -> list[EvalCallback]:
+    """Eval callbacks named ``package.module:function`` (or a class whose instances are called), found and
+    checked by :func:`udpo.env.imports.load_callable`."""
+    from udpo.env.imports import load_callable
+
+    return [load_callable("eval_callbacks", spec) for spec in specs]
+
+
+def attack_callbacks(config: TrainConfig) -> list[EvalCallback]:
+    """The attack evaluation that ``attack_eval`` / ``attack_eval_m`` / ``attack_eval_attacker`` ask for."""
+    if config.attack_eval == "none":
+        return []
+    from udpo.analysis.attack_eval import attack_eval_callback
+    from udpo.env.attacks import AttackConfig
+
+    attack = AttackConfig(name=config.attack_eval, attacker=config.attack_eval_attacker, seed=config.seed)
+    return [attack_eval_callback(attack, m_values=config.attack_eval_m)]
+
+
+def eval_callbacks_for(config: TrainConfig, given: Sequence[EvalCallback]) -> list[EvalCallback]:
+    """A run's eval callbacks: those ``config.eval_callbacks`` names, the attack evaluation it asks for,
+    then the ``given`` ones."""
+    return [*load_callbacks(config.eval_callbacks), *attack_callbacks(config), *given]
+
+
 def training_arguments(config: TrainConfig, total_iterations: int, world: int, evaluates: bool) -> Any:
     """The ``transformers.TrainingArguments`` that stand for ``config``: output_dir, run_name, seed,
     learning_rate, weight_decay, max_grad_norm, max_steps (the run's iterations), logging every step,

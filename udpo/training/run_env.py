@@ -29,6 +29,7 @@ import torch
 from udpo import gpu_share
 from udpo.config.groups import ModelArgs, RunArgs
 from udpo.env.backends.hf import pick_dtype
+from udpo.env.jsonl import write_json
 from udpo.training import accelerate_state, run_lock
 from udpo.training import distributed as dist
 from udpo.training.tracking import Tracker, accelerate_trackers
@@ -116,11 +117,19 @@ class RunEnvironment:
 
         set_seed(self.run.seed + self.rank)
 
-    def tracker(self, config: dict[str, Any]) -> Tracker:
-        """The run's metrics.jsonl and trackers (``report_to``), started with the resolved ``config``."""
-        return Tracker(
+    def start_tracking(self, config: dict[str, Any]) -> Tracker:
+        """The run's metrics.jsonl and trackers (``report_to``), started with the resolved ``config``, which
+        the main process writes to config.json; it also names torch's threads per process."""
+        tracker = Tracker(
             self.run_dir, self.accelerator, self.run.report_to, self.run.run_name or self.run_dir.name, config
         )
+        if self.main:
+            write_json(self.run_dir / "config.json", config)
+            print(
+                f"torch threads per process: {torch.get_num_threads()} (UDPO_NUM_THREADS=k chooses)",
+                file=sys.stderr,
+            )
+        return tracker
 
     @contextmanager
     def closed_on_failure(self) -> Iterator[None]:

@@ -46,7 +46,6 @@ from udpo.config import TrainConfig
 from udpo.config.groups import AlgorithmArgs, ModelArgs, RewardArgs, RunArgs
 from udpo.env.backends.base import Backend
 from udpo.env.debate import DebateConfig
-from udpo.env.imports import load_callable
 from udpo.env.jsonl import write_json
 from udpo.env.protocols import Protocol
 from udpo.env.summary import summarize
@@ -55,17 +54,16 @@ from udpo.env.trajectory import Trajectory, TrajectoryWriter
 from udpo.training import calibration, checkpointing
 from udpo.training import checkpoint_store as ckpt
 from udpo.training import distributed as dist
-from udpo.training.callbacks import EvalCallback, UDPOCallback, split_callbacks
+from udpo.training.callbacks import EvalCallback, UDPOCallback, eval_callbacks_for, split_callbacks
 from udpo.training.checkpointing import APPEND_ONLY, TRAIN_FILE
 from udpo.training.data import QuestionSchedule, split_warmup
-from udpo.training.errors import TrainingError, explain_oom
+from udpo.training.errors import TrainingError, explain_oom, non_finite_error
 from udpo.training.memory import PhasePeaks
 from udpo.training.parts import algorithm_parts, build_parts
 from udpo.training.replay import RunReplay
 from udpo.training.run_env import RunEnvironment
 from udpo.training.state import TrainingState
-from udpo.training.team import DEBATE_SETTINGS
-from udpo.training.tracking import Timer, Tracker, progress_bar
+from udpo.training.tracking import Timer, Tracker, format_result, progress_bar
 
 __all__ = [
     "EvalCallback",
@@ -77,23 +75,6 @@ __all__ = [
     "split_warmup",
     "train",
 ]
-
-
-def load_callbacks(specs: Sequence[str]) -> list[EvalCallback]:
-    """Eval callbacks named ``package.module:function`` (or a class whose instances are called), found and
-    checked by :func:`udpo.env.imports.load_callable`."""
-    return [load_callable("eval_callbacks", spec) for spec in specs]
-
-
-def attack_callbacks(config: TrainConfig) -> list[EvalCallback]:
-    """The attack evaluation that ``attack_eval`` / ``attack_eval_m`` / ``attack_eval_attacker`` ask for."""
-    if config.attack_eval == "none":
-        return []
-    from udpo.analysis.attack_eval import attack_eval_callback
-    from udpo.env.attacks import AttackConfig
-
-    attack = AttackConfig(name=config.attack_eval, attacker=config.attack_eval_attacker, seed=config.seed)
-    return [attack_eval_callback(attack, m_values=config.attack_eval_m)]
 
 
 class Trainer:
@@ -138,17 +119,13 @@ class Trainer:
         self.run_dir = Path(config.output_dir)
         self.callbacks, more_evals = split_callbacks(callbacks)
         self.should_training_stop = False  # set by a callback: the run ends at the end of the iteration
-        self.eval_callbacks = [
-            *load_callbacks(config.eval_callbacks),
-            *attack_callbacks(config),
-            *eval_callbacks,
-            *more_evals,
-        ]
-        self.env = RunEnvironment(config.group(ModelArgs), config.group(RunArgs))
-        with self.env.closed_on_failure():
+        self.eval_callbacks = eval_callbacks_for(config, [*eval_callbacks, *more_evals])
+        self.env = env = RunEnvironment(config.group(ModelArgs), config.group(RunArgs))
+        self.accelerator, self.main, self.rank, self.world = env.accelerator, env.main, env.rank, env.world
+        with env.closed_on_failure():
             parts = build_parts(
                 config,
-                self.env,
+                env,
                 backend,
                 model=model,
                 tokenizer=tokenizer,
@@ -157,6 +134,7 @@ class Trainer:
             )
         self.config = parts.config  # resolved: the one configuration of the run from here on
         self.reward_functions, self.data = parts.reward_functions, parts.data
+        self.task, self.eval_set, self.schedule = self.data.task, self.data.eval_set, self.data.schedule
         self.policy, self.critic = parts.policy, parts.critic
         self.updater, self.rollouts = parts.updater, parts.rollouts
         # built once the coefficients are known (calibration or checkpoint)
@@ -182,34 +160,6 @@ class Trainer:
     # ------------------------------------------------------------------------------------------
     # what eval callbacks and tests use
     # ------------------------------------------------------------------------------------------
-    @property
-    def accelerator(self):
-        return self.env.accelerator
-
-    @property
-    def main(self) -> bool:
-        return self.env.main
-
-    @property
-    def rank(self) -> int:
-        return self.env.rank
-
-    @property
-    def world(self) -> int:
-        return self.env.world
-
-    @property
-    def task(self):
-        return self.data.task
-
-    @property
-    def eval_set(self) -> list[Question]:
-        return self.data.eval_set
-
-    @property
-    def schedule(self) -> QuestionSchedule:
-        return self.data.schedule
-
     @property
     def backend(self) -> Backend:
         return self.rollouts.backend
@@ -280,14 +230,8 @@ class Trainer:
     def rollout_batch(
         self, trajectories: list[Trajectory], weights: Sequence[float] | None = None
     ) -> RolloutBatch:
-        """The algorithm's rewards and the per-agent turns of a list of debates."""
-        rewards, terms = self._algorithm().rewards(trajectories)
-        return RolloutBatch.from_trajectories(
-            trajectories,
-            rewards=rewards,
-            terms=terms,
-            weights=None if weights is None else torch.as_tensor(weights, dtype=torch.float32),
-        )
+        """The algorithm's rewards and the per-agent turns of a list of debates (:meth:`Algorithm.batch`)."""
+        return self._algorithm().batch(trajectories, weights)
 
     def update(
         self, batch: RolloutBatch, advantages: torch.Tensor, fresh_count: int, iteration: int
@@ -350,26 +294,14 @@ class Trainer:
         saved = ckpt.checkpoints_dir(self.run_dir) / ckpt.checkpoint_name(iteration - 1)
         if not (saved / ckpt.STATE).is_file():
             saved = self.save_checkpoint(iteration - 1)
-        details = ", ".join(f"{k}={float(v):.4g}" for k, v in info.items())
-        raise TrainingError(
-            f"non-finite value at iteration {iteration}: {what}{f' ({details})' if details else ''}. "
-            f"The state before this iteration is in {saved}. Lower learning_rate, check the rewards, or raise "
-            f"max_grad_norm clipping; continue with --resume {saved}"
-        )
+        raise non_finite_error(iteration, what, info, saved)
 
     # ------------------------------------------------------------------------------------------
     # checkpoints
     # ------------------------------------------------------------------------------------------
     def team_settings(self) -> dict[str, Any]:
-        """What team.json records of the run besides its adapters and iteration: the task's name, each
-        agent's profile and the debate settings the team trains with (``task``, ``profiles``, ``debate``
-        of :func:`~udpo.training.team.save_team`)."""
-        cfg = self.config
-        return {
-            "task": cfg.task,
-            "profiles": [s.profile for s in self.rollouts.agent_specs()],
-            "debate": {key: getattr(cfg, key) for key in DEBATE_SETTINGS},
-        }
+        """What team.json records besides the adapters and iteration (:meth:`Rollouts.team_settings`)."""
+        return self.rollouts.team_settings()
 
     def _checkpoint_parts(self) -> checkpointing.RunParts:
         """The run and the parts a checkpoint is written from and read into."""
@@ -451,17 +383,9 @@ class Trainer:
         resumed = ckpt.resolve(self.run_dir, cfg.resume) if cfg.resume is not None else None
         if resumed is not None:
             self._resume(resumed)
-        elif (
-            self.main
-        ):  # a start stopped before checkpoint 0 left its metrics (see checkpointing.check_run_dir)
+        elif self.main:  # a start stopped before checkpoint 0 left its metrics (checkpointing.check_run_dir)
             ckpt.rewind_files(self.run_dir, {rel: {"lines": 0, "bytes": 0} for rel in APPEND_ONLY})
-        self.tracker = self.env.tracker(cfg.to_dict())
-        if self.main:
-            write_json(self.run_dir / "config.json", cfg.to_dict())
-            print(
-                f"torch threads per process: {torch.get_num_threads()} (UDPO_NUM_THREADS=k chooses)",
-                file=sys.stderr,
-            )
+        self.tracker = self.env.start_tracking(cfg.to_dict())
         self.should_training_stop = False
         self._call("on_train_begin")
         return resumed
@@ -557,14 +481,3 @@ def train(config: TrainConfig, eval_callbacks: Sequence[EvalCallback] = ()) -> d
     if trainer.main:
         print(format_result(result))
     return result
-
-
-def format_result(result: dict[str, Any]) -> str:
-    """Held-out accuracy and U metrics before and after training, as a small table."""
-    rows = [f"run: {result['run_dir']} ({result['iterations']} iterations)"]
-    keys = ("accuracy", "u_intra", "u_inter", "u_sys")
-    rows.append(f"{'':8s}" + "".join(f"{k:>10s}" for k in keys))
-    for when in ("before", "after"):
-        if when in result:
-            rows.append(f"{when:8s}" + "".join(f"{result[when][k]:10.3f}" for k in keys))
-    return "\n".join(rows)
