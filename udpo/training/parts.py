@@ -8,9 +8,10 @@
    the run's seed, alike on every process;
 4. the configuration resolved whole: the update's auto sizes measured on the loaded team and checked
    (:func:`udpo.training.autosize.resolve`);
-5. from the resolved configuration, the update (optimizer, schedule: :class:`~udpo.training.update.Updater`)
-   and the rollouts (the debate engine: :class:`~udpo.training.rollouts.Rollouts`), each process
-   sampling on a seed of its own from here on.
+5. from the resolved configuration, the update (optimizer, schedule: :class:`~udpo.training.update.Updater`),
+   the rollouts (the debate engine: :class:`~udpo.training.rollouts.Rollouts`) and the held-out evaluation
+   (:class:`~udpo.training.evaluation.HeldOutEvaluation`), each process sampling on a seed of its own from
+   here on.
 
 The parts built before step 4 read none of the settings it fills in; from step 4 on every part reads the
 resolved configuration, the only one the run keeps. The algorithm and the replay buffer come later, from
@@ -31,8 +32,10 @@ from udpo.config import TrainConfig
 from udpo.config.groups import AlgorithmArgs, DebateArgs, ModelArgs, OptimizerArgs, RewardArgs, RunArgs
 from udpo.env.backends.base import Backend
 from udpo.training import autosize, checkpointing
+from udpo.training.callbacks import EvalCallback
 from udpo.training.data import TrainingData, check_context, load_training_data
 from udpo.training.errors import explain_oom
+from udpo.training.evaluation import HeldOutEvaluation
 from udpo.training.replay import RunReplay
 from udpo.training.rollouts import Rollouts
 from udpo.training.run_env import RunEnvironment
@@ -46,7 +49,8 @@ if TYPE_CHECKING:
 @dataclass
 class Parts:
     """What :func:`build_parts` builds: ``config`` (resolved), the ``reward_functions`` (user terms), the
-    ``data``, the team (``policy``, ``critic``), the ``updater`` and the ``rollouts``."""
+    ``data``, the team (``policy``, ``critic``), the ``updater``, the ``rollouts`` and the held-out
+    ``evaluation``."""
 
     config: TrainConfig
     reward_functions: list[RewardFunction]
@@ -55,6 +59,7 @@ class Parts:
     critic: Critic | None
     updater: Updater
     rollouts: Rollouts
+    evaluation: HeldOutEvaluation
 
 
 def build_parts(
@@ -62,13 +67,15 @@ def build_parts(
     env: RunEnvironment,
     backend: Backend | None = None,
     *,
+    eval_callbacks: Sequence[EvalCallback] = (),
     model: Any = None,
     tokenizer: Any = None,
     lora: LoraSettings | None = None,
     reward_functions: Sequence[RewardFunction] | None = None,
 ) -> Parts:
     """The run's parts, in the order of the module docstring. backend, model, tokenizer, lora,
-    reward_functions: what a :class:`~udpo.training.trainer.Trainer` was given instead of the config's."""
+    reward_functions: what a :class:`~udpo.training.trainer.Trainer` was given instead of the config's;
+    eval_callbacks: what the evaluation runs after its debates (:func:`udpo.training.callbacks.eval_callbacks_for`)."""
     critic_needed = algorithm_class(config.algorithm).needs_critic
     checkpointing.check_run_dir(config, deepspeed=env.deepspeed, critic=critic_needed)
     rewards = (
@@ -117,7 +124,10 @@ def build_parts(
         engine=updater.engine,
         card_share=env.gpu_share,
     )
-    return Parts(config, rewards, data, policy, critic, updater, rollouts)
+    evaluation = HeldOutEvaluation(
+        data.eval_set, eval_callbacks, config.eval_steps, data.total_iterations, env.run_dir, env.main
+    )
+    return Parts(config, rewards, data, policy, critic, updater, rollouts, evaluation)
 
 
 def build_team(

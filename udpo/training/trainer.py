@@ -15,9 +15,8 @@ training questions (skipped when all are given, and by the baselines), and a hel
 evaluation. Every ``eval_steps`` iterations the evaluation runs again (plus the configured eval
 callbacks); every ``save_steps`` a checkpoint is written so a killed run resumes exactly.
 
-The run's surroundings (processes, precision, GPU share, run lock, seeds, trackers) are a
-:class:`~udpo.training.run_env.RunEnvironment`; the parts this loop calls live in :mod:`udpo.training`
-(data, rollouts, calibration, update, replay, checkpointing); each algorithm's math in
+The run's surroundings are a :class:`~udpo.training.run_env.RunEnvironment`; the parts this loop calls
+(built by :mod:`udpo.training.parts`) live in :mod:`udpo.training`; each algorithm's math in
 :mod:`udpo.algorithms`.
 
 Files in the run directory::
@@ -30,7 +29,6 @@ Files in the run directory::
 
 from __future__ import annotations
 
-import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -80,11 +78,11 @@ __all__ = [
 class Trainer:
     """Trains a team of LoRA agents on one task with one algorithm; see the module docstring.
 
-    Parts: ``env`` (the run's surroundings: :class:`~udpo.training.run_env.RunEnvironment`), ``data``
+    ``env``: the run's surroundings (:class:`~udpo.training.run_env.RunEnvironment`). Parts, built with the
+    configuration resolved whole (:mod:`udpo.training.parts`; ``config`` is the resolved one): ``data``
     (questions, schedule), ``policy`` (the team), ``critic`` (mappo, rmaac), ``updater`` (optimizer, one
-    update), ``rollouts`` (the debate engine), ``algorithm`` and ``replay`` (built once the coefficients
-    are known: calibration or checkpoint). ``config`` is the run's whole configuration, resolved (the
-    update's auto sizes measured on the loaded team) before the parts that read it are built.
+    update), ``rollouts`` (the debate engine), ``evaluation`` (held-out); ``algorithm`` and ``replay``
+    once the coefficients are known (calibration or checkpoint).
 
     eval_callbacks: extra evaluations run at every evaluation, each ``(trainer, iteration) -> dict``
     (e.g. an attack evaluation); added to those named by ``config.eval_callbacks``. A callback may use
@@ -115,11 +113,10 @@ class Trainer:
         lora: Any = None,
         reward_functions: Sequence[RewardFunction] | None = None,
     ):
-        self.config = config
         self.run_dir = Path(config.output_dir)
         self.callbacks, more_evals = split_callbacks(callbacks)
         self.should_training_stop = False  # set by a callback: the run ends at the end of the iteration
-        self.eval_callbacks = eval_callbacks_for(config, [*eval_callbacks, *more_evals])
+        evals = eval_callbacks_for(config, [*eval_callbacks, *more_evals])
         self.env = env = RunEnvironment(config.group(ModelArgs), config.group(RunArgs))
         self.accelerator, self.main, self.rank, self.world = env.accelerator, env.main, env.rank, env.world
         with env.closed_on_failure():
@@ -127,6 +124,7 @@ class Trainer:
                 config,
                 env,
                 backend,
+                eval_callbacks=evals,
                 model=model,
                 tokenizer=tokenizer,
                 lora=lora,
@@ -136,11 +134,11 @@ class Trainer:
         self.reward_functions, self.data = parts.reward_functions, parts.data
         self.task, self.eval_set, self.schedule = self.data.task, self.data.eval_set, self.data.schedule
         self.policy, self.critic = parts.policy, parts.critic
-        self.updater, self.rollouts = parts.updater, parts.rollouts
+        self.updater, self.rollouts, self.evaluation = parts.updater, parts.rollouts, parts.evaluation
         # built once the coefficients are known (calibration or checkpoint)
         self.algorithm: Algorithm | None = None
         self.replay: RunReplay | None = None
-        self.tracker: Tracker | None = None
+        self.tracker: Tracker  # opened by train()
         self.state = TrainingState()  # where the run stands; what a checkpoint gives back on resume
 
     def use_calibration(self, record: dict[str, Any]) -> None:
@@ -206,23 +204,10 @@ class Trainer:
         )
 
     def evaluate(self, iteration: int) -> dict[str, Any]:
-        """Held-out Standard-MAD evaluation with the current adapters, then the eval callbacks, all on the
-        evaluation's generators (``Rollouts.eval_rng``).
-
-        Writes eval/iter_<k>/{trajectories.jsonl, summary.json}; returns the summary (plus callback
-        results under their function names)."""
-        with self.rollouts.eval_rng():
-            trajectories = self.debate(self.eval_set, {"phase": "eval", "iteration": iteration})
-            summary = summarize(trajectories)
-            if self.main:
-                out = self.run_dir / "eval" / ckpt.checkpoint_name(iteration)
-                shutil.rmtree(out, ignore_errors=True)  # left by a run that died after this point
-                with TrajectoryWriter(out / "trajectories.jsonl") as writer:
-                    writer.write(trajectories)
-                write_json(out / "summary.json", {**summary, "iteration": iteration})
-            for callback in self.eval_callbacks:  # on the evaluation's generators too
-                summary[callback.__name__] = callback(self, iteration)
-        return summary
+        """The held-out evaluation at ``iteration``, then the eval callbacks
+        (:class:`~udpo.training.evaluation.HeldOutEvaluation`): writes eval/iter_<k>/{trajectories.jsonl,
+        summary.json}; returns the summary."""
+        return self.evaluation.run(self, iteration)
 
     # ------------------------------------------------------------------------------------------
     # one iteration
@@ -261,10 +246,8 @@ class Trainer:
                 else self.replay.update_batch(fresh, k, self.data.train_set, self.debate)
             )
             batch = self.rollout_batch(trajectories, weights)
-            if cfg.behavior_logprobs == "rollout":
-                fill_behavior_logprobs(
-                    batch, self.policy, **self.updater.scoring()
-                )  # engines that return none
+            if cfg.behavior_logprobs == "rollout":  # engines that return none
+                fill_behavior_logprobs(batch, self.policy, **self.updater.scoring())
             advantages = algorithm.advantages(batch)
         with timer("update"), explain_oom(cfg), peaks("update"):
             update_stats = self.update(batch, advantages, fresh_count=len(fresh), iteration=k)
@@ -360,15 +343,17 @@ class Trainer:
         try:
             if resumed is None:
                 self._start(bar)
-            else:
-                self._evaluate_resumed_checkpoint()
+            elif self.evaluation.due(k := self.state.iteration) and self.state.last_evaluation != k:
+                # stopped while evaluating at its checkpoint (or resumed past the end of a shortened run)
+                self.state.history["after"] = self._evaluate_and_log(k)
+                checkpointing.record_evaluation(self.state, k, self.run_dir, self.main)
             for k in range(self.state.iteration + 1, self.data.total_iterations + 1):
                 metrics = self.run_iteration(k)
                 if self._end_iteration(k, metrics, bar):
                     break
         finally:
             bar.close()
-        self._tracking().close()
+        self.tracker.close()
         result = {"run_dir": str(self.run_dir), "iterations": self.state.iteration, **self.state.history}
         self._call("on_train_end", result)
         return result
@@ -394,7 +379,7 @@ class Trainer:
         """Before iteration 1 (Algorithm 1, lines 0-2): the reward coefficients calibrated on the warm-up
         debates (the critic fitted to them, with ``critic_warmup_epochs``), the evaluation before
         training, and checkpoint 0."""
-        cfg, tracker = self.config, self._tracking()
+        cfg, tracker = self.config, self.tracker
         self.rollouts.sync_adapters(0)
         record, warmup = self.calibrate()
         self.use_calibration(record)
@@ -411,19 +396,11 @@ class Trainer:
             self.state.history["before"] = self._evaluate_and_log(0)
         self.save_checkpoint(0)
 
-    def _evaluate_resumed_checkpoint(self) -> None:
-        """A run stopped while evaluating at its checkpoint (or resumed past the end of a shortened run)
-        evaluates there first."""
-        k = self.state.iteration
-        if self._evaluation_due(k) and self.state.last_evaluation != k:
-            self.state.history["after"] = self._evaluate_and_log(k)
-            checkpointing.record_evaluation(self.state, k, self.run_dir, self.main)
-
     def _end_iteration(self, k: int, metrics: dict[str, Any], bar: tqdm) -> bool:
         """Log iteration ``k``, then checkpoint and evaluate it when due; True when the run stops here
         (a callback asked for it)."""
         self.state.iteration = k
-        record = self._tracking().log(metrics, k)
+        record = self.tracker.log(metrics, k)
         self._call("on_iteration_end", k, record)
         bar.update(1)
         bar.set_postfix(acc=f"{record.get('train/accuracy', 0):.2f}", r=f"{record['reward/mean']:.3f}")
@@ -431,7 +408,7 @@ class Trainer:
         saved = k % self.config.save_steps == 0 or k == self.data.total_iterations or stop
         if saved:  # before the evaluation: a run killed while evaluating keeps its iterations
             self.save_checkpoint(k)
-        if self._evaluation_due(k) or (stop and bool(self.eval_set)):
+        if self.evaluation.due(k) or (stop and bool(self.eval_set)):
             self.state.history["after"] = self._evaluate_and_log(k)
             if saved:
                 checkpointing.record_evaluation(self.state, k, self.run_dir, self.main)
@@ -441,29 +418,18 @@ class Trainer:
             self.save_checkpoint(k)
         return True
 
-    def _evaluation_due(self, k: int) -> bool:
-        """Whether iteration ``k`` ends with a held-out evaluation: every ``eval_steps`` and at the end."""
-        every, total = self.config.eval_steps, self.data.total_iterations
-        return bool(self.eval_set) and k > 0 and (bool(every and k % every == 0) or k >= total)
-
     def _evaluate_and_log(self, k: int) -> dict[str, Any]:
         start = time.perf_counter()
         summary = self.evaluate(k)
         summary["seconds"] = round(time.perf_counter() - start, 3)
-        self._tracking().log(summary, k, kind="eval")
+        self.tracker.log(summary, k, kind="eval")
         self.state.last_evaluation = k
         self._call("on_evaluate", k, summary)
         return summary
 
-    def _tracking(self) -> Tracker:
-        """The run's tracker, once :meth:`train` has opened the run."""
-        assert self.tracker is not None, "train() opens the run's tracker"
-        return self.tracker
-
     def close(self) -> None:
-        """Stop the rollout engine the trainer started (a backend passed in stays open) and the
-        protocol's own models (an entropy_model), then unlock the run directory and let go of
-        accelerate's state (:meth:`udpo.training.run_env.RunEnvironment.close`). Closing twice is fine."""
+        """Stop the rollout engine the trainer started (a backend passed in stays open) and the protocol's
+        own models (an entropy_model), then close the environment (the lock, accelerate's state). Twice is fine."""
         self.rollouts.close()
         self.env.close()
 
