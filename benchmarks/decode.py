@@ -1,6 +1,6 @@
 """Benchmark: the hf backend's decode paths side by side, and the anchor, transformers' static-cache generate.
 
-    python benchmarks/decode.py [--model PATH] [--rows 96] [--prompt-tokens 48] [--max-tokens 64]
+    python benchmarks/decode.py [--model PATH] [--shape 135m|1b|7b] [--rows 96] [--prompt-tokens 48] [--max-tokens 64]
                                 [--adapters 3] [--paths eager,stacked] [--anchor] [--threads N]
                                 [--dtype auto|bf16|fp32] [--repeats 2] [--seed 0]
 
@@ -8,7 +8,8 @@ One batch of ``rows`` chat prompts of about ``--prompt-tokens`` tokens, sampled 
 ``--max-tokens`` new tokens through :class:`~udpo.env.backends.hf.HFBackend` (one ``generate`` call, as
 a debate round makes), once per decode path (``--paths``; see ``pick_decode``: auto is graph on CUDA,
 eager on CPU), each with ``--adapters`` random LoRA adapters (row k runs adapter k mod K: every call
-mixes them) and with none. ``--anchor`` adds ``generate(cache_implementation="static")`` on the plain
+mixes them) and with none. ``--bare-paths`` picks the paths also run without adapters
+(default: all of them). ``--anchor`` adds ``generate(cache_implementation="static")`` on the plain
 model (transformers compiles its decode step as a CUDA graph on GPU; on CPU it runs uncompiled), the
 figure the GPU path is measured against.
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -33,6 +35,9 @@ import torch
 from udpo.env.backends import ChatRequest, SamplingParams
 from udpo.env.backends.hf import HFBackend, pick_decode, pick_dtype
 from udpo.env.models import resolve_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import check_model  # noqa: E402  (scripts/check_model.py)
 
 #: the trainer's default adapter shape
 LORA = {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
@@ -92,13 +97,17 @@ def prompts(rows: int, n_tokens: int, seed: int) -> list[list[dict[str, str]]]:
     return out
 
 
-def load(model: str, dtype: torch.dtype, device: str, adapters: int):
+def load(model: str, dtype: torch.dtype, device: str, adapters: int, shape: str | None = None):
     """The model, with ``adapters`` random LoRA adapters (non-zero B) named agent0, agent1, ...; the
-    adapters' names."""
+    adapters' names. With a ``shape`` (scripts/check_model.py's), the model is that shape built in memory
+    on ``device`` (random weights; ``model``, a folder, gets its config and tokenizer alone)."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    base = AutoModelForCausalLM.from_pretrained(resolve_model(model), dtype=dtype).to(device).eval()
+    if shape is not None:
+        base = check_model.build_in_memory(model, shape=shape, device=device)[0].to(dtype).eval()
+    else:
+        base = AutoModelForCausalLM.from_pretrained(resolve_model(model), dtype=dtype).to(device).eval()
     if not adapters:
         return base, []
     names = [f"agent{i}" for i in range(adapters)]
@@ -167,6 +176,12 @@ def anchor_call(model, tokenizer, device, args) -> Callable[[], int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m-instruct")
+    parser.add_argument(
+        "--shape",
+        choices=["135m", "1b", "7b"],
+        help="build this shape in memory on the device (random weights; --model: the folder for its config "
+        "and tokenizer) instead of loading --model",
+    )
     parser.add_argument("--rows", type=int, default=96)
     parser.add_argument(
         "--prompt-tokens", type=int, default=48, help="words per prompt (about as many tokens)"
@@ -175,6 +190,10 @@ def main() -> None:
     parser.add_argument("--adapters", type=int, default=3, help="LoRA adapters mixed over the rows (0: none)")
     parser.add_argument(
         "--paths", default="eager,stacked", help="comma-separated: auto, eager, stacked, graph"
+    )
+    parser.add_argument(
+        "--bare-paths",
+        help="the paths also measured without adapters (comma-separated; default: --paths; '' for none)",
     )
     parser.add_argument("--anchor", action="store_true", help="add transformers' static-cache generate")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch CPU threads")
@@ -196,12 +215,32 @@ def main() -> None:
     )
     from transformers import AutoTokenizer
 
+    if args.shape:  # the config and tokenizer written, no weights (the meta device holds none)
+        check_model.build_in_memory(args.model, shape=args.shape, device="meta")
     tokenizer = AutoTokenizer.from_pretrained(resolve_model(args.model))
     paths = [p for p in args.paths.split(",") if p]
+    bare = paths if args.bare_paths is None else [p for p in args.bare_paths.split(",") if p]
     results: list[Measure] = []
+
+    def write() -> None:  # after each group: a run cut short keeps the groups it finished
+        if args.json:
+            figures = [{**asdict(m), "tokens_per_s": m.tokens_per_s} for m in results]
+            record = {
+                "device": gpu if device == "cuda" else f"CPU {cpu_name()}",
+                "dtype": str(dtype).removeprefix("torch."),
+                "model": args.model,
+                "rows": args.rows,
+                "max_tokens": args.max_tokens,
+                "results": figures,
+            }
+            Path(args.json).write_text(json.dumps(record, indent=2))
+
     for k in sorted({args.adapters, 0}, reverse=True):
-        model, names = load(args.model, dtype, device, k)
-        backends = {path: backend_call(model, tokenizer, device, path, names, args) for path in paths}
+        group = bare if k == 0 and args.adapters else paths
+        if not group and not (k == 0 and args.anchor):
+            continue
+        model, names = load(args.model, dtype, device, k, args.shape)
+        backends = {path: backend_call(model, tokenizer, device, path, names, args) for path in group}
         calls = {path: call for path, (_, call) in backends.items()}
         if k == 0 and args.anchor:
             calls[ANCHOR] = anchor_call(model, tokenizer, device, args)
@@ -214,7 +253,10 @@ def main() -> None:
                     else f"auto ({used}, graph failed)"
                 )
             results.append(Measure(name, len(names), tokens, seconds, args.max_tokens, first))
+        for backend, _ in backends.values():
+            backend.close()
         del model, calls, backends
+        write()
     print(
         f"\n{'path':<18} {'adapters':>8} {'tokens':>7} {'seconds':>8} {'tok/s':>9} {'ms/step':>8} {'first call':>10}"
     )
@@ -235,17 +277,6 @@ def main() -> None:
                 print(
                     f"{m.path}, {m.adapters} adapters / generate(static): {m.tokens_per_s / anchor.tokens_per_s:.2f}x"
                 )
-    if args.json:
-        figures = [{**asdict(m), "tokens_per_s": m.tokens_per_s} for m in results]
-        record = {
-            "device": gpu if device == "cuda" else f"CPU {cpu_name()}",
-            "dtype": str(dtype).removeprefix("torch."),
-            "model": args.model,
-            "rows": args.rows,
-            "max_tokens": args.max_tokens,
-            "results": figures,
-        }
-        Path(args.json).write_text(json.dumps(record, indent=2))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,11 @@ seconds (rollout, reward, update, sync), rollout tokens/s and peak memory (GPUs:
 rollout's and update's apart; CPUs: their resident peaks), then the same over the iterations after the
 first (the first compiles the decode step on a GPU). ``--out DIR`` keeps the run folder (default: a
 temporary folder).
+
+``--json FILE`` is written after every iteration (a run killed mid-way keeps what it finished) and once
+more at the end: the iterations asked for and done, the error a failed run ended with (an out-of-memory,
+say), and on a GPU the update plan autosize printed (its estimated activations and what the process held
+before training), which ``benchmarks/gpu_targets.py`` holds each phase's peak against.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import argparse
 import json
 import sys
 import tempfile
+import threading
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,6 +37,25 @@ from multiprocess import iteration_figures, train_records  # noqa: E402  (benchm
 
 def line(figures: dict[str, float]) -> str:
     return "  ".join(f"{k} {v:.2f}" for k, v in figures.items())
+
+
+def done_records(run: Path) -> list[dict]:
+    """The training iterations ``run`` has logged so far (none before its metrics file exists; a line
+    being written is left for the next look)."""
+    try:
+        return train_records(run)
+    except (OSError, json.JSONDecodeError):
+        return []
+
+
+def watch(run: Path, write, stop: threading.Event, every: float = 1.0) -> None:
+    """Until ``stop``: ``write(records)`` each time ``run`` has logged another iteration."""
+    seen = 0
+    while not stop.wait(every):
+        records = done_records(run)
+        if len(records) > seen:
+            seen = len(records)
+            write(records)
 
 
 def main() -> None:
@@ -74,8 +99,51 @@ def main() -> None:
         argv = ["--config", args.config, "--model", str(root / "model"), "--output_dir", str(root / "run"),
                 "--max_iterations", str(args.iterations), "--progress", "false", *extra]  # fmt: skip
         config = parse_config(argv)
-        with Trainer(config, model=model, tokenizer=tokenizer) as trainer:
-            trainer.train()
+        header = {
+            "shape": args.shape,
+            "layers": model.config.num_hidden_layers,
+            "parameters": params,
+            "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+            "n_agents": config.n_agents,
+            "rounds": config.rounds,
+            "questions_per_iteration": config.questions_per_iteration,
+            "max_tokens": config.max_tokens,
+            "iterations_asked": args.iterations,
+        }
+
+        def write(train: list[dict], **more) -> None:
+            if not args.json:
+                return
+            each = [iteration_figures([record]) for record in train]
+            after = iteration_figures(train[1:]) if len(train) > 1 else None
+            record = {**header, "iterations": each, "after_first": after, **more}
+            tmp = Path(f"{args.json}.tmp")
+            tmp.write_text(json.dumps(record, indent=2))
+            tmp.replace(args.json)  # a reader never meets a file half written
+
+        plan: dict[str, float] = {}
+        stop = threading.Event()
+        watcher = threading.Thread(target=watch, args=(root / "run", lambda t: write(t, **plan), stop))
+        try:
+            with Trainer(config, model=model, tokenizer=tokenizer) as trainer:
+                update = trainer.update_plan
+                if device == "cuda" and update.peak_bytes is not None:
+                    plan = {
+                        "plan_held_gib": torch.cuda.memory_allocated() / 2**30,
+                        "plan_activations_gib": update.peak_bytes / 2**30,
+                        "plan_free_gib": (update.free_bytes or 0) / 2**30,
+                    }
+                watcher.start()
+                trainer.train()
+        except BaseException as err:  # an out-of-memory among them: what was done is kept, with the error
+            stop.set()
+            if watcher.is_alive():
+                watcher.join()
+            write(done_records(root / "run"), **plan, error=f"{type(err).__name__}: {err}")
+            raise
+        stop.set()
+        if watcher.is_alive():
+            watcher.join()
         train = train_records(root / "run")
         each = [iteration_figures([record]) for record in train]
         for record, figures in zip(train, each, strict=True):
@@ -83,20 +151,7 @@ def main() -> None:
         after = iteration_figures(train[1:]) if len(train) > 1 else None
         if after is not None:
             print(f"after the first ({len(train) - 1} iterations, median): {line(after)}")
-        if args.json:
-            record = {
-                "shape": args.shape,
-                "layers": model.config.num_hidden_layers,
-                "parameters": params,
-                "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
-                "n_agents": config.n_agents,
-                "rounds": config.rounds,
-                "questions_per_iteration": config.questions_per_iteration,
-                "max_tokens": config.max_tokens,
-                "iterations": each,
-                "after_first": after,
-            }
-            Path(args.json).write_text(json.dumps(record, indent=2))
+        write(train, **plan)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ Writes a copy of ``--plan`` (its recipe, methods, settings) with its seeds cut t
 pairs are further training settings), and runs it as a user would: ``udpo study PLAN --workers K`` (on one
 GPU the K workers share it, each with 1/K of its memory: docs/training.md, "Many runs on one GPU"). Prints
 the plan's wall time, from the command's start to its tables, and each run's median iteration after the
-first (from its ``metrics.jsonl``), so that the full plan's time can be estimated from the same machine.
+first (from its ``metrics.jsonl``), so that the full plan's time can be estimated from the same machine;
+on a GPU also each run's peak memory beside each worker's share of the card.
 ``--out DIR`` keeps the folders (default: a temporary folder).
 """
 
@@ -90,11 +91,14 @@ def main() -> None:
         result = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
         wall = time.perf_counter() - start
         print("\n".join(line for line in result.stdout.splitlines() if line.startswith("worker ")))
-        if result.returncode != 0:
+        failure = None
+        if result.returncode != 0:  # the runs' figures so far are still written, with the error
             logs = sorted((out / "runs" / "logs").glob("worker_*.log"))
             tails = "\n".join(f"--- {log}\n{log.read_text()[-2000:]}" for log in logs)
-            raise SystemExit(f"udpo study failed ({result.returncode}):\n{result.stderr[-2000:]}\n{tails}")
-        runs = sorted(p.parent for p in (out / "runs").glob("*/seed_*/metrics.jsonl"))
+            failure = f"udpo study failed ({result.returncode}):\n{result.stderr[-2000:]}\n{tails}"
+        runs = sorted(
+            p.parent for p in (out / "runs").glob("*/seed_*/metrics.jsonl") if train_records(p.parent)
+        )
         medians = {}
         for run in runs:
             train = train_records(run)[1:] or train_records(run)
@@ -107,8 +111,19 @@ def main() -> None:
             f"study plan {args.plan}, shortened: {len(runs)} runs x {args.iterations} iterations, "
             f"{args.eval_questions} held-out questions, {args.workers} workers: wall time {wall:.1f} s"
         )
+        # GPUs: each run's most memory, over all its iterations (the first, which compiles, too)
+        every = {f"{run.parent.name} {run.name}": iteration_figures(train_records(run)) for run in runs}
+        peaks = {name: figures["peak_gib"] for name, figures in every.items() if "peak_gib" in figures}
+        share_gib = None
+        if peaks:
+            import torch
+
+            share_gib = torch.cuda.get_device_properties(0).total_memory / 2**30 / args.workers
+            print(f"each run's peak GPU memory (GiB): {peaks}; each worker's share: {share_gib:.1f} GiB")
         if args.json:
             record = {
+                "peaks_gib": peaks,
+                "share_gib": share_gib,
                 "plan": args.plan,
                 "runs": len(runs),
                 "iterations": args.iterations,
@@ -116,8 +131,11 @@ def main() -> None:
                 "eval_questions": args.eval_questions,
                 "wall_s": wall,
                 "medians": medians,
+                **({"error": failure[-1000:]} if failure else {}),
             }
             Path(args.json).write_text(json.dumps(record, indent=2))
+        if failure:
+            raise SystemExit(failure)
 
 
 if __name__ == "__main__":

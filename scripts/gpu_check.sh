@@ -7,23 +7,32 @@
 #   bash scripts/gpu_check.sh [--model PATH] [--out DIR] [--report DIR] [--wheels DIR] [--quick]
 #                             [--parts LIST] [--budget SECONDS]
 #
-# The parts, in this order (--parts picks some; those marked GPU are skipped elsewhere and with --quick):
-#   decode      the hf backend's rollout (decode auto, eager beside it; 3 adapters and none) against
-#               transformers' generate(cache_implementation="static"), compiled on a GPU, at the 135M shape
-#   decode1b    the same at the 1B shape (GPU)
-#   iteration1b the 1B shape, the issue's recipe (32 questions x N agents x 2 rounds, 64 tokens, default
-#               sizes): the iteration split and peak memory at N = 3 (3 iterations) and N = 10 (2) (GPU)
-#   update1b    the 1B shape: the update against a bare PEFT forward + backward over the same packed rows (GPU)
-#   7b          Llama-2-7B's shape built on the GPU (nothing written to disk), N = 3, 2 iterations (GPU)
-#   study       the proof study plan, shortened, on 2 workers sharing the GPU: its wall time (GPU)
-#   paths       the 135M shape trained by one process, DDP (several GPUs) and ZeRO-2/3 (deepspeed
-#               installed), N = 10 (CPU and --quick only: the 1B parts measure it on a GPU), vLLM rollouts
-#               (vllm installed), an export and a debate of the exported team
-# After every part, benchmarks/gpu_targets.py rewrites DIR/summary.md (the targets beside what was
-# measured) and DIR/figures.json in --report DIR (default: --out): a check cut short keeps what it finished.
-# Each part writes its figures to --out/figures (one file, overwritten by the part alone), so a second call
-# with --parts for the parts left over adds them to the same summary.
-# --budget SECONDS: start no part once the check has run this long (each skipped part gets a line).
+# The parts, in this order, what matters first (--parts picks some; those marked GPU are skipped elsewhere
+# and with --quick; on CPU --quick runs the others on a 2-layer 135M shape, to check the script):
+#   decode1b        the 1B shape's rollout (Llama-3.2-1B's architecture built in memory, random bf16
+#                   weights): the hf backend's decode paths, auto (the CUDA graph), stacked and eager, with
+#                   3 adapters, beside transformers' generate(cache_implementation="static"), compiled on
+#                   a GPU, without adapters
+#   iteration1b     the 1B shape, the issue's recipe (32 questions x 3 agents x 2 rounds, 64 tokens, default
+#                   sizes), 4 iterations: the iteration split, peak memory against the update's plan, and
+#                   TORCH_LOGS=recompiles,graph_breaks written to REPORT/figures/iteration_1b_n3.torch.log
+#   decode          the same decode comparison at the 135M shape
+#   study           the proof study plan, shortened, on 2 workers sharing the GPU: its wall time and each
+#                   run's peak against its share (GPU)
+#   7b              Llama-2-7B's shape built on the GPU (nothing written to disk), N = 3, 2 iterations (GPU)
+#   iteration1b_n10 the 1B shape, the issue's recipe at N = 10, 2 iterations (GPU)
+#   update1b        the 1B shape: the update against a bare PEFT forward + backward over the same rows (GPU)
+#   paths           the 135M shape trained by one process, DDP (several GPUs) and ZeRO-2/3 (deepspeed
+#                   installed), N = 10 (CPU and --quick only: the 1B parts measure it on a GPU), vLLM rollouts
+#                   (vllm installed), an export and a debate of the exported team
+# Each part writes its figures to REPORT/figures/PART.json (--report DIR, default --out), the longer ones
+# after every step too; while a part runs and when it ends, benchmarks/gpu_targets.py rewrites
+# REPORT/summary.md (the targets beside what was measured) and REPORT/figures.json: a check killed mid-part
+# keeps what it finished.
+# --budget SECONDS: each part has an estimate of its time (estimate(), on one H100/H200; --quick: on CPU;
+# GPU_CHECK_EXPECT=PART=SECONDS,... overrides it);
+# a part that would not end inside the budget is left out, one that starts is stopped at the budget
+# (timeout), and the summary ends with the parts left and the command that runs them.
 # --wheels DIR: install what is missing (trl, deepspeed and their wheels) from DIR, offline.
 # --quick: a 2-layer model, 16 tokens, 2 iterations: checks the script itself (with GPU_CHECK_ALLOW_CPU=1
 # on a machine without CUDA), measures nothing worth recording.
@@ -32,7 +41,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model="" out=runs/gpu_check report="" wheels="" layers=30 tokens=64 iterations=4 per_process=8 rows=96 quick=0
-parts=decode,decode1b,iteration1b,update1b,7b,study,paths budget=0
+all_parts=decode1b,iteration1b,decode,study,7b,iteration1b_n10,update1b,paths
+parts=$all_parts budget=0 rerun=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --model) model=$2; shift 2 ;;
@@ -40,6 +50,7 @@ while [ $# -gt 0 ]; do
     --report) report=$2; shift 2 ;;
     --parts) parts=$2; shift 2 ;;
     --budget) budget=$2; shift 2 ;;
+    --rerun) rerun=$2; shift 2 ;;  # the command that runs the parts left (device_check.sh names its own)
     --wheels) wheels=$2; shift 2 ;;
     --quick) layers=2 tokens=16 iterations=2 per_process=2 rows=8 quick=1; shift ;;
     *) echo "gpu_check.sh: unknown argument $1" >&2; exit 2 ;;
@@ -57,7 +68,7 @@ if [ "$gpus" = 0 ] && [ "${GPU_CHECK_ALLOW_CPU:-0}" != 1 ]; then
   exit 2
 fi
 report=${report:-$out}
-figures=$out/figures
+figures=$report/figures
 mkdir -p "$out" "$figures" "$report"
 python - <<'PY'
 import importlib.metadata as md, platform, torch
@@ -78,10 +89,42 @@ for pkgs in (["transformers"], ["peft"], ["accelerate"], ["trl"], ["deepspeed"],
     print(found[0] if found else f"{pkgs[0]} not installed")
 PY
 gpu_only=$([ "$gpus" -gt 0 ] && [ "$quick" = 0 ] && echo 1 || echo 0)
-failed=""
-# run_part PART [gpu]: runs part_PART if it was asked for, has a GPU where it needs one and starts within the
-# budget (else a line says why not); in a subshell with errexit, so that a failing part is reported and
-# the parts after it still run; then rewrites the summary ($report/summary.md, $report/figures.json)
+# the memory targets are for an 80 GB card: on a larger one the training parts run capped at an H100
+# 80GB's 79.6 GiB (UDPO_GPU_MEMORY_SHARE: the allocator's cap, and autosize plans within it)
+card80=""
+if [ "$gpus" -gt 0 ]; then
+  card80=$(python -c "import torch; t = torch.cuda.get_device_properties(0).total_memory / 2**30
+print(f'{79.6 / t:.4f}' if t > 80 else '')")
+  if [ -n "$card80" ]; then
+    echo "the training parts run as on an 80 GB card: UDPO_GPU_MEMORY_SHARE=$card80 (79.6 GiB)"
+  fi
+fi
+failed="" left=""
+# estimate PART: the seconds it is expected to take, generously (on one H100/H200, from the issue-50
+# estimates; with --quick on a CPU core or two); a part that would end past the budget is left out
+estimate() {
+  local given
+  given=$(tr ',' '\n' <<< "${GPU_CHECK_EXPECT:-}" | sed -n "s/^$1=//p")
+  if [ -n "$given" ]; then
+    echo "$given"
+  elif [ "$quick" = 1 ]; then
+    case "$1" in decode1b|decode) echo 60 ;; iteration1b) echo 120 ;; study) echo 150 ;; *) echo 300 ;; esac
+  else
+    case "$1" in
+      decode1b) echo 150 ;; iteration1b) echo 200 ;; decode) echo 70 ;; study) echo 110 ;;
+      7b) echo 180 ;; iteration1b_n10) echo 170 ;; update1b) echo 60 ;; *) echo 200 ;;
+    esac
+  fi
+}
+summary() {
+  local cmd=${rerun:-bash scripts/gpu_check.sh --out $out --report $report}
+  python benchmarks/gpu_targets.py --figures "$figures" --report "$report" --failed "$failed" \
+    --left "${left//,/ }" --rerun "$cmd --parts ${left#,}"
+}
+# run_part PART [gpu]: runs part_PART if it was asked for, has a GPU where it needs one and is expected to
+# end within the budget (else a line says why not, and the part joins those left); in a subshell with
+# errexit, stopped at the budget, so that a failing part is reported and the parts after it still run;
+# the summary is rewritten every 15 s while it runs and once it ends
 run_part() {
   local name=$1 needs_gpu=${2:-}
   case ",$parts," in *",$name,"*) ;; *) return 0 ;; esac
@@ -89,28 +132,53 @@ run_part() {
     echo "== $name: skipped (GPU only, not with --quick)"
     return 0
   fi
-  local spent=$(( $(date +%s) - start )) rc
-  if [ "$budget" -gt 0 ] && [ "$spent" -ge "$budget" ]; then
-    echo "== $name: skipped (the check has run ${spent} s, past its budget of ${budget} s)"
-    return 0
+  local spent=$(( $(date +%s) - start )) rc need cap=0
+  need=$(estimate "$name")
+  if [ "$budget" -gt 0 ]; then
+    cap=$(( budget - spent ))
+    if [ "$need" -gt "$cap" ]; then
+      echo "== $name: left out (expected ~${need} s, ${cap} s left of the budget of ${budget} s)"
+      left="$left,$name"
+      return 0
+    fi
   fi
-  echo "== $name (${spent} s so far)"
-  set +e
-  ( set -e; "part_$name" )
+  echo "== $name (${spent} s so far, expected ~${need} s)"
+  set +e -m  # job control: each background job its own process group, stopped whole
+  ( while sleep 15; do summary >/dev/null 2>&1; done ) &
+  local refresher=$! watchdog=""
+  ( set -e; "part_$name" ) &
+  local job=$!
+  if [ "$cap" -gt 0 ]; then
+    # stopped at the budget, less 5 s for the summary after it: TERM, KILL 5 s later; what it wrote stays
+    ( sleep "$(( cap > 10 ? cap - 5 : cap ))"; kill -TERM -- -"$job"; sleep 5; kill -KILL -- -"$job" ) \
+      >/dev/null 2>&1 &
+    watchdog=$!
+  fi
+  wait "$job"
   rc=$?
-  set -e
-  if [ "$rc" != 0 ]; then
-    echo "== $name: FAILED (exit $rc), $(( $(date +%s) - start - spent )) s; the next parts run on"
+  for pid in $refresher $watchdog; do kill -- -"$pid" 2>/dev/null; wait "$pid" 2>/dev/null; done
+  set -e +m
+  local took=$(( $(date +%s) - start - spent ))
+  if { [ "$rc" = 143 ] || [ "$rc" = 137 ]; } && [ "$cap" -gt 0 ] && [ "$took" -ge "$(( cap > 10 ? cap - 5 : cap ))" ]; then
+    echo "== $name: STOPPED at the budget (${took} s); what it finished is kept"
+    left="$left,$name"
+  elif [ "$rc" != 0 ]; then
+    echo "== $name: FAILED (exit $rc), ${took} s; the next parts run on"
     failed="$failed $name"
+  else
+    echo "== $name: done in ${took} s"
   fi
-  python benchmarks/gpu_targets.py --figures "$figures" --report "$report" --failed "$failed" >/dev/null
+  summary >/dev/null
 }
-if [ -z "$model" ]; then
-  model=$out/model
-  [ -f "$model/config.json" ] || python scripts/check_model.py "$model" --layers "$layers" >/dev/null
-fi
+# the check model's folder (the 135M shape), written once by the first part that needs it
+given_model=$model
+model=${model:-$out/model}
+build_model() {
+  [ -n "$given_model" ] || [ -f "$model/config.json" ] ||
+    python scripts/check_model.py "$model" --layers "$layers" >/dev/null
+}
 model1b=$out/model1b
-# the 1B shape's folder, written once (decode1b and update1b load it; iteration1b builds its own on the GPU)
+# the 1B shape's folder, written once (update1b loads it; the other 1B parts build theirs in memory)
 build_model1b() {
   [ -f "$model1b/config.json" ] || python scripts/check_model.py "$model1b" --shape 1b >/dev/null
 }
@@ -145,26 +213,45 @@ eta: [0.01]
 YAML
 # the issue's recipe: 32 questions x N agents x 2 rounds, 64 tokens, every update size auto
 issue=(rounds 2 questions_per_iteration 32 debate_batch_size 32 max_tokens 64)
-part_decode() {
-  echo "   the hf backend's rollout (decode auto; eager beside it) / generate(static cache, compiled on a GPU)"
-  python benchmarks/decode.py --model "$model" --rows "$rows" --max-tokens "$tokens" --paths auto,eager --anchor \
-    --json "$figures/decode_135m.json"
+repeats=2 shape1b=(--shape 1b)
+if [ "$quick" = 1 ]; then  # the same steps on the check model, small enough for a CPU
+  issue=(rounds 2 questions_per_iteration 2 debate_batch_size 2 max_tokens "$tokens")
+  repeats=1 shape1b=(--shape 135m --layers "$layers")
+fi
+# decode.py on the 1B shape built in memory (with --quick: the check model)
+decode() {
+  local name=$1; shift
+  python benchmarks/decode.py --rows "$rows" --max-tokens "$tokens" --paths auto,stacked,eager --bare-paths "" \
+    --anchor --repeats "$repeats" --json "$figures/$name.json" "$@"
 }
 part_decode1b() {
-  echo "   the same at a Llama-3.2-1B shape (random bf16 weights)"
-  build_model1b
-  python benchmarks/decode.py --model "$model1b" --rows "$rows" --max-tokens "$tokens" --paths auto,eager \
-    --anchor --dtype bf16 --json "$figures/decode_1b.json"
+  echo "   the hf backend's rollout at a Llama-3.2-1B shape (random bf16 weights, built on the device): decode"
+  echo "   auto (the CUDA graph on a GPU), stacked and eager, 3 adapters / generate(static cache, compiled on a GPU)"
+  if [ "$quick" = 1 ]; then build_model; decode decode_1b --model "$model"
+  else decode decode_1b --model "$out/decode1b" --shape 1b --dtype bf16; fi
+}
+part_decode() {
+  echo "   the same at the 135M shape"
+  build_model
+  decode decode_135m --model "$model"
+}
+# iteration NAME ITERATIONS [KEY VALUE ...]: the issue's recipe on the 1B shape, built on the device
+iteration() {
+  local name=$1 n=$2; shift 2
+  rm -rf "$out/$name"
+  UDPO_GPU_MEMORY_SHARE=$card80 python benchmarks/iteration.py --config "$recipe" "${shape1b[@]}" \
+    --iterations "$n" --out "$out/$name" --json "$figures/$name.json" "${issue[@]}" "$@"
 }
 part_iteration1b() {
-  echo "   the 1B shape built on the GPU, N = 3, 3 iterations (the first compiles the decode step)"
-  rm -rf "$out/iteration1b"
-  python benchmarks/iteration.py --config "$recipe" --shape 1b --iterations 3 --out "$out/iteration1b" \
-    --json "$figures/iteration_1b_n3.json" "${issue[@]}"
-  echo "   N = 10, 2 iterations"
-  rm -rf "$out/iteration1b"
-  python benchmarks/iteration.py --config "$recipe" --shape 1b --iterations 2 --out "$out/iteration1b" \
-    --json "$figures/iteration_1b_n10.json" "${issue[@]}" n_agents 10
+  echo "   the 1B shape built on the GPU, N = 3, $iterations iterations (the first compiles the decode step);"
+  echo "   TORCH_LOGS=recompiles,graph_breaks in $figures/iteration_1b_n3.torch.log"
+  rm -f "$figures/iteration_1b_n3.torch.log"
+  TORCH_LOGS=recompiles,graph_breaks TORCH_LOGS_OUT="$figures/iteration_1b_n3.torch.log" \
+    iteration iteration_1b_n3 "$iterations"
+}
+part_iteration1b_n10() {
+  echo "   the 1B shape, N = 10, 2 iterations"
+  iteration iteration_1b_n10 2 n_agents 10
 }
 part_update1b() {
   echo "   the update on one batch of the issue's recipe (N = 3) against a bare PEFT forward + backward"
@@ -176,17 +263,21 @@ part_7b() {
   echo "   Llama-2-7B's shape (hidden 4096, 32 layers, 32 heads and KV heads, intermediate 11008; random bf16"
   echo "   weights built on the GPU, none on disk), N = 3, the check's recipe and default sizes, 2 iterations"
   rm -rf "$out/shape7b"
-  python benchmarks/iteration.py --config "$recipe" --shape 7b --iterations 2 --out "$out/shape7b" \
-    --json "$figures/iteration_7b_n3.json"
+  UDPO_GPU_MEMORY_SHARE=$card80 python benchmarks/iteration.py --config "$recipe" --shape 7b --iterations 2 \
+    --out "$out/shape7b" --json "$figures/iteration_7b_n3.json"
 }
 part_study() {
-  echo "   the proof study plan (recipes/compare/proof.yaml), shortened to seed 0, 2 iterations and 16 held-out"
+  local n=2 held=16 extra=()
+  [ "$quick" = 1 ] && n=1 held=2 extra=(max_tokens "$tokens" questions_per_iteration 2)
+  echo "   the proof study plan (recipes/compare/proof.yaml), shortened to seed 0, $n iterations and $held held-out"
   echo "   questions, on the check model, by udpo study --workers 2 (the workers share the GPU, half its memory each)"
+  build_model
   rm -rf "$out/study"
-  python benchmarks/study_plan.py --model "$model" --workers 2 --seeds 0 --iterations 2 --eval-questions 16 \
-    --out "$out/study" --json "$figures/study.json"
+  python benchmarks/study_plan.py --model "$model" --workers 2 --seeds 0 --iterations "$n" \
+    --eval-questions "$held" --out "$out/study" --json "$figures/study.json" "${extra[@]}"
 }
 part_paths() {
+  build_model
   paths=single
   [ "$processes" -gt 1 ] && paths=$paths,ddp
   python -c "import deepspeed" 2>/dev/null && paths=$paths,zero2,zero3 || echo "deepspeed not installed: ZeRO-2/3 skipped"
@@ -216,14 +307,19 @@ part_paths() {
   udpo eval --checkpoint "$out/team" --task arithmetic --limit 4 --rounds 1 --max-tokens 32 --no-progress \
     --output-dir "$out/eval" | tail -n 3
 }
+run_part decode1b
+run_part iteration1b
 run_part decode
-run_part decode1b gpu
-run_part iteration1b gpu
-run_part update1b gpu
+run_part study
 run_part 7b gpu
-run_part study gpu
+run_part iteration1b_n10 gpu
+run_part update1b gpu
 run_part paths
-echo "== the targets (issue 42), as measured here ($report/summary.md)"
-python benchmarks/gpu_targets.py --figures "$figures" --report "$report" --failed "$failed"
+echo "== the targets (issues 42 and 50), as measured here ($report/summary.md)"
+summary
+if [ -n "$left" ]; then
+  echo "parts left out: ${left#,}; run them with:"
+  echo "  ${rerun:-bash scripts/gpu_check.sh --out $out --report $report} --parts ${left#,}"
+fi
 echo "gpu_check.sh: done in $(( $(date +%s) - start )) s${failed:+; FAILED:$failed}"
 [ -z "$failed" ]

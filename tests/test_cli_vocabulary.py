@@ -101,6 +101,7 @@ NO_COUNTERPART = {
                 "threads",
                 "gpu_memory_share",
                 "sample_size",
+                "second_stage",
             )
         ],
         "a study plan (a compare config) and how many processes run it",

@@ -203,6 +203,39 @@ def test_tables_come_from_the_final_evaluations_and_finished_runs_are_kept(tmp_p
         run_compare(config, train=must_not_train, progress=False)
 
 
+def test_the_plans_comparisons_pair_each_seeds_arms(tmp_path, monkeypatch):
+    no_diagnosis_plots(monkeypatch)
+    config = CompareConfig.load(
+        write_compare(
+            tmp_path,
+            methods=["standard_mad", "task_only", "udpo"],
+            seeds=[0, 1],
+            comparisons=[["udpo", "task_only"]],
+            bootstrap_resamples=200,
+        )
+    )
+    start = [False] * 4
+    after = {  # udpo - task_only: +0.25 in seed 0 (0.75 - 0.5), +0.5 in seed 1 (1.0 - 0.5)
+        ("task_only", 0): [True, True, False, False],
+        ("udpo", 0): [True, True, True, False],
+        ("task_only", 1): [True, False, True, False],
+        ("udpo", 1): [True, True, True, True],
+    }
+    for (method, seed), correct in after.items():
+        finished_run(config.run_dir(method, seed), method, start, correct, seed=seed)
+    results = run_compare(config, train=lambda tc: None, progress=False)
+    c = results["comparisons"]["udpo - task_only"]["accuracy"]
+    assert c["per_seed"] == pytest.approx([0.25, 0.5]) and c["delta"] == pytest.approx(0.375)
+    assert c["t_low"] < 0.375 < c["t_high"]
+    table = (tmp_path / "out" / "table.md").read_text()
+    assert "| udpo - task_only | accuracy | +0.375 |" in table
+    assert "composition" in table and "cut_share" in table  # the answer-length table and columns
+    with pytest.raises(ConfigError, match="comparisons"):
+        CompareConfig.load(
+            write_compare(tmp_path, methods=["standard_mad", "udpo"], comparisons=[["udpo", "x"]])
+        )
+
+
 def test_task_only_trains_udpo_on_the_correctness_reward_alone(tmp_path, monkeypatch):
     """task_only (SPEC section 3): alpha = beta = gamma = 0 and lambda = 1 for every agent, whatever the
     recipe and settings give; eta is calibrated as UDPO's. Compare accepts it and tabulates it."""

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -155,60 +156,123 @@ def test_the_targets_table_compares_each_figure_with_its_goal_and_names_what_was
     load, render, table = targets.load, targets.render, targets.table
     decode = [
         {"path": "auto (graph)", "adapters": 3, "tokens_per_s": 14000.0},
-        {"path": "auto (graph)", "adapters": 0, "tokens_per_s": 18000.0},
+        {"path": "stacked", "adapters": 3, "tokens_per_s": 7000.0},
         {"path": "eager", "adapters": 3, "tokens_per_s": 2000.0},
         {"path": "generate(static)", "adapters": 0, "tokens_per_s": 21000.0},
     ]
     write(tmp_path, "decode_135m", {"device": "NVIDIA H100 80GB HBM3", "results": decode})
-    write(tmp_path, "iteration_1b_n3", {"iterations": [iteration(30.0, 5.0), iteration(2.5, 5.5), iteration(2.9, 5.2)],
-                                         "after_first": iteration(2.7, 5.5)})  # fmt: skip
-    write(
-        tmp_path,
-        "iteration_1b_n10",
-        {"iterations": [iteration(40.0, 7.0), iteration(6.0, 6.9)], "after_first": iteration(6.0, 6.9)},
-    )
+    plan = {"plan_held_gib": 3.0, "plan_activations_gib": 2.0, "plan_free_gib": 70.0}
+    n3 = [{**iteration(30.0, 5.0), "update_peak_gib": 5.4}, {**iteration(2.5, 5.5), "update_peak_gib": 5.6},
+          iteration(2.9, 5.2)]  # fmt: skip
+    write(tmp_path, "iteration_1b_n3", {"iterations": n3, "after_first": iteration(2.7, 5.5),
+                                         "iterations_asked": 3, **plan})  # fmt: skip
+    # N = 10 ran out of memory in its second iteration: the first is kept, with the error
+    write(tmp_path, "iteration_1b_n10", {"iterations": [{**iteration(40.0, 7.0), "update_peak_gib": 6.0}],
+                                          "iterations_asked": 2, "error": "OutOfMemoryError: CUDA out of memory",
+                                          **plan})  # fmt: skip
     write(
         tmp_path, "update_1b", {"update": {"after_s": 2.0, "bare_packed_s": 1.8, "after_vs_bare_packed": 0.9}}
     )
-    (tmp_path / "study.json").write_text("{not json")  # a file cut short: left out, not fatal
-    rows = {r.what: r for r in table(load(tmp_path))}
-    graph3 = rows[
-        "rollout tokens/s, 135M shape, auto (graph), 3 adapters / generate(static) compiled, no adapters"
-    ]
-    assert graph3.measured.startswith("0.67x") and graph3.met is False  # 14000 / 21000 < 0.7
-    graph0 = rows[
-        "rollout tokens/s, 135M shape, auto (graph), no adapters / generate(static) compiled, no adapters"
-    ]
-    assert graph0.measured.startswith("0.86x") and graph0.met is None  # reported, no goal
-    assert (
-        rows["rollout tokens/s, 1B shape, 3 adapters / generate(static) compiled, no adapters"].measured
-        == "not measured"
+    study = {"wall_s": 95.0, "runs": 2, "iterations": 2, "workers": 2, "share_gib": 40.0,
+             "peaks_gib": {"task_only seed_0": 12.5, "coin_control seed_0": 41.0}}  # fmt: skip
+    write(tmp_path, "study", study)
+    (tmp_path / "update_7b.json").write_text("{not json")  # a file cut short: left out, not fatal
+    log = (
+        "V1127 [__recompiles] Recompiling function forward in static_decode.py:120\n"
+        "    triggered by the following guard failure(s):\n"
+        "    - 0/0: tensor 'buf.tokens' size mismatch at index 0. expected 96, actual 48\n"
+        "V1127 [__recompiles] Recompiling function forward in static_decode.py:120\n"
+        "    triggered by the following guard failure(s):\n"
+        "    - 0/1: tensor 'buf.tokens' size mismatch at index 0. expected 96, actual 48\n"
+        "V1127 [__graph_breaks] Graph break in user code at decoding.py:40\n"
     )
+    rows = {r.what: r for r in table(load(tmp_path), log)}
+    what = "rollout tokens/s, 135M shape, {} / generate(static) compiled, no adapters"
+    graph3 = rows[what.format("auto (graph), 3 adapters")]
+    assert graph3.measured.startswith("0.67x") and graph3.met is False  # 14000 / 21000 < 0.7
+    stacked = rows[what.format("stacked, 3 adapters")]
+    assert stacked.measured.startswith("0.33x") and stacked.met is None  # reported beside it, no goal
+    assert rows[what.format("eager, 3 adapters")].measured.startswith("0.10x")
+    assert rows[
+        "rollout tokens/s, 1B shape, 3 adapters / generate(static) compiled, no adapters"
+    ].measured == ("not measured")
     it = rows["1B shape, N = 3 iteration (median after the first)"]
     assert it.measured.startswith("2.70 s") and it.met is True
-    n3_peak = rows["1B shape, N = 3 peak GPU memory (any iteration)"]
-    assert n3_peak.measured == "5.50 GiB" and n3_peak.met is True  # the most of all three iterations
-    growth = rows["1B shape, N = 10 peak / N = 3 peak"]
-    assert growth.measured.startswith("1.27x") and growth.met is False  # 7.0 / 5.5
-    assert rows["7B shape, N = 3 trains (default sizes)"].measured == "not measured"
-    assert rows["7B shape, N = 3 trains (default sizes)"].met is None
+    recompiles = rows["1B shape, N = 3 run: dynamo recompiles / graph breaks (TORCH_LOGS)"]
+    assert recompiles.measured == (
+        "2 recompiles, 1 graph breaks (most: tensor 'buf.tokens' size mismatch at index 0. expected 96, actual 48)"
+    )
+    n3_runs = rows["1B shape, N = 3: trains with the default sizes"]
+    assert n3_runs.measured == "3 of 3 iterations, peak 5.5 GiB" and n3_runs.met is True
+    n3_plan = rows["1B shape, N = 3: update peak / the plan autosize printed (held + estimated activations)"]
+    assert (
+        n3_plan.measured.startswith("1.12x (5.6 / 5.0 GiB") and n3_plan.met is False
+    )  # over by more than 10%
+    n10 = rows["1B shape, N = 10: trains with the default sizes"]
+    assert n10.measured == "1 of 2 iterations, peak 7.0 GiB; OutOfMemoryError: CUDA out of memory"
+    assert n10.met is False
+    n10_plan = rows[
+        "1B shape, N = 10: update peak / the plan autosize printed (held + estimated activations)"
+    ]
+    assert n10_plan.measured.startswith("1.20x") and n10_plan.met is False
+    assert rows["7B shape, N = 3: trains with the default sizes"].measured == "not measured"
+    assert rows["7B shape, N = 3: trains with the default sizes"].met is None
     assert rows[
         "1B shape: the update / a bare PEFT forward + backward over the same packed rows"
     ].measured.startswith("0.90x")
-    assert (
-        rows[
-            "the proof study plan, shortened (runs x iterations, workers sharing the GPU): wall time"
-        ].measured
-        == "not measured"
+    wall = rows["the proof study plan, shortened (runs x iterations, workers sharing the GPU): wall time"]
+    assert wall.measured == "95 s (2 runs x 2, 2 workers)"
+    share = rows["study workers: the largest run's peak / its share of the card"]
+    assert share.measured == "1.02x (41.0 / 40.0 GiB)" and share.met is False
+    text = render(
+        table(load(tmp_path)),
+        "NVIDIA H100 80GB HBM3",
+        left=["7b", "paths"],
+        rerun="bash x.sh --parts 7b,paths",
     )
-    text = render(table(load(tmp_path)), "NVIDIA H100 80GB HBM3")
     assert (
         text.startswith("GPU targets on NVIDIA H100 80GB HBM3") and "| **no** |" in text and "| yes |" in text
     )
+    assert text.rstrip().endswith(
+        "Parts left out (the budget): 7b, paths. Run them with:\n\n    bash x.sh --parts 7b,paths"
+    )
 
 
-def run_check(*args) -> subprocess.CompletedProcess:
-    """``scripts/gpu_check.sh --quick ARGS`` on this CPU, with this interpreter as its ``python``."""
+def test_the_iteration_benchmark_writes_its_figures_after_every_iteration(tmp_path):
+    """benchmarks/iteration.py's watcher: each iteration the run logs is handed on as it lands (a line
+    still being written waits for the next look), so a run stopped mid-way keeps what it finished."""
+    import threading
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    iteration_py = script(ROOT / "benchmarks" / "iteration.py")
+    run = tmp_path / "run"
+    run.mkdir()
+    seen: list[int] = []
+    stop = threading.Event()
+    watcher = threading.Thread(
+        target=iteration_py.watch, args=(run, lambda t: seen.append(len(t)), stop, 0.01)
+    )
+    watcher.start()
+    record = {"kind": "train", "iteration": 1}
+    try:
+        assert iteration_py.done_records(run) == []  # no metrics file yet
+        (run / "metrics.jsonl").write_text(json.dumps(record) + "\n" + '{"kind": "tr')  # one and a half
+        stop.wait(0.2)
+        assert seen == []  # the file does not parse yet: nothing handed on
+        lines = [json.dumps({**record, "iteration": k}) for k in (1, 2)]
+        (run / "metrics.jsonl").write_text("\n".join([*lines, json.dumps({"kind": "eval"})]) + "\n")
+        deadline = time.monotonic() + 10
+        while not seen and time.monotonic() < deadline:
+            stop.wait(0.01)
+    finally:
+        stop.set()
+        watcher.join()
+    assert seen == [2]  # both iterations, handed on once
+
+
+def run_check(*args, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``scripts/gpu_check.sh --quick ARGS`` on this CPU, with this interpreter as its ``python`` (and
+    ``env`` added to the environment)."""
     return subprocess.run(
         ["bash", str(GPU_CHECK), "--quick", *map(str, args)],
         capture_output=True,
@@ -219,26 +283,51 @@ def run_check(*args) -> subprocess.CompletedProcess:
             "GPU_CHECK_ALLOW_CPU": "1",
             "UDPO_NUM_THREADS": "1",
             "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+            **(env or {}),
         },
         timeout=600,
     )
 
 
 @pytest.mark.slow
-def test_gpu_check_skips_parts_past_its_budget_and_still_writes_the_summary(tmp_path):
-    """The script's frame on CPU: no part runs (the budget of 1 s is spent starting up; the model, named and
-    absent, is never built or read), each says so, and the summary of what was measured (nothing) lands in
-    --report."""
+def test_gpu_check_leaves_out_parts_that_would_not_fit_its_budget_and_names_the_command_for_them(tmp_path):
+    """The script's frame on CPU: no part runs (each is expected to take longer than the 1 s budget; the
+    model, named and absent, is never built or read), each says so, and the summary of what was measured
+    (nothing) lands in --report, ending with the command for the parts left."""
     done = run_check("--out", tmp_path / "out", "--report", tmp_path / "report", "--model", tmp_path / "absent",
-                     "--budget", 1, "--parts", "decode,7b,paths")  # fmt: skip
+                     "--budget", 1, "--parts", "decode,7b,paths", "--rerun", "bash scripts/device_check.sh 540")  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "== decode: skipped (the check has run" in done.stdout and "past its budget of 1 s)" in done.stdout
+    assert (
+        "== decode: left out (expected ~60 s, " in done.stdout and "left of the budget of 1 s)" in done.stdout
+    )
     assert "== 7b: skipped (GPU only, not with --quick)" in done.stdout
-    assert "== paths: skipped (the check has run" in done.stdout
+    assert "== paths: left out (expected ~300 s" in done.stdout
     assert "decode1b" not in done.stdout  # not asked for: no line
+    assert (
+        "parts left out: decode,paths; run them with:\n  bash scripts/device_check.sh 540 --parts decode,paths"
+        in (done.stdout)
+    )
     summary = (tmp_path / "report" / "summary.md").read_text()
-    assert summary.startswith("GPU targets on an unnamed device") and summary.count("not measured") == 8
+    assert summary.startswith("GPU targets on an unnamed device") and summary.count("not measured") == 9
+    assert summary.rstrip().endswith("bash scripts/device_check.sh 540 --parts decode,paths")
     assert json.loads((tmp_path / "report" / "figures.json").read_text()) == {}
+
+
+@pytest.mark.slow
+def test_a_part_that_runs_past_the_budget_is_stopped_and_keeps_what_it_wrote(tmp_path):
+    """decode1b, told it needs 1 s (GPU_CHECK_EXPECT), starts, and is stopped at the budget of 20 s, with
+    every process it started; the summary (rewritten while it ran and after) and the parts left say so."""
+    begin = time.monotonic()
+    done = run_check("--out", tmp_path / "out", "--budget", 20, "--parts", "decode1b",
+                     env={"GPU_CHECK_EXPECT": "decode1b=1,decode=1"})  # fmt: skip
+    assert time.monotonic() - begin < 60
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "== decode1b (" in done.stdout and "expected ~1 s)" in done.stdout
+    assert "== decode1b: STOPPED at the budget (" in done.stdout
+    assert "parts left out: decode1b; run them with:" in done.stdout
+    assert (tmp_path / "out" / "summary.md").read_text().rstrip().endswith("--parts decode1b")
+    left = subprocess.run(["pgrep", "-f", str(tmp_path / "out")], capture_output=True, text=True)
+    assert left.stdout == ""  # nothing of the part still running
 
 
 @pytest.mark.slow

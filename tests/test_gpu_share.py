@@ -69,17 +69,34 @@ def test_each_worker_carries_its_share_in_its_environment(monkeypatch):
     assert study_command("plan.yaml")[-3:] == ["study", "plan.yaml", "--no-progress"]
 
 
-def test_the_trainer_caps_its_allocator_on_cuda_only(monkeypatch):
+@pytest.fixture
+def cuda_runtime(monkeypatch):
+    """torch.cuda's Python layer as it is, on a machine without CUDA: only the lowest-level calls are
+    replaced (the lazy init, the current device: 1, the allocator's cap: recorded), so the argument
+    checks of ``set_per_process_memory_fraction`` (``_get_device_index``) run for real."""
     calls = []
+    monkeypatch.setattr(torch.cuda, "_lazy_init", lambda: None)
+    monkeypatch.setattr(torch.cuda.memory, "_lazy_init", lambda: None)
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: 1, raising=False)
     monkeypatch.setattr(
-        torch.cuda,
-        "set_per_process_memory_fraction",
-        lambda share, device=None: calls.append((share, device)),
+        torch._C, "_cuda_setMemoryFraction", lambda share, index: calls.append((share, index)), raising=False
     )
+    return calls
+
+
+def test_the_trainer_caps_its_allocator_on_cuda_only(cuda_runtime):
+    calls = cuda_runtime
+    # what the code passed before: torch refuses a CUDA device without an index (issue 50)
+    with pytest.raises(ValueError, match="Expected a torch.device with a specified index"):
+        torch.cuda.set_per_process_memory_fraction(0.5, torch.device("cuda"))
     assert gpu_share.apply("cpu", {gpu_share.ENV: "0.5"}) == 0.5 and calls == []
     assert gpu_share.apply("cuda:0", {}) is None and calls == []
-    assert gpu_share.apply("cuda:0", {gpu_share.ENV: "0.5"}) == 0.5
-    assert calls == [(0.5, torch.device("cuda:0"))]
+    # accelerate's device of a single process is "cuda": the current device's index is filled in
+    assert gpu_share.indexed("cuda") == "cuda:1" and gpu_share.indexed("cuda:0") == "cuda:0"
+    assert gpu_share.indexed("cpu") == "cpu"
+    assert gpu_share.apply("cuda", {gpu_share.ENV: "0.5"}) == 0.5
+    assert gpu_share.apply("cuda:0", {gpu_share.ENV: "0.25"}) == 0.25
+    assert calls == [(0.5, 1), (0.25, 0)]
     assert gpu_share.describe(0.5, "cuda:0").startswith(
         "GPU memory share: 0.5 of cuda:0 (UDPO_GPU_MEMORY_SHARE"
     )

@@ -238,6 +238,72 @@ def test_graph_decoding_matches_stacked_on_cuda(policy):
         model.to("cpu")
 
 
+def test_a_compiled_step_compiles_once_per_shape_across_debates_updates_evictions_and_runs(
+    policy, tokenizer_path, tmp_path
+):
+    """What keeps a GPU run from recompiling (issue 50), checked with dynamo on CPU (the step compiled with
+    a counting backend: dynamo's guards are those of the CUDA-graph path): after the two bucket shapes of a
+    first debate are compiled, a second debate, an in-place adapter update, an eviction of each bucket at
+    the KV cap and its reallocation, and adapters stacked afresh all reuse the compiled code
+    (``error_on_recompile``); an evicted bucket is freed (no compiled code holds it); a second run in the
+    same process, after the first decoder is closed (dynamo reset), compiles afresh instead of
+    recompiling against the first run's guards."""
+    import gc
+    import weakref
+
+    pad = policy.tokenizer.pad_token_id
+    graphs = []
+
+    def count(graph, inputs):
+        graphs.append(graph)
+        return graph.forward
+
+    kwargs = dict(max_new_tokens=4, temperature=1.0, top_p=1.0, stops=set())
+    small = batch(pad, [4, 7, 5, 7, 3], seed=0)  # 5 rows: bucket 6 x 64 columns
+    large = batch(pad, [70, 66, 61], seed=1)  # 3 rows x 74 columns: bucket 3 x 96
+
+    def debate(decoder, ids_attention, adapters=NAMES) -> None:
+        ids, attention = ids_attention
+        decoder.sample(input_ids=ids, attention=attention, adapters=adapters[: len(ids)], **kwargs)
+
+    model = policy.models[policy.base_model]
+    saved = [p.detach().clone() for p in policy.trainable_parameters()]
+    # max_bytes 1: only the newest bucket is kept, so every change of shape evicts the other one
+    decoder = StaticDecoder(model, max_bytes=1, max_rows=8, compile_backend=count)
+    try:
+        debate(decoder, small)
+        mask = weakref.ref(decoder.buffers[6, 64].mask)
+        debate(decoder, large)  # the second shape: compiled once, as a shape must be
+        gc.collect()
+        assert list(decoder.buffers) == [(3, 96)] and mask() is None  # evicted, and freed
+        assert len(graphs) == 2 and len(decoder.stack.index) == 8  # the index at its largest from the start
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            debate(decoder, small)  # a second debate, its bucket allocated again
+            with torch.no_grad():
+                for p in policy.trainable_parameters():
+                    p.mul_(1.1)  # an optimizer step's in-place update
+            debate(decoder, small)
+            debate(decoder, large)  # evicted and allocated again
+            decoder.stack = None  # adapters stacked afresh (a reloaded adapter): new buffers, same shapes
+            debate(decoder, large)
+            debate(decoder, small, adapters=[None] * 8)  # no adapter on any row
+        assert len(graphs) == 2
+        decoder.close()
+        # a second run in this process: another model and decoder; after the reset, no guard of the first
+        # run's is left to fail, so its compile is a first one
+        second = tiny_team_with_distinct_adapters(tmp_path / "second", tokenizer_path)
+        decoder = StaticDecoder(second.models[second.base_model], max_rows=8, compile_backend=count)
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            debate(decoder, small)
+            debate(decoder, small)
+        assert len(graphs) == 3
+    finally:
+        decoder.close()
+        with torch.no_grad():
+            for p, s in zip(policy.trainable_parameters(), saved, strict=True):
+                p.copy_(s)
+
+
 def graph_backend(tiny_model, tiny_lora_adapters, monkeypatch, error: Exception, auto: bool) -> HFBackend:
     """A backend on CPU made to decode as on a GPU with ``decode`` auto (or graph, ``auto=False``), whose
     compiled step raises ``error``: CUDA is reported present while the decoder is built, and
@@ -278,18 +344,25 @@ def test_auto_decodes_stacked_when_the_graph_fails_to_compile_and_says_so(
 ):
     """Where "auto" picked the CUDA graph and it cannot be compiled or captured, the call is made again
     stacked (the same tokens as a stacked backend for the same seed), later calls stay stacked, and a
-    warning names the error."""
+    warning carries the whole error."""
     names = [*tiny_lora_adapters, None]
     reference = HFBackend(model=tiny_model, dtype="fp32", decode="stacked")
     for name, path in tiny_lora_adapters.items():
         reference.load_adapter(name, path)
     expected = [c.completion_ids for c in reference.generate(requests_for(names))]
-    backend = graph_backend(tiny_model, tiny_lora_adapters, monkeypatch, RuntimeError("capture failed"), True)
+    error = RuntimeError("capture failed\n  at the second line of the error")
+    backend = graph_backend(tiny_model, tiny_lora_adapters, monkeypatch, error, True)
+    resets = []
+    monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(1))
     with caplog.at_level("WARNING", logger="udpo.env.backends.hf"):
         got = [c.completion_ids for c in backend.generate(requests_for(names))]
     assert got == expected and backend.decode == "stacked" and not backend._static.graph
-    assert "graph decoding failed (RuntimeError: capture failed); decoding stacked" in caplog.text
+    assert resets == [1]  # the failed graph's decoder closed: dynamo's caches let go of it
+    assert "graph decoding failed; decoding stacked, uncompiled, from now on" in caplog.text
+    assert "RuntimeError: capture failed\n  at the second line of the error" in caplog.text  # all of it
     assert [c.completion_ids for c in backend.generate(requests_for(names))] == expected
+    backend.close()
+    assert resets == [1] and backend._static is None  # an uncompiled decoder needs no reset
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import pytest
 
 from udpo.env.backends.scripted import ScriptedBackend
 from udpo.env.debate import AgentSpec, DebateConfig, DebateEnv
-from udpo.env.protocols.base import peer_message
+from udpo.env.protocols.base import Message, peer_message
 from udpo.env.tasks import TASK_NAMES, get_task
 from udpo.env.tasks import data as data_module
 from udpo.env.tasks.arithmetic import LEVELS, Arithmetic
@@ -154,15 +154,18 @@ def test_arithmetic_is_deterministic_and_seeded():
     assert len({q.text for q in Arithmetic(difficulty=2, n_questions=200).load("test")}) == 200  # no repeats
 
 
-def test_arithmetic_answer_only_asks_for_the_bare_answer_in_every_round():
+def test_arithmetic_answer_only_asks_for_the_bare_number_in_every_round():
     reasoned, bare = get_task("arithmetic"), get_task("arithmetic", answer_only=True)
     question = bare.load("train", limit=1)[0]
     assert "step by step" in reasoned.prompt(question)
-    assert "answer only" in bare.prompt(question) and "step" not in bare.prompt(question)
-    assert question.text in bare.prompt(question)
-    # later rounds repeat the task's instruction (the protocol's prompt), so the cap holds there too
-    assert bare.format_instruction(question) in peer_message(bare, question, [], 1)
-    assert bare.parse("\\boxed{12}", question) == "12"
+    assert bare.prompt(question) == f"{question.text}\n\nAnswer with the number only."
+    assert "never explain" in bare.default_profile and bare.default_profile != reasoned.default_profile
+    # rounds t >= 1 show the peers' answers, then ask the question again in the same form
+    shown = [Message(agent=1, round=0, text="It is 12.")]
+    later = peer_message(bare, question, shown, 1)
+    assert later.endswith(f"{question.text} Answer with the number only.") and "It is 12." in later
+    assert "Weigh their reasoning" in peer_message(reasoned, question, shown, 1)
+    assert bare.parse("3 + 9 = 12", question) == "12"
     assert [q.gold for q in bare.load("test")] == [q.gold for q in reasoned.load("test")]
 
 

@@ -123,3 +123,21 @@ def test_a_shared_calibration_must_be_plain_udpo(tiny_path, tmp_path):
         tiny_config(tiny_path, tmp_path / "x", critic_epochs=2)
     with pytest.raises(ConfigError, match="behavior_logprobs: recompute"):
         tiny_config(tiny_path, tmp_path / "x", is_correction="tis", behavior_logprobs="rollout", **EXPLICIT)
+
+
+def test_eval_debates_per_question_repeats_each_problem_with_its_own_ids():
+    from udpo.config import TrainConfig
+    from udpo.training.data import load_training_data
+
+    def eval_set(k: int):
+        config = TrainConfig(
+            task="arithmetic", eval_questions=5, eval_question_seed=3, eval_debates_per_question=k
+        )
+        return load_training_data(config, config, config, calibrates=True).eval_set
+
+    once, thrice = eval_set(1), eval_set(3)
+    assert [q.text for q in thrice] == [q.text for q in once for _ in range(3)]
+    assert [q.id for q in thrice[:3]] == [once[0].id, f"{once[0].id}#d1", f"{once[0].id}#d2"]
+    assert len({q.id for q in thrice}) == 15 and [q.gold for q in thrice[::3]] == [q.gold for q in once]
+    with pytest.raises(ConfigError, match="eval_debates_per_question"):
+        TrainConfig(eval_debates_per_question=0)

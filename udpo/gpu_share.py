@@ -73,14 +73,26 @@ def usable_bytes(free: int, total: int, held: int, share: float | None) -> int:
     return max(0, min(free, int(check_share(share) * total) - held))
 
 
+def indexed(device: str) -> str:
+    """``device`` with its index: a bare ``cuda`` (what accelerate names the device of a single process)
+    becomes ``cuda:<current device>``, since torch's per-device calls (the allocator's cap among them)
+    refuse a CUDA device without an index; any other device is returned as it is."""
+    if device != "cuda":
+        return device
+    import torch
+
+    return f"cuda:{torch.cuda.current_device()}"
+
+
 def apply(device: str, environ: Mapping[str, str] | None = None) -> float | None:
-    """Read the share (checked on every device) and, on a CUDA ``device``, cap this process's allocator at
-    it (``torch.cuda.set_per_process_memory_fraction``); returns the share, None where none is set."""
+    """Read the share (checked on every device) and, on a CUDA ``device`` (``cuda`` or ``cuda:N``), cap
+    this process's allocator at it (``torch.cuda.set_per_process_memory_fraction`` on
+    :func:`indexed` ``(device)``); returns the share, None where none is set."""
     share = from_environment(environ)
     if share is not None and device.startswith("cuda"):
         import torch
 
-        torch.cuda.set_per_process_memory_fraction(share, torch.device(device))
+        torch.cuda.set_per_process_memory_fraction(share, torch.device(indexed(device)))
     return share
 
 

@@ -416,12 +416,19 @@ class HFBackend(Backend):
         ):
             return False
         log.warning(
-            "hf backend: graph decoding failed (%s: %s); decoding stacked, uncompiled, from now on",
+            "hf backend: graph decoding failed; decoding stacked, uncompiled, from now on. The error:\n%s: %s",
             type(error).__name__,
-            (str(error).splitlines() or [""])[0],
+            error,
         )
-        self.decode, self._static_for, self._static = "stacked", None, None
+        self._drop_decoder()
+        self.decode, self._static_for = "stacked", None
         return True
+
+    def _drop_decoder(self) -> None:
+        """Close the stacked decoder (a compiled one resets dynamo: a new decoder compiles afresh)."""
+        if self._static is not None:
+            self._static.close()
+        self._static = None
 
     def _decoder(self) -> StaticDecoder | None:
         """The stacked decoder (None: the eager loop), rebuilt when the model or its adapters change."""
@@ -430,14 +437,17 @@ class HFBackend(Backend):
             return None
         key = (id(self.model), tuple(self.adapters))
         if key != self._static_for:
-            self._static_for, self._static = key, None
+            self._drop_decoder()
+            self._static_for = key
             mode = mode_asked = self.decode
             if mode == "graph" and hasattr(next(self.model.parameters()), "ds_id"):
                 # ZeRO-3 partitions the weights and gathers them into new storage for every rollout: a
                 # captured graph would read the old addresses
                 mode = "stacked"
             if StaticDecoder.supported(self.model):
-                self._static = StaticDecoder(self.model, graph=mode == "graph", max_bytes=2 * self.kv_bytes)
+                self._static = StaticDecoder(
+                    self.model, graph=mode == "graph", max_bytes=2 * self.kv_bytes, max_rows=self.max_batch
+                )
                 why = (
                     " (not graph: ZeRO-3 gathers the weights afresh for every rollout)"
                     if mode != mode_asked
@@ -565,4 +575,5 @@ class HFBackend(Backend):
         return list(eos) if isinstance(eos, list | tuple) else [eos]
 
     def close(self) -> None:
+        self._drop_decoder()
         self.model = None

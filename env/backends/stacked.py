@@ -19,7 +19,8 @@ each adapter once, and its extra columns (``S r``, tens) are few next to the lay
 
 The buffers keep their storage for the life of the object: :meth:`StackedAdapters.refresh` copies the
 adapters' current weights into them in place (after a training step the live PeftModel's weights have
-changed), so a captured graph replays with the new weights.
+changed), so a captured graph replays with the new weights. The slot index is allocated at the largest
+padded batch (``capacity``) once, so its shape never changes under a compiled step.
 """
 
 from __future__ import annotations
@@ -50,12 +51,13 @@ class StackedAdapters:
     (plain LoRA on linear layers, as :class:`~.decoding.RowAdapters`).
     """
 
-    def __init__(self, model):
+    def __init__(self, model, capacity: int = 1):
         self.model = model
         self.layers = _lora_layers(model)
         self.names = sorted({n for layer in self.layers for n in layer.lora_A})
         self.signature = _signature(self.layers)
-        self.index = _static(torch.zeros(1, dtype=torch.long, device=_device(model)))  # grows in select
+        # sized at the largest padded batch from the start: a compiled step guards on its size
+        self.index = _static(torch.zeros(capacity, dtype=torch.long, device=_device(model)))
         self.stacks: dict[int, _Stack] = {}
         slots = {name: k + 1 for k, name in enumerate(self.names)}
         for layer in self.layers:
@@ -108,7 +110,8 @@ class StackedAdapters:
 
     def select(self, slots: torch.Tensor, capacity: int | None = None) -> None:
         """Row ``j`` of the next batches runs through slot ``slots[j]``; rows past ``len(slots)`` (up to
-        ``capacity``, the padded batch) through slot 0. The index keeps its storage unless it must grow."""
+        ``capacity``, the padded batch) through slot 0. The index keeps its storage unless it must grow
+        past the capacity it was built with (a compiled step then compiles again: the size changed)."""
         capacity = max(capacity or len(slots), len(slots))
         if capacity > len(self.index):
             self.index = _static(self.index.new_zeros(capacity))
@@ -159,8 +162,11 @@ def _signature(layers: list) -> tuple:
 
 
 def _static(t: torch.Tensor) -> torch.Tensor:
-    """``t``, marked as keeping its storage: a compiled step then reads it in place (no copy per replay)."""
-    torch._dynamo.mark_static_address(t)
+    """``t``, marked as keeping its storage: a compiled step then reads it in place (no copy per replay).
+    Unguarded: a compiled step does not guard on its identity, so another tensor of the same shape in its
+    place (a rebuilt stack, a reallocated buffer) is re-recorded by the CUDA graph, not recompiled, and
+    the compiled code holds no reference that would keep a freed buffer alive."""
+    torch._dynamo.mark_static_address(t, guard=False)
     return t
 
 

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from .decoding import RowKV, Sampled, _draw, _read_kv, _uniforms, prefix_reuse_supported, prompt_pass, results
-from .stacked import StackedAdapters
+from .stacked import StackedAdapters, _static
 
 #: decode steps between two reads of the finished mask on the host
 SYNC_EVERY = 8
@@ -50,6 +50,11 @@ def bucket(n: int, smallest: int = 1) -> int:
     while size < n:
         size *= 2
     return size * 3 // 4 if size >= 4 and size * 3 // 4 >= n else size
+
+
+def _cache_tensors(cache: Any) -> list[torch.Tensor]:
+    """Every tensor a static cache's layers hold (keys, values, their lengths)."""
+    return [t for layer in cache.layers for t in vars(layer).values() if isinstance(t, torch.Tensor)]
 
 
 @dataclass
@@ -68,20 +73,47 @@ class StaticDecoder:
     """Samples like :func:`.decoding.sample` on fixed, reused buffers (see the module docstring).
 
     graph: replay the decode step as a CUDA graph (``torch.compile`` in ``reduce-overhead`` mode; CUDA
-    only). max_bytes: KV cache kept allocated across calls, all shapes together.
+    only). max_bytes: KV cache kept allocated across calls, all shapes together. max_rows: the most rows
+    a call decodes (the stacked adapters' slot index is sized for its bucket once). compile_backend:
+    without ``graph``, compile the step with this ``torch.compile`` backend (the tests: "eager" on a CPU,
+    where dynamo's guards and recompiles are those of the graph path).
+
+    A compiled step never recompiles for a buffer it has seen the shape of: every buffer it reads is
+    marked static without an identity guard (:func:`.stacked._static`), so a bucket evicted at
+    ``max_bytes`` and allocated again, or adapters stacked afresh, reuse the compiled code (a CUDA graph
+    re-records). :meth:`close` resets dynamo, whose caches would otherwise keep this decoder's code.
     """
 
-    def __init__(self, model, graph: bool = False, max_bytes: float = 4 * 2**30):
+    def __init__(
+        self,
+        model,
+        graph: bool = False,
+        max_bytes: float = 4 * 2**30,
+        max_rows: int = 1,
+        compile_backend: str | Callable | None = None,
+    ):
         if graph and not torch.cuda.is_available():
             raise ValueError("graph decoding needs CUDA")
         self.model = model
         self.max_bytes = max_bytes
+        self.max_rows = max_rows
         self.buffers: dict[tuple[int, int], _Buffers] = {}  # (rows, columns) -> buffers, oldest first
         self.stack: StackedAdapters | None = None
         self.step: Callable[[_Buffers], torch.Tensor] = self._forward
         if graph:
             self.step = torch.compile(self._forward, mode="reduce-overhead", dynamic=False)
+        elif compile_backend is not None:
+            self.step = torch.compile(self._forward, backend=compile_backend, dynamic=False)
         self.graph = graph
+        self.compiled = graph or compile_backend is not None
+
+    def close(self) -> None:
+        """Free the buffers and, if the step was compiled, reset dynamo (its caches hold the compiled
+        code, its guards and, on a GPU, the captured graphs' memory pool)."""
+        self.buffers.clear()
+        self.stack = None
+        if self.compiled:
+            torch._dynamo.reset()
 
     @staticmethod
     def supported(model) -> bool:
@@ -100,7 +132,7 @@ class StaticDecoder:
     def _adapters(self) -> StackedAdapters:
         """The stacked adapters, rebuilt if the model's adapters changed, else refreshed in place."""
         if self.stack is None or not self.stack.matches(self.model):
-            self.stack = StackedAdapters(self.model)
+            self.stack = StackedAdapters(self.model, capacity=bucket(self.max_rows))
         else:
             self.stack.refresh()
         return self.stack
@@ -118,8 +150,10 @@ class StaticDecoder:
             size = 2 * len(cache.layers) * cache.layers[0].keys.numel() * layer.element_size()
             ones = torch.ones(key[0], 1, dtype=torch.long, device=layer.device)
             buf = _Buffers(cache, ones.new_ones(key), ones, ones.clone(), size)
-            for t in (buf.mask, buf.tokens, buf.positions):  # read in place by a compiled step
-                torch._dynamo.mark_static_address(t)
+            # read in place by a compiled step, unguarded (transformers marks the cache's own tensors
+            # with torch's default guard, which differs between versions: marked again here)
+            for t in (buf.mask, buf.tokens, buf.positions, *_cache_tensors(cache)):
+                _static(t)
         self.buffers[key] = buf  # the newest last
         while sum(b.nbytes for b in self.buffers.values()) > self.max_bytes and len(self.buffers) > 1:
             self.buffers.pop(next(iter(self.buffers)))

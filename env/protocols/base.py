@@ -151,7 +151,4 @@ def peer_message(task: Task, question: Question, reads: Sequence[Message], rnd: 
         head = f"Other agents answered the same question. {intro}:\n\n{shown}\n\n"
     else:
         head = ""
-    return (
-        f"{head}Weigh their reasoning against your own: keep your answer if you still believe it, "
-        f"change it if they showed you a mistake. {task.format_instruction(question)}"
-    )
+    return f"{head}{task.debate_request(question)}"

@@ -95,8 +95,10 @@ class Arithmetic(NumericTask):
 
     difficulty: one level or a list of levels (question k uses ``levels[k % len(levels)]``).
     n_questions: questions per split (default 100); ``load(limit=K)`` keeps the first K.
-    answer_only: ask for the bare answer (a number in ``\\boxed{}``, no working) instead of reasoning
-    first (default False): short completions, so a small ``max_tokens`` cap cuts few answers.
+    answer_only: ask for the bare number instead of reasoning first (default False): a terse profile,
+    "the number only" in every round, and in rounds t >= 1 the question asked again after the peers'
+    answers. For debates under a small ``max_tokens`` cap (12-16 tokens), which would otherwise cut most
+    answers of a small model; the parser reads the last number of the reply.
     """
 
     name = "arithmetic"
@@ -116,11 +118,22 @@ class Arithmetic(NumericTask):
             raise ValueError(f"n_questions must be >= 1, got {n_questions}")
         self.n_questions = n_questions
         self.answer_only = bool(answer_only)
+        if self.answer_only:
+            self.default_profile = (
+                "You work as a calculator: you reply with one short line and never explain."
+            )
 
     def format_instruction(self, question: Question) -> str:
         if self.answer_only:
-            return "Reply with the final answer only: a number inside \\boxed{}, no working and no units."
+            return "Answer with the number only."
         return super().format_instruction(question)
+
+    def debate_request(self, question: Question) -> str:
+        # a small model asked to "weigh their reasoning" recites the request; asked the question again,
+        # it answers it (measured on training questions: docs/lab/plan_debate_reward.md)
+        if self.answer_only:
+            return f"{question.text} {self.format_instruction(question)}"
+        return super().debate_request(question)
 
     def load(
         self,

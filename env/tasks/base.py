@@ -64,6 +64,14 @@ class Task(abc.ABC):
         """The user message of round 0."""
         return f"{question.text}\n\n{self.format_instruction(question)}"
 
+    def debate_request(self, question: Question) -> str:
+        """What a round t >= 1 message asks for, after the responses it shows (Standard MAD and the
+        protocols built on it): weigh them, then answer in the task's format."""
+        return (
+            "Weigh their reasoning against your own: keep your answer if you still believe it, "
+            f"change it if they showed you a mistake. {self.format_instruction(question)}"
+        )
+
     def is_correct(self, prediction: Answer, question: Question) -> bool:
         """A None prediction is always wrong."""
         return prediction is not None and prediction == question.gold

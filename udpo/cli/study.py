@@ -81,6 +81,12 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "mean is shown",
     )
     p.add_argument(
+        "--second-stage",
+        action="store_true",
+        help="the plan's second_stage rule on the recorded runs, blind to the arms: the seeds per arm for the "
+        "rest of the study, as one line to commit",
+    )
+    p.add_argument(
         "--no-progress", "--no_progress", dest="progress", action="store_false", help="hide progress bars"
     )
     p.set_defaults(func=run, check=check)
@@ -91,8 +97,8 @@ def check(args: argparse.Namespace):
     from udpo.study import load_plan
 
     config = load_plan(args.plan, args.output_dir)
-    if args.workers > 1 and (args.status or args.tables_only or args.sample_size):
-        raise ValueError("--workers trains; --status, --tables-only and --sample-size do not")
+    if args.workers > 1 and (args.status or args.tables_only or args.sample_size or args.second_stage):
+        raise ValueError("--workers trains; --status, --tables-only, --sample-size and --second-stage do not")
     if args.threads is not None and args.workers == 1:  # this process trains: set before torch starts
         os.environ[ENV] = str(args.threads)
     if args.gpu_memory_share is not None and args.workers == 1:  # this process's trainers read it
@@ -110,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
         status=args.status,
         tables_only=args.tables_only,
         sample_size=args.sample_size,
+        second_stage=args.second_stage,
         workers=args.workers,
         worker_command=study_command(args.plan, extra),
         threads=args.threads,

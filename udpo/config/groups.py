@@ -644,6 +644,11 @@ class RunArgs:
         "(never trained on; disjoint from evaluation). 0 needs all five coefficients given explicitly.",
     )
     eval_questions: int = _f(100, "Held-out questions per evaluation (0: no evaluation).")
+    eval_debates_per_question: int = _f(
+        1,
+        "Debates of each held-out question per evaluation, each with its own draws (question ids get "
+        "'#d<k>' from the second on; the study tables resample a problem's debates together).",
+    )
     eval_question_seed: int | None = _f(
         None,
         "Seed of the held-out questions a generated task (arithmetic) draws (default: seed). Fix it to give "
@@ -695,7 +700,7 @@ class RunArgs:
         """The rules on these fields alone (ConfigError naming the field)."""
         _check_ranges(
             self,
-            positive=("save_steps",),
+            positive=("save_steps", "eval_debates_per_question"),
             nonnegative=("eval_questions", "eval_steps"),
             fractions=("warmup_fraction",),
             optional_positive=("save_total_limit",),

@@ -17,6 +17,7 @@ def study(
     status: bool = False,
     tables_only: bool = False,
     sample_size: float | None = None,
+    second_stage: bool = False,
     workers: int = 1,
     worker_command: Sequence[str] = (),
     threads: int | None = None,
@@ -27,7 +28,8 @@ def study(
     """Run one of the study's modes on ``config``; returns the exit status.
 
     ``status``: one line per run (done, started, waiting). ``sample_size``: the blind sample-size rule
-    (:func:`udpo.study.sample_size.blind_sample_size`) for a difference of that size. ``workers`` > 1:
+    (:func:`udpo.study.sample_size.blind_sample_size`) for a difference of that size. ``second_stage``: the
+    plan's second-stage rule (:func:`udpo.study.sample_size.second_stage`), one line. ``workers`` > 1:
     that many processes run ``worker_command`` (the study's own command line) and share the runs
     (:mod:`udpo.study.workers`; ``threads`` and ``gpu_memory_share`` per worker), then the progress and,
     when every run is recorded, the table. ``tables_only``: the tables from the records alone. Otherwise
@@ -35,6 +37,11 @@ def study(
     last is recorded."""
     if status:
         print("\n".join(format_progress(config)))
+        return 0
+    if second_stage:
+        from udpo.study.sample_size import second_stage as stage_rule
+
+        print(stage_rule(config)[1])
         return 0
     if sample_size:
         from udpo.study.sample_size import blind_sample_size

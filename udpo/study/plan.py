@@ -52,6 +52,7 @@ BUDGET_FIELDS = (
     "data_path",
     "max_train_questions",
     "eval_questions",
+    "eval_debates_per_question",
     "eval_seed",
     "eval_question_seed",
     "calibration_file",
@@ -84,7 +85,11 @@ class CompareConfig:
     when the last run is recorded (false: records only, for a pilot that stays blind to its arms until its
     sample-size rule is recorded; ``--tables-only`` writes them). eval_seed_per_seed: each seed's
     evaluations sample with ``eval_seed + seed``, so every method of a seed is evaluated, before and after,
-    on the same draws (paired), and the seeds' draws differ (false: one ``eval_seed`` for every seed)."""
+    on the same draws (paired), and the seeds' draws differ (false: one ``eval_seed`` for every seed).
+    comparisons: pairs ``[A, B]`` of methods whose difference A - B the tables analyse seed by seed (the
+    pre-registered primary comparisons). second_stage: the blind rule that sets the seeds per arm after the
+    first ones are recorded (``udpo study PLAN --second-stage``): ``effect`` (the difference to detect),
+    ``fallback_effect`` (used when ``effect`` would need more than ``most_seeds``) and ``most_seeds``."""
 
     recipe: str
     methods: list[str] = field(default_factory=lambda: list(METHODS))
@@ -97,6 +102,8 @@ class CompareConfig:
     bootstrap_resamples: int = 10_000
     tables_when_done: bool = True
     eval_seed_per_seed: bool = False
+    comparisons: list[list[str]] = field(default_factory=list)
+    second_stage: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         unknown = [m for m in [*self.methods, *self.method_settings] if m not in METHODS]
@@ -104,6 +111,23 @@ class CompareConfig:
             raise ConfigError(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}")
         if not any(METHODS[m] is not None for m in self.methods):
             raise ConfigError("compare needs at least one trained method (standard_mad is their iteration 0)")
+        for pair in self.comparisons:
+            if not (isinstance(pair, list) and len(pair) == 2 and all(m in self.methods for m in pair)):
+                raise ConfigError(
+                    f"comparisons: each entry is [A, B], two of the plan's methods; got {pair!r}"
+                )
+        if self.second_stage is not None:
+            rule = self.second_stage
+            keys = {"effect", "fallback_effect", "most_seeds"}
+            if not isinstance(rule, dict) or set(rule) != keys:
+                raise ConfigError(f"second_stage needs exactly {sorted(keys)}, got {rule!r}")
+            if not (0 < rule["effect"] <= rule["fallback_effect"]) or int(rule["most_seeds"]) < len(
+                self.seeds
+            ):
+                raise ConfigError(
+                    "second_stage: 0 < effect <= fallback_effect and most_seeds >= the plan's seeds, "
+                    f"got {rule!r}"
+                )
         if len(set(self.methods)) != len(self.methods) or len(set(self.seeds)) != len(self.seeds):
             raise ConfigError(f"methods and seeds must not repeat, got {self.methods} and {self.seeds}")
         if not self.seeds or not all(isinstance(s, int) and not isinstance(s, bool) for s in self.seeds):

@@ -60,3 +60,29 @@ def blind_sample_size(
     return SampleSize(
         metric, list(arms), seeds, sd, effect, level, power, seeds_per_arm(sd, effect, level, power)
     )
+
+
+def second_stage(config: CompareConfig) -> tuple[int, str]:
+    """The plan's ``second_stage`` rule on its recorded runs, blind to the arms: the seeds per arm for a
+    difference of ``effect`` if that is at most ``most_seeds``; else for ``fallback_effect``, at most
+    ``most_seeds``. Returns the seeds per arm (never fewer than the recorded ones) and the line to commit."""
+    rule = config.second_stage
+    if rule is None:
+        raise ValueError("the plan sets no second_stage rule")
+    first = blind_sample_size(config, rule["effect"])
+    most = int(rule["most_seeds"])
+    if first.seeds_per_arm <= most:
+        n, why = first.seeds_per_arm, f"{rule['effect']:g} needs {first.seeds_per_arm} <= {most}"
+    else:
+        fallback = blind_sample_size(config, rule["fallback_effect"])
+        n = min(fallback.seeds_per_arm, most)
+        why = (
+            f"{rule['effect']:g} needs {first.seeds_per_arm} > {most}; {rule['fallback_effect']:g} needs "
+            f"{fallback.seeds_per_arm}" + (f", capped at {most}" if fallback.seeds_per_arm > most else "")
+        )
+    n = max(n, len(first.seeds))
+    line = (
+        f"second stage: {n} seeds per arm ({why}); pooled within-arm sd of the per-seed {first.metric} change "
+        f"{first.pooled_sd:.4f} over seeds {first.seeds} of {', '.join(first.arms)}"
+    )
+    return n, line

@@ -23,6 +23,7 @@ from udpo.analysis.results import PER_QUESTION_METRICS, problems, question_metri
 from udpo.env.jsonl import write_json
 from udpo.env.trajectory import Trajectory
 from udpo.rewards import collapse_rate
+from udpo.study.cut import cut_summary, length_decomposition
 from udpo.study.plan import METHODS, CompareConfig
 from udpo.study.record import RunRecord
 
@@ -61,6 +62,8 @@ RUN_COLUMNS = (
     "accuracy",
     "unparsed_rate",
     "collapse_rate",
+    "cut_share",
+    "words_per_answer",
 )
 
 Records = dict[tuple[str, int], RunRecord]
@@ -181,7 +184,44 @@ def build_results(config: CompareConfig) -> tuple[dict[str, Any], Evaluated]:
             }
         entry["n_questions"] = sum(len(q) for q in per_seed)
         results["methods"][method] = entry
+    results["comparisons"] = arm_comparisons(config, runs, n)
+    before_cut = cut_summary(d for debates in start for d in debates)
+    results["cut_answers"] = {}
+    for method, rows in runs.items():
+        after_cut = cut_summary(d for _, debates in rows for d in debates)
+        results["cut_answers"][method] = {
+            "before": before_cut.to_dict(),
+            "after": after_cut.to_dict(),
+            "decomposition": None if METHODS[method] is None else length_decomposition(before_cut, after_cut),
+        }
     return results, runs
+
+
+def arm_comparisons(config: CompareConfig, runs: Evaluated, n_resamples: int) -> dict[str, dict[str, Any]]:
+    """``"A - B"`` -> metric -> the seed analysis of arm A against arm B (:func:`seed_change` with B as
+    "before"), for each pair of the plan's ``comparisons``: both arms' seeds share their problems and their
+    evaluation draws, so each seed's difference is paired. Empty when the plan names none, or when the seeds'
+    problems differ (no paired analysis then)."""
+    from udpo.rewards.statistics import seed_change
+
+    out: dict[str, dict[str, Any]] = {}
+    for a, b in config.comparisons:
+        per_a = [question_metrics(debates) for _, debates in runs[a]]
+        per_b = [question_metrics(debates) for _, debates in runs[b]]
+        if len({tuple(sorted(q)) for q in per_a + per_b}) != 1:
+            continue
+        qids = sorted(per_a[0])
+        texts = problems(runs[a][0][1])
+        out[f"{a} - {b}"] = {
+            metric: seed_change(
+                [[q[qid][metric] for qid in qids] for q in per_b],
+                [[q[qid][metric] for qid in qids] for q in per_a],
+                n_resamples=n_resamples,
+                clusters=[texts[qid] for qid in qids],
+            ).to_dict()
+            for metric in TABLE_METRICS
+        }
+    return out
 
 
 def run_row(record: RunRecord) -> dict[str, Any]:
@@ -197,6 +237,7 @@ def run_row(record: RunRecord) -> dict[str, Any]:
     fifth = max(1, len(train) // 5)
     final = record.evaluation(record.final_eval)
     summary = {m: float(np.mean([f(t) for t in final])) for m, f in PER_QUESTION_METRICS.items()}
+    cut = cut_summary(final)
     return {
         "method": record.method,
         "seed": record.seed,
@@ -208,6 +249,8 @@ def run_row(record: RunRecord) -> dict[str, Any]:
         "accuracy": summary["accuracy"],
         "unparsed_rate": summary["unparsed_rate"],
         **{m: of(final) for m, of in RUN_METRICS.items()},
+        "cut_share": cut.cut_share,
+        "words_per_answer": cut.to_dict()["words_per_answer"],
     }
 
 
@@ -291,13 +334,16 @@ def markdown_table(results: dict[str, Any]) -> str:
                     f"| {method} | {metric} | {c['delta']:+.3f} | {t} | "
                     f"[{c['boot_low']:+.3f}, {c['boot_high']:+.3f}] | {per_seed} |"
                 )
+    lines += comparison_lines(results.get("comparisons") or {})
+    lines += cut_lines(results.get("cut_answers") or {})
     if results.get("runs"):
         lines += [
             "",
             "Per run: training accuracy over the first and last fifth of the iterations; the mean over "
             "iterations of the clip fraction, the dual-clip fraction, the KL to the reference and the "
             "sampler/trainer mismatch (- where never logged), and the last KL; the final evaluation's "
-            "accuracy, unparsed rate and collapse rate (agents more than half unparsed).",
+            "accuracy, unparsed rate, collapse rate (agents more than half unparsed), share of answers cut by "
+            "max_tokens and words per answer.",
             "",
             "| method | seed | " + " | ".join(RUN_COLUMNS) + " |",
             "|---" * (len(RUN_COLUMNS) + 2) + "|",
@@ -306,6 +352,64 @@ def markdown_table(results: dict[str, Any]) -> str:
             cells = ["-" if row[c] is None else f"{row[c]:.4g}" for c in RUN_COLUMNS]
             lines.append(f"| {row['method']} | {row['seed']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def comparison_lines(comparisons: dict[str, dict[str, Any]]) -> list[str]:
+    """The plan's arm-against-arm comparisons: per metric the mean of the seeds' paired differences, the
+    t-interval over seeds and the seeds x problems bootstrap."""
+    if not comparisons:
+        return []
+    lines = [
+        "",
+        "Arm against arm (the plan's comparisons), each seed's two arms paired on the same problems and draws: "
+        "mean of the seeds' differences, 95% t-interval over seeds, 95% bootstrap over seeds and problems.",
+        "",
+        "| comparison | metric | difference | t-interval over seeds | bootstrap seeds x problems | per seed |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, per_metric in comparisons.items():
+        for metric, c in per_metric.items():
+            t = "one seed: none" if c["t_low"] is None else f"[{c['t_low']:+.3f}, {c['t_high']:+.3f}]"
+            per_seed = ", ".join(f"{v:+.3f}" for v in c["per_seed"])
+            lines.append(
+                f"| {name} | {metric} | {c['delta']:+.3f} | {t} | [{c['boot_low']:+.3f}, {c['boot_high']:+.3f}]"
+                f" | {per_seed} |"
+            )
+    return lines
+
+
+def cut_lines(cut_answers: dict[str, dict[str, Any]]) -> list[str]:
+    """Answers cut by max_tokens before and after, the accuracy of finished and cut answers, and how much of
+    the change in answer accuracy the shift from cut to finished answers carries (udpo.study.cut)."""
+    if not cut_answers:
+        return []
+
+    def pct(x: float | None) -> str:
+        return "-" if x is None else f"{x:.3f}"
+
+    lines = [
+        "",
+        "Answer length (every agent's answer in every round, seeds pooled; before = Standard MAD): share cut "
+        "by max_tokens, accuracy of finished and of cut answers; the change in answer accuracy split into the "
+        "shift from cut to finished answers (composition) and the gain within each kind (within).",
+        "",
+        "| method | cut before | cut after | finished acc. before / after | cut acc. before / after | "
+        "answer acc. change | composition | within |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for method, c in cut_answers.items():
+        b, a, d = c["before"], c["after"], c["decomposition"]
+        split = (
+            ["-", "-", "-"]
+            if d is None
+            else [f"{d['change']:+.3f}", f"{d['composition']:+.3f}", f"{d['within']:+.3f}"]
+        )
+        lines.append(
+            f"| {method} | {pct(b['cut_share'])} | {pct(a['cut_share'])} | "
+            f"{pct(b['accuracy_finished'])} / {pct(a['accuracy_finished'])} | "
+            f"{pct(b['accuracy_cut'])} / {pct(a['accuracy_cut'])} | " + " | ".join(split) + " |"
+        )
+    return lines
 
 
 def seed_changes(results: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:

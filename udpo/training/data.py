@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
@@ -96,6 +96,7 @@ def load_training_data(
         if run.eval_questions
         else []
     )
+    eval_set = repeat_debates(eval_set, run.eval_debates_per_question)
     warmup_set, train_set = split_warmup(train_all, run.warmup_fraction if calibrates else 0.0, run.seed)
     total = optim.max_iterations or math.ceil(
         optim.num_train_epochs * len(train_set) / optim.questions_per_iteration
@@ -108,6 +109,12 @@ def load_training_data(
         schedule=QuestionSchedule(train_set, optim.questions_per_iteration, run.seed),
         total_iterations=total,
     )
+
+
+def repeat_debates(questions: list[Question], k: int) -> list[Question]:
+    """Each question ``k`` times in a row, to be debated ``k`` times: the first keeps its id, the others get
+    ``#d<j>`` (j = 1..k-1), so every debate has its own id and the same problem text."""
+    return [q if j == 0 else replace(q, id=f"{q.id}#d{j}") for q in questions for j in range(k)]
 
 
 def agent_profiles(debate: DebateArgs) -> list[str | None]:

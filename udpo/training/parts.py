@@ -49,8 +49,9 @@ if TYPE_CHECKING:
 @dataclass
 class Parts:
     """What :func:`build_parts` builds: ``config`` (resolved), the ``reward_functions`` (user terms), the
-    ``data``, the team (``policy``, ``critic``), the ``updater``, the ``rollouts`` and the held-out
-    ``evaluation``."""
+    ``data``, the team (``policy``, ``critic``), the ``updater``, the ``rollouts``, the held-out
+    ``evaluation``, and the ``update_plan``: the update's sizes and the estimate behind them
+    (``benchmarks/iteration.py`` compares its peaks with it)."""
 
     config: TrainConfig
     reward_functions: list[RewardFunction]
@@ -60,6 +61,7 @@ class Parts:
     updater: Updater
     rollouts: Rollouts
     evaluation: HeldOutEvaluation
+    update_plan: autosize.UpdatePlan
 
 
 def build_parts(
@@ -97,7 +99,7 @@ def build_parts(
         from udpo.algorithms.critic import Critic
 
         critic = Critic(policy)
-    config = resolve(config, env, policy)
+    config, plan = resolve(config, env, policy)
     env.seed_sampling()  # different sampling per process from here on
     total_steps = data.total_iterations * config.update_epochs
     updater = Updater(
@@ -127,7 +129,7 @@ def build_parts(
     evaluation = HeldOutEvaluation(
         data.eval_set, eval_callbacks, config.eval_steps, data.total_iterations, env.run_dir, env.main
     )
-    return Parts(config, rewards, data, policy, critic, updater, rollouts, evaluation)
+    return Parts(config, rewards, data, policy, critic, updater, rollouts, evaluation, plan)
 
 
 def build_team(
@@ -160,9 +162,12 @@ def build_team(
     return policy
 
 
-def resolve(config: TrainConfig, env: RunEnvironment, policy: MultiAgentPolicy) -> TrainConfig:
+def resolve(
+    config: TrainConfig, env: RunEnvironment, policy: MultiAgentPolicy
+) -> tuple[TrainConfig, autosize.UpdatePlan]:
     """``config`` resolved whole: the update's auto sizes measured on the loaded team and checked
-    (:func:`udpo.training.autosize.resolve`), announced on the main process and applied to the team."""
+    (:func:`udpo.training.autosize.resolve`), announced on the main process and applied to the team; and
+    the plan behind the sizes."""
     models = list(policy.models.values())
     resolved, plan = autosize.resolve(config, models, env.world, env.device, share=env.gpu_share)
     if env.main:
@@ -170,7 +175,7 @@ def resolve(config: TrainConfig, env: RunEnvironment, policy: MultiAgentPolicy) 
         print(plan.describe(auto), file=sys.stderr)
     if resolved.gradient_checkpointing:
         policy.enable_gradient_checkpointing()
-    return resolved
+    return resolved, plan
 
 
 def algorithm_parts(

@@ -100,8 +100,9 @@ class RunEnvironment:
                 atexit.register(dist.leave)
             self.main = self.accelerator.is_main_process
             # several runs on one GPU (udpo study --workers K): this process's share of the card, capped now
-            self.gpu_share = gpu_share.apply(str(self.accelerator.device))
-            if self.main and (line := gpu_share.describe(self.gpu_share, str(self.accelerator.device))):
+            device = gpu_share.indexed(str(self.accelerator.device))  # cuda -> cuda:N, as torch's calls need
+            self.gpu_share = gpu_share.apply(device)
+            if self.main and (line := gpu_share.describe(self.gpu_share, device)):
                 print(line, file=sys.stderr)
             self._lock = run_lock.acquire_on_main(self.run_dir, self.main)  # released by close()
 

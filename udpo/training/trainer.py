@@ -135,6 +135,7 @@ class Trainer:
         self.task, self.eval_set, self.schedule = self.data.task, self.data.eval_set, self.data.schedule
         self.policy, self.critic = parts.policy, parts.critic
         self.updater, self.rollouts, self.evaluation = parts.updater, parts.rollouts, parts.evaluation
+        self.update_plan = parts.update_plan  # the update's sizes and their estimate (benchmarks read it)
         # built once the coefficients are known (calibration or checkpoint)
         self.algorithm: Algorithm | None = None
         self.replay: RunReplay | None = None
@@ -150,9 +151,7 @@ class Trainer:
     def _algorithm(self) -> Algorithm:
         """The algorithm, once :meth:`use_calibration` has built it."""
         if self.algorithm is None:
-            raise RuntimeError(
-                "no algorithm yet: use_calibration() builds it (from calibration or a checkpoint)"
-            )
+            raise RuntimeError("no algorithm yet: use_calibration() builds it (calibration or checkpoint)")
         return self.algorithm
 
     # ------------------------------------------------------------------------------------------
