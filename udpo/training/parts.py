@@ -101,19 +101,7 @@ def build_parts(
         critic = Critic(policy)
     config, plan = resolve(config, env, policy)
     env.seed_sampling()  # different sampling per process from here on
-    total_steps = data.total_iterations * config.update_epochs
-    updater = Updater(
-        config.group(OptimizerArgs),
-        config.group(AlgorithmArgs),
-        policy,
-        env.accelerator,
-        total_steps=total_steps,
-        warmup_steps=config.warmup_for(total_steps),
-        temperature=config.temperature,
-        critic=critic,
-        deepspeed=env.deepspeed,
-        bf16=env.bf16,
-    )
+    updater = build_updater(config, env, data.total_iterations, policy, critic)
     rollouts = Rollouts(
         config.group(ModelArgs),
         config.group(DebateArgs),
@@ -160,6 +148,30 @@ def build_team(
         )
     policy.symmetric_passes = env.world > 1
     return policy
+
+
+def build_updater(
+    config: TrainConfig,
+    env: RunEnvironment,
+    iterations: int,
+    policy: MultiAgentPolicy,
+    critic: Critic | None,
+) -> Updater:
+    """The optimizer and schedule of ``policy``'s adapters (and the ``critic``'s) over ``iterations``
+    iterations of ``update_epochs`` steps, in the environment's processes and precision."""
+    total_steps = iterations * config.update_epochs
+    return Updater(
+        config.group(OptimizerArgs),
+        config.group(AlgorithmArgs),
+        policy,
+        env.accelerator,
+        total_steps=total_steps,
+        warmup_steps=config.warmup_for(total_steps),
+        temperature=config.temperature,
+        critic=critic,
+        deepspeed=env.deepspeed,
+        bf16=env.bf16,
+    )
 
 
 def resolve(

@@ -116,7 +116,7 @@ class Trainer:
         self.run_dir = Path(config.output_dir)
         self.callbacks, more_evals = split_callbacks(callbacks)
         self.should_training_stop = False  # set by a callback: the run ends at the end of the iteration
-        evals = eval_callbacks_for(config, [*eval_callbacks, *more_evals])
+        evals = eval_callbacks_for(config.group(RunArgs), [*eval_callbacks, *more_evals])
         self.env = env = RunEnvironment(config.group(ModelArgs), config.group(RunArgs))
         self.accelerator, self.main, self.rank, self.world = env.accelerator, env.main, env.rank, env.world
         with env.closed_on_failure():
