@@ -8,7 +8,8 @@ lock, its seeds and its trackers. The loop (:mod:`udpo.training.trainer`) and it
 - GPU share: this process's share of its card when several runs share it (:mod:`udpo.gpu_share`);
 - run lock: one writer per run folder (:mod:`udpo.training.run_lock`);
 - seeds: the same on every process while the team is initialized, one per process for sampling;
-- tracking: metrics.jsonl and the configured trackers (:class:`udpo.training.tracking.Tracker`).
+- tracking: metrics.jsonl and the configured trackers (:class:`udpo.training.tracking.Tracker`), the
+  resolved configuration in config.json, and the line naming torch's threads per process.
 
 :meth:`RunEnvironment.close` lets go of the lock and of accelerate's state; so does a failure while the
 environment, or a run started in it, is being built (:meth:`RunEnvironment.closed_on_failure`).

@@ -142,190 +142,8 @@ class Trainer:
         self.tracker: Tracker  # opened by train()
         self.state = TrainingState()  # where the run stands; what a checkpoint gives back on resume
 
-    def use_calibration(self, record: dict[str, Any]) -> None:
-        """Build the algorithm (and the replay buffer, whose priority uses the base weights) from a
-        calibration record."""
-        self.state.calibration = record
-        self.algorithm, self.replay = algorithm_parts(self.config, record, self.critic, self.reward_functions)
-
-    def _algorithm(self) -> Algorithm:
-        """The algorithm, once :meth:`use_calibration` has built it."""
-        if self.algorithm is None:
-            raise RuntimeError("no algorithm yet: use_calibration() builds it (calibration or checkpoint)")
-        return self.algorithm
-
     # ------------------------------------------------------------------------------------------
-    # what eval callbacks and tests use
-    # ------------------------------------------------------------------------------------------
-    @property
-    def backend(self) -> Backend:
-        return self.rollouts.backend
-
-    @property
-    def params(self) -> list[torch.nn.Parameter]:
-        return self.updater.params
-
-    @property
-    def calibration(self) -> dict[str, Any] | None:
-        """The calibration record the algorithm was built from (``state.calibration``)."""
-        return self.state.calibration
-
-    @property
-    def iteration(self) -> int:
-        """The last finished iteration (``state.iteration``)."""
-        return self.state.iteration
-
-    def debate_config(self) -> DebateConfig:
-        return self.rollouts.debate_config()
-
-    def debate_protocol(self) -> Protocol:
-        return self.rollouts.protocol()
-
-    def debate(
-        self, questions: Sequence[Question], meta: dict[str, Any], protocol: Protocol | None = None
-    ) -> list[Trajectory]:
-        with explain_oom(self.config):
-            return self.rollouts.debate(questions, meta, protocol=protocol)
-
-    def calibrate(self) -> tuple[dict[str, Any], list[Trajectory]]:
-        """The calibration record of this run and its warm-up debates
-        (:func:`udpo.training.calibration.calibrate`)."""
-        cfg = self.config
-        return calibration.calibrate(
-            cfg.group(RewardArgs),
-            cfg.group(AlgorithmArgs),
-            self.data.warmup_set,
-            self.debate,
-            self.run_dir,
-            self.main,
-            n_agents=cfg.n_agents,
-            rounds=cfg.rounds,
-        )
-
-    def evaluate(self, iteration: int) -> dict[str, Any]:
-        """The held-out evaluation at ``iteration``, then the eval callbacks
-        (:class:`~udpo.training.evaluation.HeldOutEvaluation`): writes eval/iter_<k>/{trajectories.jsonl,
-        summary.json}; returns the summary."""
-        return self.evaluation.run(self, iteration)
-
-    # ------------------------------------------------------------------------------------------
-    # one iteration
-    # ------------------------------------------------------------------------------------------
-    def rollout_batch(
-        self, trajectories: list[Trajectory], weights: Sequence[float] | None = None
-    ) -> RolloutBatch:
-        """The algorithm's rewards and the per-agent turns of a list of debates (:meth:`Algorithm.batch`)."""
-        return self._algorithm().batch(trajectories, weights)
-
-    def update(
-        self, batch: RolloutBatch, advantages: torch.Tensor, fresh_count: int, iteration: int
-    ) -> dict[str, float]:
-        """One update on ``batch`` (:meth:`udpo.training.update.Updater.update`)."""
-        return self.updater.update(
-            self._algorithm(), batch, advantages, fresh_count, iteration, self._fail_non_finite
-        )
-
-    def run_iteration(self, k: int) -> dict[str, Any]:
-        """Rollout, reward, update, sync for iteration ``k`` (Algorithm 1, lines 4-19); returns its metrics."""
-        cfg, timer, peaks = self.config, Timer(), PhasePeaks()
-        questions = [q for q in self.schedule.for_iteration(k) for _ in range(cfg.debates_per_question)]
-        algorithm = self._algorithm()
-        adversary = algorithm.adversary_stage(self.task)  # rmaac perturbs what agents read in training
-        protocol = self.debate_protocol().with_stages(adversary) if adversary is not None else None
-        with timer("rollout"), peaks("rollout"):
-            fresh = self.debate(questions, {"phase": "train", "iteration": k}, protocol=protocol)
-        tokens = sum(len(turn.completion_ids) for t in fresh for row in t.turns for turn in row)
-        if self.main:
-            with TrajectoryWriter(self.run_dir / TRAIN_FILE) as writer:
-                writer.write(fresh)
-        with timer("reward"):
-            trajectories, weights, n_replayed = (
-                (fresh, None, 0)
-                if self.replay is None
-                else self.replay.update_batch(fresh, k, self.data.train_set, self.debate)
-            )
-            batch = self.rollout_batch(trajectories, weights)
-            if cfg.behavior_logprobs == "rollout":  # engines that return none
-                fill_behavior_logprobs(batch, self.policy, **self.updater.scoring())
-            advantages = algorithm.advantages(batch)
-        with timer("update"), explain_oom(cfg), peaks("update"):
-            update_stats = self.update(batch, advantages, fresh_count=len(fresh), iteration=k)
-        with timer("sync"):
-            self.rollouts.sync_adapters(k)
-            if cfg.reference == "lagged" and k % cfg.ref_update_interval == 0:
-                self.policy.refresh_reference()
-        times = timer.pop()
-        return {
-            "epoch": round(self.schedule.epoch_of(k), 4),
-            "lr": self.updater.scheduler.get_last_lr()[0],
-            **{f"train/{key}": v for key, v in summarize(fresh).items() if key != "n_questions"},
-            **algorithm.batch_metrics(batch, advantages),
-            **(self.replay.stats() if self.replay is not None else {}),
-            **update_stats,
-            "debates": len(fresh),
-            "replayed": n_replayed,
-            "tokens": tokens,
-            "tokens_per_s": tokens / max(times["rollout"], 1e-9),
-            **peaks.metrics(),
-            **{f"time/{name}": round(s, 4) for name, s in times.items()},
-        }
-
-    def _fail_non_finite(self, iteration: int, what: str, info: dict[str, Any]) -> None:
-        """Stop: save the last good state (the one before this iteration) and raise a clear error."""
-        self.updater.zero_grad()
-        saved = ckpt.checkpoints_dir(self.run_dir) / ckpt.checkpoint_name(iteration - 1)
-        if not (saved / ckpt.STATE).is_file():
-            saved = self.save_checkpoint(iteration - 1)
-        raise non_finite_error(iteration, what, info, saved)
-
-    # ------------------------------------------------------------------------------------------
-    # checkpoints
-    # ------------------------------------------------------------------------------------------
-    def team_settings(self) -> dict[str, Any]:
-        """What team.json records besides the adapters and iteration (:meth:`Rollouts.team_settings`)."""
-        return self.rollouts.team_settings()
-
-    def _checkpoint_parts(self) -> checkpointing.RunParts:
-        """The run and the parts a checkpoint is written from and read into."""
-        return checkpointing.RunParts(
-            config=self.config,
-            run_dir=self.run_dir,
-            rank=self.env.rank,
-            world=self.env.world,
-            policy=self.policy,
-            updater=self.updater,
-            critic=self.critic,
-            replay=self.replay,
-            total_iterations=self.data.total_iterations,
-            team=self.team_settings(),
-            deepspeed=self.env.deepspeed,
-            accelerator=self.env.accelerator,
-        )
-
-    def save_checkpoint(self, iteration: int) -> Path:
-        path = checkpointing.save(self.state, iteration, self._checkpoint_parts())
-        self._call("on_save", iteration, path)
-        return path
-
-    def _resume(self, path: Path) -> None:
-        """Restore checkpoint ``path`` (:func:`udpo.training.checkpointing.load`), build the algorithm and
-        the replay buffer from its calibration, fill the buffer, and hand the adapters to the engine."""
-        self.state = checkpointing.load(path, self._checkpoint_parts())
-        with checkpointing.names_file(path / "calibration.json"):
-            self.use_calibration(self.state.calibration or {})
-        if self.replay is not None:
-            with checkpointing.names_file(path / "replay.json"):
-                self.replay.load_state_dict(self.state.replay or {})
-        self.state.replay = None  # the buffer holds it now
-        self.rollouts.sync_adapters(self.state.iteration)
-
-    def _call(self, hook: str, *args: Any) -> None:
-        """Call ``hook`` of every UDPOCallback."""
-        for callback in self.callbacks:
-            getattr(callback, hook)(self, *args)
-
-    # ------------------------------------------------------------------------------------------
-    # the run
+    # the run: Algorithm 1, top to bottom
     # ------------------------------------------------------------------------------------------
     def train(self) -> dict[str, Any]:
         """Run (or resume) training to ``total_iterations``; returns the before/after evaluations.
@@ -395,6 +213,51 @@ class Trainer:
             self.state.history["before"] = self._evaluate_and_log(0)
         self.save_checkpoint(0)
 
+    def run_iteration(self, k: int) -> dict[str, Any]:
+        """Rollout, reward, update, sync for iteration ``k`` (Algorithm 1, lines 4-19); returns its metrics."""
+        cfg, timer, peaks = self.config, Timer(), PhasePeaks()
+        questions = [q for q in self.schedule.for_iteration(k) for _ in range(cfg.debates_per_question)]
+        algorithm = self._algorithm()
+        adversary = algorithm.adversary_stage(self.task)  # rmaac perturbs what agents read in training
+        protocol = self.debate_protocol().with_stages(adversary) if adversary is not None else None
+        with timer("rollout"), peaks("rollout"):
+            fresh = self.debate(questions, {"phase": "train", "iteration": k}, protocol=protocol)
+        tokens = sum(len(turn.completion_ids) for t in fresh for row in t.turns for turn in row)
+        if self.main:
+            with TrajectoryWriter(self.run_dir / TRAIN_FILE) as writer:
+                writer.write(fresh)
+        with timer("reward"):
+            trajectories, weights, n_replayed = (
+                (fresh, None, 0)
+                if self.replay is None
+                else self.replay.update_batch(fresh, k, self.data.train_set, self.debate)
+            )
+            batch = self.rollout_batch(trajectories, weights)
+            if cfg.behavior_logprobs == "rollout":  # engines that return none
+                fill_behavior_logprobs(batch, self.policy, **self.updater.scoring())
+            advantages = algorithm.advantages(batch)
+        with timer("update"), explain_oom(cfg), peaks("update"):
+            update_stats = self.update(batch, advantages, fresh_count=len(fresh), iteration=k)
+        with timer("sync"):
+            self.rollouts.sync_adapters(k)
+            if cfg.reference == "lagged" and k % cfg.ref_update_interval == 0:
+                self.policy.refresh_reference()
+        times = timer.pop()
+        return {
+            "epoch": round(self.schedule.epoch_of(k), 4),
+            "lr": self.updater.scheduler.get_last_lr()[0],
+            **{f"train/{key}": v for key, v in summarize(fresh).items() if key != "n_questions"},
+            **algorithm.batch_metrics(batch, advantages),
+            **(self.replay.stats() if self.replay is not None else {}),
+            **update_stats,
+            "debates": len(fresh),
+            "replayed": n_replayed,
+            "tokens": tokens,
+            "tokens_per_s": tokens / max(times["rollout"], 1e-9),
+            **peaks.metrics(),
+            **{f"time/{name}": round(s, 4) for name, s in times.items()},
+        }
+
     def _end_iteration(self, k: int, metrics: dict[str, Any], bar: tqdm) -> bool:
         """Log iteration ``k``, then checkpoint and evaluate it when due; True when the run stops here
         (a callback asked for it)."""
@@ -425,6 +288,143 @@ class Trainer:
         self.state.last_evaluation = k
         self._call("on_evaluate", k, summary)
         return summary
+
+    # ------------------------------------------------------------------------------------------
+    # what the loop calls
+    # ------------------------------------------------------------------------------------------
+    def use_calibration(self, record: dict[str, Any]) -> None:
+        """Build the algorithm (and the replay buffer, whose priority uses the base weights) from a
+        calibration record."""
+        self.state.calibration = record
+        self.algorithm, self.replay = algorithm_parts(self.config, record, self.critic, self.reward_functions)
+
+    def _algorithm(self) -> Algorithm:
+        """The algorithm, once :meth:`use_calibration` has built it."""
+        if self.algorithm is None:
+            raise RuntimeError("no algorithm yet: use_calibration() builds it (calibration or checkpoint)")
+        return self.algorithm
+
+    def calibrate(self) -> tuple[dict[str, Any], list[Trajectory]]:
+        """The calibration record of this run and its warm-up debates
+        (:func:`udpo.training.calibration.calibrate`)."""
+        cfg = self.config
+        return calibration.calibrate(
+            cfg.group(RewardArgs),
+            cfg.group(AlgorithmArgs),
+            self.data.warmup_set,
+            self.debate,
+            self.run_dir,
+            self.main,
+            n_agents=cfg.n_agents,
+            rounds=cfg.rounds,
+        )
+
+    def debate(
+        self, questions: Sequence[Question], meta: dict[str, Any], protocol: Protocol | None = None
+    ) -> list[Trajectory]:
+        with explain_oom(self.config):
+            return self.rollouts.debate(questions, meta, protocol=protocol)
+
+    def rollout_batch(
+        self, trajectories: list[Trajectory], weights: Sequence[float] | None = None
+    ) -> RolloutBatch:
+        """The algorithm's rewards and the per-agent turns of a list of debates (:meth:`Algorithm.batch`)."""
+        return self._algorithm().batch(trajectories, weights)
+
+    def update(
+        self, batch: RolloutBatch, advantages: torch.Tensor, fresh_count: int, iteration: int
+    ) -> dict[str, float]:
+        """One update on ``batch`` (:meth:`udpo.training.update.Updater.update`)."""
+        return self.updater.update(
+            self._algorithm(), batch, advantages, fresh_count, iteration, self._fail_non_finite
+        )
+
+    def evaluate(self, iteration: int) -> dict[str, Any]:
+        """The held-out evaluation at ``iteration``, then the eval callbacks
+        (:class:`~udpo.training.evaluation.HeldOutEvaluation`): writes eval/iter_<k>/{trajectories.jsonl,
+        summary.json}; returns the summary."""
+        return self.evaluation.run(self, iteration)
+
+    def _fail_non_finite(self, iteration: int, what: str, info: dict[str, Any]) -> None:
+        """Stop: save the last good state (the one before this iteration) and raise a clear error."""
+        self.updater.zero_grad()
+        saved = ckpt.checkpoints_dir(self.run_dir) / ckpt.checkpoint_name(iteration - 1)
+        if not (saved / ckpt.STATE).is_file():
+            saved = self.save_checkpoint(iteration - 1)
+        raise non_finite_error(iteration, what, info, saved)
+
+    def _call(self, hook: str, *args: Any) -> None:
+        """Call ``hook`` of every UDPOCallback."""
+        for callback in self.callbacks:
+            getattr(callback, hook)(self, *args)
+
+    # ------------------------------------------------------------------------------------------
+    # checkpoints
+    # ------------------------------------------------------------------------------------------
+    def save_checkpoint(self, iteration: int) -> Path:
+        path = checkpointing.save(self.state, iteration, self._checkpoint_parts())
+        self._call("on_save", iteration, path)
+        return path
+
+    def _resume(self, path: Path) -> None:
+        """Restore checkpoint ``path`` (:func:`udpo.training.checkpointing.load`), build the algorithm and
+        the replay buffer from its calibration, fill the buffer, and hand the adapters to the engine."""
+        self.state = checkpointing.load(path, self._checkpoint_parts())
+        with checkpointing.names_file(path / "calibration.json"):
+            self.use_calibration(self.state.calibration or {})
+        if self.replay is not None:
+            with checkpointing.names_file(path / "replay.json"):
+                self.replay.load_state_dict(self.state.replay or {})
+        self.state.replay = None  # the buffer holds it now
+        self.rollouts.sync_adapters(self.state.iteration)
+
+    def _checkpoint_parts(self) -> checkpointing.RunParts:
+        """The run and the parts a checkpoint is written from and read into."""
+        return checkpointing.RunParts(
+            config=self.config,
+            run_dir=self.run_dir,
+            rank=self.env.rank,
+            world=self.env.world,
+            policy=self.policy,
+            updater=self.updater,
+            critic=self.critic,
+            replay=self.replay,
+            total_iterations=self.data.total_iterations,
+            team=self.team_settings(),
+            deepspeed=self.env.deepspeed,
+            accelerator=self.env.accelerator,
+        )
+
+    def team_settings(self) -> dict[str, Any]:
+        """What team.json records besides the adapters and iteration (:meth:`Rollouts.team_settings`)."""
+        return self.rollouts.team_settings()
+
+    # ------------------------------------------------------------------------------------------
+    # what eval callbacks and tests use
+    # ------------------------------------------------------------------------------------------
+    @property
+    def backend(self) -> Backend:
+        return self.rollouts.backend
+
+    @property
+    def params(self) -> list[torch.nn.Parameter]:
+        return self.updater.params
+
+    @property
+    def calibration(self) -> dict[str, Any] | None:
+        """The calibration record the algorithm was built from (``state.calibration``)."""
+        return self.state.calibration
+
+    @property
+    def iteration(self) -> int:
+        """The last finished iteration (``state.iteration``)."""
+        return self.state.iteration
+
+    def debate_config(self) -> DebateConfig:
+        return self.rollouts.debate_config()
+
+    def debate_protocol(self) -> Protocol:
+        return self.rollouts.protocol()
 
     def close(self) -> None:
         """Stop the rollout engine the trainer started (a backend passed in stays open) and the protocol's
