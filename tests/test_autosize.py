@@ -133,3 +133,22 @@ def test_auto_sizes_are_null_in_a_recipe_and_explicit_ones_still_checked():
     with pytest.raises(ConfigError, match="gradient_accumulation_steps=3 splits an update of 2"):
         TrainConfig(questions_per_iteration=2, gradient_accumulation_steps=3).check()
     TrainConfig().check()
+
+
+def test_the_resolved_sizes_are_checked_against_the_processes_once():
+    """check_sizes runs on the resolved config (what load_training_data checked on the auto value before):
+    each of the processes needs a debate per micro-batch."""
+    import dataclasses
+
+    config = TrainConfig(questions_per_iteration=2, debates_per_question=1)
+    resolved, _ = autosize.resolve(config, [], world=2, device="cpu")  # 2 debates, 1 each, 1 micro-batch
+    with pytest.raises(
+        ValueError, match="2 debates cannot be shared by 3 processes with gradient_accumulation_steps=1 "
+    ):
+        autosize.resolve(config, [], world=3, device="cpu")
+    halves = dataclasses.replace(resolved, gradient_accumulation_steps=2)
+    autosize.check_sizes(halves, world=1)  # one process, its 2 debates in 2 micro-batches
+    with pytest.raises(
+        ValueError, match="by 2 processes with gradient_accumulation_steps=2 micro-batches each"
+    ):
+        autosize.check_sizes(halves, world=2)

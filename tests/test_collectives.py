@@ -40,7 +40,7 @@ def test_micro_batches_are_decided_alike_on_every_process():
 
 
 def test_a_deepspeed_launch_on_cpu_forms_a_gloo_group(monkeypatch):
-    from udpo.training.trainer import process_group_settings
+    from udpo.training.run_env import process_group_settings
 
     if torch.cuda.is_available():
         pytest.skip("the CPU case")

@@ -21,7 +21,7 @@ from udpo.cli import main as udpo_main
 from udpo.config import ConfigError, TrainConfig
 from udpo.env.imports import SpecError, in_stdlib, load_callable
 from udpo.env.tasks import Question, Task, get_task, register_task, task_parameters
-from udpo.training.trainer import load_callbacks
+from udpo.training.callbacks import load_callbacks
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent

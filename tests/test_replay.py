@@ -100,3 +100,69 @@ def test_bad_settings_are_rejected():
         ReplayBuffer(capacity=0)
     with pytest.raises(ValueError, match="base_weights"):
         ReplayBuffer(base_weights=(1.0, 1.0))
+
+
+# a run's replay (RunReplay): its settings, its draw per iteration, the refresh -------------------------
+
+
+def run_replay(calibration: dict, **settings):
+    from udpo.config import TrainConfig
+    from udpo.config.groups import AlgorithmArgs, RewardArgs
+    from udpo.training.replay import RunReplay
+
+    config = TrainConfig(replay=True, **settings)
+    return RunReplay(config.group(AlgorithmArgs), config.group(RewardArgs), 11, calibration)
+
+
+def test_replayed_count_makes_the_fraction_of_the_batch():
+    from udpo.training.replay import replayed_count
+
+    # 1 of 4 (3 fresh), 11 of 43 (32 fresh: 10.67 rounds to 11), 1 of 3 (2 fresh at 0.34: 1.03)
+    assert [replayed_count(3, 0.25), replayed_count(32, 0.25), replayed_count(2, 0.34)] == [1, 11, 1]
+    assert replayed_count(4, 0.5) == 4
+
+
+def test_a_runs_buffer_takes_its_settings_and_the_calibrations_base_weights():
+    calibration = {"base_weights": {"alpha_base": 0.5, "beta_base": 0.3}}  # gamma_base missing: 1/3
+    replay = run_replay(calibration, replay_capacity=7, replay_eta=2.0, replay_beta=0.5, replay_fraction=0.4)
+    assert (replay.capacity, replay.eta_replay, replay.beta_is, replay.fraction) == (7, 2.0, 0.5, 0.4)
+    assert replay.base_weights == (0.5, 0.3, 1 / 3)
+    given = run_replay(calibration, alpha_base=0.2, beta_base=0.2, gamma_base=0.6)
+    assert given.base_weights == (0.2, 0.2, 0.6)  # explicit base weights win over the calibration's
+
+
+def test_a_runs_update_batch_draws_after_the_refresh_and_stores_the_fresh_debates_last():
+    from udpo.env.tasks.base import Question
+
+    bases = {"alpha_base": BASE[0], "beta_base": BASE[1], "gamma_base": BASE[2]}
+    settings = {"replay_fraction": 0.6, "replay_refresh_interval": 2, "replay_eta": 0.0}  # uniform draws
+    replay = run_replay({"base_weights": bases}, **settings)
+    questions = [Question(q, "q", "1") for q in ("split#1", "other", "mixed", "settled", "mixed#1")]
+    asked, refreshed = [], []
+
+    def again(qs, meta):
+        asked.append(([q.id for q in qs], meta))
+        refreshed.extend(debate(q.id) for q in qs)
+        return list(refreshed)
+
+    # iteration 1: nothing stored yet, nothing drawn (the fresh debates are stored after the draw)
+    fresh = [debate("settled"), debate("mixed"), debate("split#1"), debate("mixed#1")]
+    batch, weights, drawn = replay.update_batch(fresh, 1, questions, again)
+    assert (batch, weights, drawn, asked) == (fresh, [1.0] * 4, 0, [])
+    assert replay.items == fresh
+    # iteration 2: the refresh is due; the stored questions are debated again, in the questions' order,
+    # their new debates replacing the stored ones; then 3 are drawn (0.6 of the update batch of 5), the
+    # draw of the run's seed (11) and the iteration
+    fresh = [debate("split"), debate("split#b")]
+    batch, weights, drawn = replay.update_batch(fresh, 2, questions, again)
+    assert asked == [
+        (["split#1", "mixed", "settled", "mixed#1"], {"phase": "replay_refresh", "iteration": 2})
+    ]
+    twin = ReplayBuffer(eta_replay=0.0, base_weights=BASE)
+    twin.add([debate(q) for q in asked[0][0]])
+    expected, expected_weights = twin.sample(3, np.random.default_rng([11, 2, 7]))
+    assert drawn == 3 and batch[:2] == fresh
+    assert [t.question_id for t in batch[2:]] == [t.question_id for t in expected]
+    assert all(any(t is r for r in refreshed) for t in batch[2:])  # drawn from the refreshed debates
+    assert weights == [1.0, 1.0, *expected_weights.tolist()]
+    assert [id(t) for t in replay.items] == [id(t) for t in [*refreshed, *fresh]]

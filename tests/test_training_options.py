@@ -133,7 +133,7 @@ def test_eval_debates_per_question_repeats_each_problem_with_its_own_ids():
         config = TrainConfig(
             task="arithmetic", eval_questions=5, eval_question_seed=3, eval_debates_per_question=k
         )
-        return load_training_data(config, config, config, 1, calibrates=True).eval_set
+        return load_training_data(config, config, config, calibrates=True).eval_set
 
     once, thrice = eval_set(1), eval_set(3)
     assert [q.text for q in thrice] == [q.text for q in once for _ in range(3)]

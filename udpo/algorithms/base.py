@@ -416,6 +416,19 @@ class Algorithm(abc.ABC):
     def rewards(self, trajectories: Sequence[Trajectory]) -> tuple[Tensor, dict[str, Tensor]]:
         """Each agent's reward in each debate [M, N], and the named reward terms behind it (for logging)."""
 
+    def batch(
+        self, trajectories: Sequence[Trajectory], weights: Sequence[float] | None = None
+    ) -> RolloutBatch:
+        """The debates' rewards (:meth:`rewards`) and per-agent turns, ready for an update; ``weights``: each
+        debate's weight in the loss (replayed debates: their importance weights), None: all 1."""
+        rewards, terms = self.rewards(trajectories)
+        return RolloutBatch.from_trajectories(
+            trajectories,
+            rewards=rewards,
+            terms=terms,
+            weights=None if weights is None else torch.as_tensor(weights, dtype=torch.float32),
+        )
+
     @abc.abstractmethod
     def advantages(self, batch: RolloutBatch) -> Tensor:
         """Advantages of every agent in every debate, [M, N] (or per round, [M, N, R])."""

@@ -105,10 +105,10 @@ class Workload:
         """The most a debate of ``config`` can hold: every round's response ``max_tokens`` long, every
         agent reading all peers (its rounds packed in one row: the history only grows), and the replayed
         debates added to the fresh ones."""
+        from udpo.training.replay import replayed_count
+
         fresh = config.questions_per_iteration * config.debates_per_question
-        replayed = (
-            round(fresh * config.replay_fraction / (1 - config.replay_fraction)) if config.replay else 0
-        )
+        replayed = replayed_count(fresh, config.replay_fraction) if config.replay else 0
         rounds, agents = config.rounds + 1, config.n_agents
         responses = rounds + config.rounds * (agents - 1)  # its own, and its peers' in later prompts
         messages = rounds * 2
@@ -224,7 +224,8 @@ def resolve(
     must split their work alike), for the largest of the team's base ``models``; with a ``share`` of the
     card (several runs on one GPU) from what is left of that share (:func:`udpo.gpu_share.usable_bytes`);
     elsewhere auto is ``CPU_DEFAULTS``. The decode buffers the rollouts keep (:func:`decode_kept_bytes`,
-    per base model) are set aside first. Every process calls it."""
+    per base model) are set aside first. The resolved config is checked (:func:`check_sizes`). Every
+    process calls it."""
     explicit = {name: getattr(config, name) for name in CPU_DEFAULTS}
     if not device.startswith("cuda"):
         plan = UpdatePlan(
@@ -245,4 +246,18 @@ def resolve(
             plan_update(shape, Workload.bound(config, world), free, explicit, kept), share=share
         )
     chosen = {name: getattr(plan, name) for name in CPU_DEFAULTS}
-    return dataclasses.replace(config, **chosen), plan
+    resolved = dataclasses.replace(config, **chosen)
+    check_sizes(resolved, world)
+    return resolved, plan
+
+
+def check_sizes(config: Any, world: int) -> None:
+    """Refuse an update whose debates cannot be shared by ``world`` processes, each splitting its share
+    into ``gradient_accumulation_steps`` micro-batches (a resolved config: no size left auto)."""
+    debates = config.questions_per_iteration * config.debates_per_question
+    if debates < world * config.gradient_accumulation_steps:
+        raise ValueError(
+            f"questions_per_iteration x debates_per_question = {debates} debates cannot be shared by "
+            f"{world} processes with gradient_accumulation_steps={config.gradient_accumulation_steps} "
+            f"micro-batches each; raise questions_per_iteration"
+        )

@@ -50,6 +50,7 @@ from udpo.training.tracking import flatten, read_metrics, scalars
 
 if TYPE_CHECKING:
     from udpo.config import TrainConfig
+    from udpo.config.groups import RunArgs
     from udpo.training.trainer import Trainer
 
 #: eval callback: (trainer, iteration) -> metrics to log beside the Standard-MAD evaluation
@@ -101,6 +102,31 @@ def split_callbacks(callbacks: Sequence[Any]) -> tuple[list[UDPOCallback], list[
     if transformers_callbacks:
         hooks.append(TransformersCallbacks(transformers_callbacks))
     return hooks, evals
+
+
+def load_callbacks(specs: Sequence[str]) -> list[EvalCallback]:
+    """Eval callbacks named ``package.module:function`` (or a class whose instances are called), found and
+    checked by :func:`udpo.env.imports.load_callable`."""
+    from udpo.env.imports import load_callable
+
+    return [load_callable("eval_callbacks", spec) for spec in specs]
+
+
+def attack_callbacks(run: RunArgs) -> list[EvalCallback]:
+    """The attack evaluation that ``attack_eval`` / ``attack_eval_m`` / ``attack_eval_attacker`` ask for."""
+    if run.attack_eval == "none":
+        return []
+    from udpo.analysis.attack_eval import attack_eval_callback
+    from udpo.env.attacks import AttackConfig
+
+    attack = AttackConfig(name=run.attack_eval, attacker=run.attack_eval_attacker, seed=run.seed)
+    return [attack_eval_callback(attack, m_values=run.attack_eval_m)]
+
+
+def eval_callbacks_for(run: RunArgs, given: Sequence[EvalCallback]) -> list[EvalCallback]:
+    """A run's eval callbacks: those ``run.eval_callbacks`` names, the attack evaluation it asks for, then
+    the ``given`` ones."""
+    return [*load_callbacks(run.eval_callbacks), *attack_callbacks(run), *given]
 
 
 def training_arguments(config: TrainConfig, total_iterations: int, world: int, evaluates: bool) -> Any:

@@ -75,12 +75,13 @@ class TrainingData:
 
 
 def load_training_data(
-    debate: DebateArgs, optim: OptimizerArgs, run: RunArgs, world: int, *, calibrates: bool
+    debate: DebateArgs, optim: OptimizerArgs, run: RunArgs, *, calibrates: bool
 ) -> TrainingData:
     """The run's questions (the task and splits of ``debate``; the evaluation set, seed and warm-up share
-    of ``run``; the iterations ``optim`` makes of them), checked against the processes that share each
-    iteration's debates. ``calibrates``: whether a warm-up share is held out (not when every coefficient
-    is given); every algorithm holds out the same warm-up questions, so all train on the same ones."""
+    of ``run``; the iterations ``optim`` makes of them). ``calibrates``: whether a warm-up share is held
+    out (not when every coefficient is given); every algorithm holds out the same warm-up questions, so
+    all train on the same ones. How the processes share each iteration's debates is checked with the
+    update's sizes (:func:`udpo.training.autosize.check_sizes`)."""
     task = get_task(debate.task, **mapping(debate.task_options))
     train_all = task.load(
         debate.train_split, debate.data_path, limit=debate.max_train_questions, seed=run.seed
@@ -100,13 +101,6 @@ def load_training_data(
     total = optim.max_iterations or math.ceil(
         optim.num_train_epochs * len(train_set) / optim.questions_per_iteration
     )
-    debates = optim.questions_per_iteration * optim.debates_per_question
-    if debates < world * (optim.gradient_accumulation_steps or 1):  # auto: at least 1
-        raise ValueError(
-            f"questions_per_iteration x debates_per_question = {debates} debates cannot be shared by "
-            f"{world} processes with gradient_accumulation_steps={optim.gradient_accumulation_steps} "
-            f"micro-batches each; raise questions_per_iteration"
-        )
     return TrainingData(
         task=task,
         train_set=train_set,

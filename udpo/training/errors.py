@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -28,6 +30,17 @@ def explain_oom(config: TrainConfig) -> Iterator[None]:
             f"(now {_now(config.gradient_checkpointing)}); with backend: vllm set a lower "
             f"vllm_gpu_memory_utilization (now {config.vllm_gpu_memory_utilization or 'unset: 0.9'})"
         ) from e
+
+
+def non_finite_error(iteration: int, what: str, info: Mapping[str, Any], saved: Path) -> TrainingError:
+    """The error that stops a run at a non-finite value: what was non-finite at ``iteration`` (``info``:
+    the values beside it), and checkpoint ``saved`` of the state before it, to continue from."""
+    details = ", ".join(f"{k}={float(v):.4g}" for k, v in info.items())
+    return TrainingError(
+        f"non-finite value at iteration {iteration}: {what}{f' ({details})' if details else ''}. "
+        f"The state before this iteration is in {saved}. Lower learning_rate, check the rewards, or raise "
+        f"max_grad_norm clipping; continue with --resume {saved}"
+    )
 
 
 def _now(value: object) -> str:

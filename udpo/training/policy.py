@@ -268,6 +268,12 @@ class MultiAgentPolicy:
                     if f".{name}." in n:
                         snapshot[n.replace(f".{name}.", f".{name}{REFERENCE_SUFFIX}.")].copy_(p)
 
+    def enable_gradient_checkpointing(self) -> None:
+        """Recompute each base model's activations in the backward pass (``gradient_checkpointing``)."""
+        for model in self.models.values():
+            model.gradient_checkpointing_enable()
+            model.enable_input_require_grads()
+
     def lora_parameters(self) -> list[torch.nn.Parameter]:
         """Every LoRA parameter of the team: the adapters and their lagged snapshots."""
         return [p for model in self.models.values() for n, p in model.named_parameters() if "lora_" in n]

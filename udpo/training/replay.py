@@ -7,21 +7,39 @@ unsettled debates (hard questions) come back more often. The bias this adds is c
 weights ``w = (1 / (n P(tau)))^beta_is``, divided by the largest weight any stored debate could get
 (so w <= 1; as in prioritized experience replay). Replayed debates keep their recorded behavior
 log-probs, so their ratio compares the current policy with the one that generated them.
+
+A run's replay (:class:`RunReplay`, ``replay: true``) is such a buffer with the run's settings: each
+update batch adds to the fresh debates as many drawn ones as make ``replay_fraction`` of it
+(:func:`replayed_count`), the draw seeded by the run's seed and the iteration (the same on every
+process); every ``replay_refresh_interval`` iterations the stored questions are debated again with the
+current policy first, replacing their stored debates.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from udpo.config.groups import AlgorithmArgs, RewardArgs
+from udpo.env.tasks.base import Question
 from udpo.env.trajectory import Trajectory
 from udpo.rewards import composite_uncertainty, debate_metrics
 
 PRIORITY_FLOOR = 1e-3
+#: the calibration record's base weights of the priority, and what stands for one it lacks
+BASE_WEIGHT_NAMES, DEFAULT_BASE_WEIGHT = ("alpha_base", "beta_base", "gamma_base"), 1 / 3
+#: debates(questions, meta) -> their debates with the current policy (the trainer's ``debate``)
+Debate = Callable[[Sequence[Question], dict[str, Any]], list[Trajectory]]
+
+
+def replayed_count(fresh: int, fraction: float) -> int:
+    """Debates drawn from the buffer beside ``fresh`` new ones, so that they make ``fraction`` of the batch."""
+    return round(fresh * fraction / (1 - fraction))
 
 
 class ReplayBuffer:
@@ -140,3 +158,33 @@ class ReplayBuffer:
         self.base_weights = tuple(float(w) for w in state["base_weights"])
         self._items, self._terms = deque(maxlen=self.capacity), deque(maxlen=self.capacity)
         self.add(Trajectory.from_dict(d) for d in state["items"])
+
+
+class RunReplay(ReplayBuffer):
+    """A training run's replay buffer: its settings (``replay_*`` of ``algorithm``), its seed, and how each
+    update batch draws from it (:meth:`update_batch`). The priority's base weights are ``reward``'s when
+    given, else the calibration record's (Cohen's d)."""
+
+    def __init__(self, algorithm: AlgorithmArgs, reward: RewardArgs, seed: int, calibration: dict[str, Any]):
+        bases = calibration.get("base_weights", {})
+        base = reward.base_weights or tuple(bases.get(k, DEFAULT_BASE_WEIGHT) for k in BASE_WEIGHT_NAMES)
+        super().__init__(algorithm.replay_capacity, algorithm.replay_eta, algorithm.replay_beta, base)
+        self.fraction, self.refresh_interval = algorithm.replay_fraction, algorithm.replay_refresh_interval
+        self.seed = seed
+
+    def update_batch(
+        self, fresh: list[Trajectory], iteration: int, questions: Sequence[Question], debate: Debate
+    ) -> tuple[list[Trajectory], list[float], int]:
+        """Iteration ``iteration``'s update batch: the ``fresh`` debates, then the drawn ones; with their
+        weights (1 for a fresh debate, the importance weight for a drawn one) and the number drawn. Every
+        ``refresh_interval`` iterations the stored questions (of ``questions``) are debated again first.
+        The fresh debates are stored after the draw."""
+        if self.refresh_interval and iteration % self.refresh_interval == 0 and len(self):
+            stored = set(self.question_ids())
+            again = [q for q in questions if q.id in stored]
+            self.add(debate(again, {"phase": "replay_refresh", "iteration": iteration}), replace=True)
+        wanted = replayed_count(len(fresh), self.fraction)
+        rng = np.random.default_rng([self.seed, iteration, 7])  # the same draw on every process
+        replayed, weights = self.sample(min(wanted, len(self)), rng)
+        self.add(fresh)
+        return [*fresh, *replayed], [1.0] * len(fresh) + weights.tolist(), len(replayed)

@@ -24,6 +24,7 @@ from udpo.training import checkpoint_store as ckpt
 from udpo.training import distributed as dist
 
 from .data import agent_profiles, debate_config
+from .team import DEBATE_SETTINGS
 
 #: on GPUs, the share of device memory a vLLM engine takes beside the trainer when none is configured
 COLOCATED_GPU_SHARE = 0.3
@@ -129,6 +130,17 @@ class Rollouts:
 
     def debate_config(self) -> DebateConfig:
         return debate_config(self.debate_settings, self.agent_specs())
+
+    def team_settings(self) -> dict[str, Any]:
+        """What team.json records of the team besides its adapters and iteration: the task's name, each
+        agent's profile and the debate settings the team trains with (``task``, ``profiles``, ``debate``
+        of :func:`~udpo.training.team.save_team`)."""
+        settings = self.debate_settings
+        return {
+            "task": settings.task,
+            "profiles": [s.profile for s in self.agent_specs()],
+            "debate": {key: getattr(settings, key) for key in DEBATE_SETTINGS},
+        }
 
     def protocol(self) -> Protocol:
         """The protocol of rollouts and evaluations (``protocol``, ``protocol_options``), built on first use."""

@@ -114,6 +114,17 @@ class Tracker:
             tracker.finish()
 
 
+def format_result(result: dict[str, Any]) -> str:
+    """Held-out accuracy and U metrics before and after training, as a small table."""
+    rows = [f"run: {result['run_dir']} ({result['iterations']} iterations)"]
+    keys = ("accuracy", "u_intra", "u_inter", "u_sys")
+    rows.append(f"{'':8s}" + "".join(f"{k:>10s}" for k in keys))
+    for when in ("before", "after"):
+        if when in result:
+            rows.append(f"{when:8s}" + "".join(f"{result[when][k]:10.3f}" for k in keys))
+    return "\n".join(rows)
+
+
 def read_metrics(run_dir: str | os.PathLike, kind: str | None = None) -> list[dict[str, Any]]:
     """The records of a run's metrics.jsonl (optionally only one ``kind``)."""
     path = Path(run_dir) / METRICS_FILE

@@ -15,8 +15,9 @@ training questions (skipped when all are given, and by the baselines), and a hel
 evaluation. Every ``eval_steps`` iterations the evaluation runs again (plus the configured eval
 callbacks); every ``save_steps`` a checkpoint is written so a killed run resumes exactly.
 
-The parts this loop calls live in :mod:`udpo.training` (data, rollouts, calibration, update,
-checkpointing); each algorithm's math in :mod:`udpo.algorithms`.
+The run's surroundings are a :class:`~udpo.training.run_env.RunEnvironment`; the parts this loop calls
+(built by :mod:`udpo.training.parts`) live in :mod:`udpo.training`; each algorithm's math in
+:mod:`udpo.algorithms`.
 
 Files in the run directory::
 
@@ -28,49 +29,39 @@ Files in the run directory::
 
 from __future__ import annotations
 
-import atexit
-import os
-import shutil
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import numpy as np
 import torch
+from tqdm.auto import tqdm
 
-from udpo import gpu_share
-from udpo.algorithms import algorithm_class, build_algorithm
 from udpo.algorithms.base import Algorithm, RolloutBatch, fill_behavior_logprobs
-from udpo.algorithms.reward_functions import RewardFunction, load_reward_functions
+from udpo.algorithms.reward_functions import RewardFunction
 from udpo.config import TrainConfig
-from udpo.config.groups import AlgorithmArgs, DebateArgs, ModelArgs, OptimizerArgs, RewardArgs, RunArgs
+from udpo.config.groups import AlgorithmArgs, ModelArgs, RewardArgs, RunArgs
 from udpo.env.backends.base import Backend
-from udpo.env.backends.hf import pick_dtype
 from udpo.env.debate import DebateConfig
-from udpo.env.imports import load_callable
 from udpo.env.jsonl import write_json
 from udpo.env.protocols import Protocol
 from udpo.env.summary import summarize
 from udpo.env.tasks.base import Question
 from udpo.env.trajectory import Trajectory, TrajectoryWriter
-from udpo.training import accelerate_state, autosize, calibration, checkpointing, run_lock
+from udpo.training import calibration, checkpointing
 from udpo.training import checkpoint_store as ckpt
 from udpo.training import distributed as dist
-from udpo.training.callbacks import EvalCallback, UDPOCallback, split_callbacks
+from udpo.training.callbacks import EvalCallback, UDPOCallback, eval_callbacks_for, split_callbacks
 from udpo.training.checkpointing import APPEND_ONLY, TRAIN_FILE
-from udpo.training.data import QuestionSchedule, check_context, load_training_data, split_warmup
-from udpo.training.errors import TrainingError, explain_oom
+from udpo.training.data import QuestionSchedule, split_warmup
+from udpo.training.errors import TrainingError, explain_oom, non_finite_error
 from udpo.training.memory import PhasePeaks
-from udpo.training.rollouts import Rollouts
+from udpo.training.parts import algorithm_parts, build_parts
+from udpo.training.replay import RunReplay
+from udpo.training.run_env import RunEnvironment
 from udpo.training.state import TrainingState
-from udpo.training.team import DEBATE_SETTINGS
-from udpo.training.tracking import Timer, Tracker, accelerate_trackers, progress_bar
-from udpo.training.update import Updater
-
-if TYPE_CHECKING:
-    from udpo.training.replay import ReplayBuffer
+from udpo.training.tracking import Timer, Tracker, format_result, progress_bar
 
 __all__ = [
     "EvalCallback",
@@ -84,60 +75,14 @@ __all__ = [
 ]
 
 
-def deepspeed_launch() -> bool:
-    """True under ``accelerate launch`` with a DeepSpeed config (accelerate sets ACCELERATE_USE_DEEPSPEED)."""
-    return os.environ.get("ACCELERATE_USE_DEEPSPEED", "false").lower() in ("1", "true")
-
-
-def process_group_settings() -> dict[str, Any]:
-    """How the Accelerator forms the process group on this machine.
-
-    GPUs: accelerate's defaults (NCCL). CPU: plain launches (torchrun, DDP) need ``cpu=True`` to form a
-    gloo group; a DeepSpeed launch needs ``cpu=False`` with gloo named (with ``cpu=True`` accelerate turns
-    it into DDP; without a backend each process forms a group of its own) and DeepSpeed's CPU accelerator.
-    """
-    if torch.cuda.is_available():
-        return {}
-    if not deepspeed_launch():
-        return {"cpu": True}
-    from accelerate.utils import InitProcessGroupKwargs
-
-    os.environ.setdefault("DS_ACCELERATOR", "cpu")
-    return {"cpu": False, "kwargs_handlers": [InitProcessGroupKwargs(backend="gloo")]}
-
-
-def bf16_autocast_default(dtype: str) -> bool:
-    """bf16 autocast unless asked: on wherever the weights are bf16 (``dtype`` auto on a GPU with bf16 or
-    a CPU with bf16 matrix units, or bf16 set), so the fp32 LoRA weights' matmuls run in bf16 too."""
-    cuda = torch.cuda.is_available()
-    if cuda and not torch.cuda.is_bf16_supported():
-        return False
-    return pick_dtype(dtype, "cuda" if cuda else "cpu") == torch.bfloat16
-
-
-def load_callbacks(specs: Sequence[str]) -> list[EvalCallback]:
-    """Eval callbacks named ``package.module:function`` (or a class whose instances are called), found and
-    checked by :func:`udpo.env.imports.load_callable`."""
-    return [load_callable("eval_callbacks", spec) for spec in specs]
-
-
-def attack_callbacks(config: TrainConfig) -> list[EvalCallback]:
-    """The attack evaluation that ``attack_eval`` / ``attack_eval_m`` / ``attack_eval_attacker`` ask for."""
-    if config.attack_eval == "none":
-        return []
-    from udpo.analysis.attack_eval import attack_eval_callback
-    from udpo.env.attacks import AttackConfig
-
-    attack = AttackConfig(name=config.attack_eval, attacker=config.attack_eval_attacker, seed=config.seed)
-    return [attack_eval_callback(attack, m_values=config.attack_eval_m)]
-
-
 class Trainer:
     """Trains a team of LoRA agents on one task with one algorithm; see the module docstring.
 
-    Parts: ``data`` (questions, schedule), ``policy`` (the team), ``critic`` (mappo, rmaac), ``updater``
-    (optimizer, one update), ``rollouts`` (the debate engine), ``algorithm`` and ``replay`` (built once
-    the coefficients are known: calibration or checkpoint).
+    ``env``: the run's surroundings (:class:`~udpo.training.run_env.RunEnvironment`). Parts, built with the
+    configuration resolved whole (:mod:`udpo.training.parts`; ``config`` is the resolved one): ``data``
+    (questions, schedule), ``policy`` (the team), ``critic`` (mappo, rmaac), ``updater`` (optimizer, one
+    update), ``rollouts`` (the debate engine), ``evaluation`` (held-out); ``algorithm`` and ``replay``
+    once the coefficients are known (calibration or checkpoint).
 
     eval_callbacks: extra evaluations run at every evaluation, each ``(trainer, iteration) -> dict``
     (e.g. an attack evaluation); added to those named by ``config.eval_callbacks``. A callback may use
@@ -168,280 +113,108 @@ class Trainer:
         lora: Any = None,
         reward_functions: Sequence[RewardFunction] | None = None,
     ):
-        from accelerate import Accelerator
-        from accelerate.utils import DistributedType, set_seed
-
-        self.config = config
         self.run_dir = Path(config.output_dir)
-        #: bf16 autocast in the update (this trainer's own precision: see udpo.training.accelerate_state)
-        self.bf16 = config.bf16 if config.bf16 is not None else bf16_autocast_default(config.dtype)
-        accelerate_state.hold(self)  # released by close(), or on failure
-        try:
-            self.accelerator = Accelerator(
-                **process_group_settings(),
-                **accelerate_state.precision_settings(self.bf16, deepspeed_launch()),
-                log_with=accelerate_trackers(config.report_to) or None,
-                project_dir=str(self.run_dir),
-                step_scheduler_with_optimizer=False,  # the schedule counts optimizer steps, whatever the process count
-            )
-            self.deepspeed = self.accelerator.distributed_type == DistributedType.DEEPSPEED
-            self.rank, self.world = self.accelerator.process_index, self.accelerator.num_processes
-            if self.world > 1:
-                atexit.unregister(dist.leave)  # once, however many trainers this process builds
-                atexit.register(dist.leave)
-            self.main = self.accelerator.is_main_process
-            # several runs on one GPU (udpo study --workers K): this process's share of the card, capped now
-            device = gpu_share.indexed(str(self.accelerator.device))  # cuda -> cuda:N, as torch's calls need
-            self.gpu_share = gpu_share.apply(device)
-            if self.main and (line := gpu_share.describe(self.gpu_share, device)):
-                print(line, file=sys.stderr)
-            self.callbacks, more_evals = split_callbacks(callbacks)
-            self.should_training_stop = False  # set by a callback: the run ends at the end of the iteration
-            self.eval_callbacks = [
-                *load_callbacks(config.eval_callbacks),
-                *attack_callbacks(config),
-                *eval_callbacks,
-                *more_evals,
-            ]
-            self._model, self._tokenizer, self._lora = model, tokenizer, lora
-            self.critic = None  # set before the checkpoint check, which asks whether the run has one
-            self.critic_needed = algorithm_class(config.algorithm).needs_critic
-            # released by close(), or on failure
-            self._lock = run_lock.acquire_on_main(self.run_dir, self.main)
-        except BaseException:
-            accelerate_state.release(self)
-            raise
-        try:
-            checkpointing.check_run_dir(config, deepspeed=self.deepspeed, critic=self.critic_needed)
-            self.reward_functions = (
-                list(reward_functions)
-                if reward_functions is not None
-                else load_reward_functions(
-                    config.reward_functions, config.reward_weights, config.reward_format
-                )
-            )
-            self.data = load_training_data(
-                config.group(DebateArgs),
-                config.group(OptimizerArgs),
-                config.group(RunArgs),
-                self.world,
-                calibrates=not config.coefficients_explicit,
-            )
-            check_context(
-                config.group(ModelArgs), config.group(DebateArgs), self.data.task, self.data.questions
-            )
-
-            set_seed(config.seed)  # identical initialization on every process
-            self._build_policy()
-            config = self.config  # the update's auto sizes filled in
-            set_seed(config.seed + self.rank)  # different sampling per process from here on
-            total_steps = self.data.total_iterations * config.update_epochs
-            self.updater = Updater(
-                config.group(OptimizerArgs),
-                config.group(AlgorithmArgs),
-                self.policy,
-                self.accelerator,
-                total_steps=total_steps,
-                warmup_steps=config.warmup_for(total_steps),
-                temperature=config.temperature,
-                critic=self.critic,
-                deepspeed=self.deepspeed,
-                bf16=self.bf16,
-            )
-            self.rollouts = Rollouts(
-                config.group(ModelArgs),
-                config.group(DebateArgs),
-                config.group(RunArgs),
-                self.data.task,
-                self.policy,
-                self.rank,
-                self.world,
+        self.callbacks, more_evals = split_callbacks(callbacks)
+        self.should_training_stop = False  # set by a callback: the run ends at the end of the iteration
+        evals = eval_callbacks_for(config.group(RunArgs), [*eval_callbacks, *more_evals])
+        self.env = env = RunEnvironment(config.group(ModelArgs), config.group(RunArgs))
+        self.accelerator, self.main, self.rank, self.world = env.accelerator, env.main, env.rank, env.world
+        with env.closed_on_failure():
+            parts = build_parts(
+                config,
+                env,
                 backend,
-                engine=self.updater.engine,
-                card_share=self.gpu_share,
+                eval_callbacks=evals,
+                model=model,
+                tokenizer=tokenizer,
+                lora=lora,
+                reward_functions=reward_functions,
             )
-        except BaseException:
-            if self._lock is not None:
-                self._lock.close()
-            accelerate_state.release(self)
-            raise
+        self.config = parts.config  # resolved: the one configuration of the run from here on
+        self.reward_functions, self.data = parts.reward_functions, parts.data
+        self.task, self.eval_set, self.schedule = self.data.task, self.data.eval_set, self.data.schedule
+        self.policy, self.critic = parts.policy, parts.critic
+        self.updater, self.rollouts, self.evaluation = parts.updater, parts.rollouts, parts.evaluation
+        self.update_plan = parts.update_plan  # the update's sizes and their estimate (benchmarks read it)
         # built once the coefficients are known (calibration or checkpoint)
         self.algorithm: Algorithm | None = None
-        self.replay: ReplayBuffer | None = None
-        self.tracker: Tracker | None = None
+        self.replay: RunReplay | None = None
+        self.tracker: Tracker  # opened by train()
         self.state = TrainingState()  # where the run stands; what a checkpoint gives back on resume
 
     # ------------------------------------------------------------------------------------------
-    # setup
+    # the run: Algorithm 1, top to bottom
     # ------------------------------------------------------------------------------------------
-    def _build_policy(self) -> None:
-        """The team (one base, one adapter per agent) and, for mappo / rmaac, the critic on its base."""
-        from udpo.training.policy import LoraSettings, MultiAgentPolicy
+    def train(self) -> dict[str, Any]:
+        """Run (or resume) training to ``total_iterations``; returns the before/after evaluations.
 
-        config = self.config
-        lora = self._lora or LoraSettings(
-            config.lora_r, config.lora_alpha, config.lora_dropout, config.lora_target_modules
+        Algorithm 1: the start (calibration, the evaluation before training, checkpoint 0), or a
+        checkpoint resumed; then for k = 1..K one iteration (:meth:`run_iteration`), logged, saved and
+        evaluated when due."""
+        resumed = self._open_run()
+        # the iteration bar first, so that the debates' progress line (warm-up, evaluations, rollouts)
+        # goes below it
+        bar = progress_bar(
+            self.data.total_iterations, self.state.iteration, self.config.progress and self.main
         )
-        with explain_oom(config):
-            self.policy = MultiAgentPolicy(
-                model=config.model if self._model is None else self._model,
-                tokenizer=self._tokenizer,
-                n_agents=config.n_agents,
-                lora=lora,
-                shared_adapter=config.shared_adapter,
-                agent_models=config.agent_models,
-                dtype=config.dtype,
-                device=str(self.accelerator.device),
-                reference=config.reference,
-            )
-        self.policy.symmetric_passes = self.world > 1
-        if self.critic_needed:
-            from udpo.algorithms.critic import Critic
+        try:
+            if resumed is None:
+                self._start(bar)
+            elif self.evaluation.due(k := self.state.iteration) and self.state.last_evaluation != k:
+                # stopped while evaluating at its checkpoint (or resumed past the end of a shortened run)
+                self.state.history["after"] = self._evaluate_and_log(k)
+                checkpointing.record_evaluation(self.state, k, self.run_dir, self.main)
+            for k in range(self.state.iteration + 1, self.data.total_iterations + 1):
+                metrics = self.run_iteration(k)
+                if self._end_iteration(k, metrics, bar):
+                    break
+        finally:
+            bar.close()
+        self.tracker.close()
+        result = {"run_dir": str(self.run_dir), "iterations": self.state.iteration, **self.state.history}
+        self._call("on_train_end", result)
+        return result
 
-            self.critic = Critic(self.policy)
-        # the update's sizes and the estimate behind them (benchmarks/iteration.py compares its peaks with it)
-        self.update_plan: autosize.UpdatePlan
-        self.config, self.update_plan = autosize.resolve(
-            config,
-            list(self.policy.models.values()),
-            self.world,
-            str(self.accelerator.device),
-            share=self.gpu_share,
-        )
+    def _open_run(self) -> Path | None:
+        """The run folder, the checkpoint resumed (None: a start), the trackers and config.json; then the
+        ``on_train_begin`` hooks."""
+        cfg = self.config
         if self.main:
-            print(
-                self.update_plan.describe([k for k in autosize.CPU_DEFAULTS if getattr(config, k) is None]),
-                file=sys.stderr,
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        dist.barrier()
+        resumed = ckpt.resolve(self.run_dir, cfg.resume) if cfg.resume is not None else None
+        if resumed is not None:
+            self._resume(resumed)
+        elif self.main:  # a start stopped before checkpoint 0 left its metrics (checkpointing.check_run_dir)
+            ckpt.rewind_files(self.run_dir, {rel: {"lines": 0, "bytes": 0} for rel in APPEND_ONLY})
+        self.tracker = self.env.start_tracking(cfg.to_dict())
+        self.should_training_stop = False
+        self._call("on_train_begin")
+        return resumed
+
+    def _start(self, bar: tqdm) -> None:
+        """Before iteration 1 (Algorithm 1, lines 0-2): the reward coefficients calibrated on the warm-up
+        debates (the critic fitted to them, with ``critic_warmup_epochs``), the evaluation before
+        training, and checkpoint 0."""
+        cfg, tracker = self.config, self.tracker
+        self.rollouts.sync_adapters(0)
+        record, warmup = self.calibrate()
+        self.use_calibration(record)
+        if self.main:
+            write_json(self.run_dir / "calibration.json", record)
+            bar.write(calibration.describe(record), file=sys.stderr)
+        tracker.log({"coefficients": calibration.flat_coefficients(record)}, 0, kind="calibration")
+        if self.critic is not None and warmup:  # critic_warmup_epochs: a warm start
+            fitted = self.updater.warm_start_critic(
+                self._algorithm(), self.rollout_batch(warmup), cfg.critic_warmup_epochs, self._fail_non_finite
             )
-        if self.config.gradient_checkpointing:
-            for model in self.policy.models.values():
-                model.gradient_checkpointing_enable()
-                model.enable_input_require_grads()
-
-    def use_calibration(self, record: dict[str, Any]) -> None:
-        """Build the algorithm (and the replay buffer, whose priority uses the base weights) from a
-        calibration record."""
-        cfg = self.config
-        self.state.calibration = record
-        self.algorithm = build_algorithm(
-            cfg.group(AlgorithmArgs),
-            cfg.group(RewardArgs),
-            record,
-            self.critic,
-            self.reward_functions,
-            cfg.seed,
-        )
-        if cfg.replay:
-            from udpo.training.replay import ReplayBuffer
-
-            bases = record.get("base_weights", {})
-            base = cfg.base_weights or tuple(
-                bases.get(k, 1 / 3) for k in ("alpha_base", "beta_base", "gamma_base")
-            )
-            self.replay = ReplayBuffer(cfg.replay_capacity, cfg.replay_eta, cfg.replay_beta, base)
-
-    def _algorithm(self) -> Algorithm:
-        """The algorithm, once :meth:`use_calibration` has built it."""
-        if self.algorithm is None:
-            raise RuntimeError(
-                "no algorithm yet: use_calibration() builds it (from calibration or a checkpoint)"
-            )
-        return self.algorithm
-
-    # ------------------------------------------------------------------------------------------
-    # what eval callbacks and tests use
-    # ------------------------------------------------------------------------------------------
-    @property
-    def task(self):
-        return self.data.task
-
-    @property
-    def eval_set(self) -> list[Question]:
-        return self.data.eval_set
-
-    @property
-    def schedule(self) -> QuestionSchedule:
-        return self.data.schedule
-
-    @property
-    def backend(self) -> Backend:
-        return self.rollouts.backend
-
-    @property
-    def params(self) -> list[torch.nn.Parameter]:
-        return self.updater.params
-
-    def debate_config(self) -> DebateConfig:
-        return self.rollouts.debate_config()
-
-    def debate_protocol(self) -> Protocol:
-        return self.rollouts.protocol()
-
-    def debate(
-        self, questions: Sequence[Question], meta: dict[str, Any], protocol: Protocol | None = None
-    ) -> list[Trajectory]:
-        with explain_oom(self.config):
-            return self.rollouts.debate(questions, meta, protocol=protocol)
-
-    def calibrate(self) -> tuple[dict[str, Any], list[Trajectory]]:
-        """The calibration record of this run and its warm-up debates
-        (:func:`udpo.training.calibration.calibrate`)."""
-        cfg = self.config
-        return calibration.calibrate(
-            cfg.group(RewardArgs),
-            cfg.group(AlgorithmArgs),
-            self.data.warmup_set,
-            self.debate,
-            self.run_dir,
-            self.main,
-            n_agents=cfg.n_agents,
-            rounds=cfg.rounds,
-        )
-
-    def evaluate(self, iteration: int) -> dict[str, Any]:
-        """Held-out Standard-MAD evaluation with the current adapters, then the eval callbacks, all on the
-        evaluation's generators (``Rollouts.eval_rng``).
-
-        Writes eval/iter_<k>/{trajectories.jsonl, summary.json}; returns the summary (plus callback
-        results under their function names)."""
-        with self.rollouts.eval_rng():
-            trajectories = self.debate(self.eval_set, {"phase": "eval", "iteration": iteration})
-            summary = summarize(trajectories)
-            if self.main:
-                out = self.run_dir / "eval" / ckpt.checkpoint_name(iteration)
-                shutil.rmtree(out, ignore_errors=True)  # left by a run that died after this point
-                with TrajectoryWriter(out / "trajectories.jsonl") as writer:
-                    writer.write(trajectories)
-                write_json(out / "summary.json", {**summary, "iteration": iteration})
-            for callback in self.eval_callbacks:  # on the evaluation's generators too
-                summary[callback.__name__] = callback(self, iteration)
-        return summary
-
-    # ------------------------------------------------------------------------------------------
-    # one iteration
-    # ------------------------------------------------------------------------------------------
-    def rollout_batch(
-        self, trajectories: list[Trajectory], weights: Sequence[float] | None = None
-    ) -> RolloutBatch:
-        """The algorithm's rewards and the per-agent turns of a list of debates."""
-        rewards, terms = self._algorithm().rewards(trajectories)
-        return RolloutBatch.from_trajectories(
-            trajectories,
-            rewards=rewards,
-            terms=terms,
-            weights=None if weights is None else torch.as_tensor(weights, dtype=torch.float32),
-        )
-
-    def update(
-        self, batch: RolloutBatch, advantages: torch.Tensor, fresh_count: int, iteration: int
-    ) -> dict[str, float]:
-        """One update on ``batch`` (:meth:`udpo.training.update.Updater.update`)."""
-        return self.updater.update(
-            self._algorithm(), batch, advantages, fresh_count, iteration, self._fail_non_finite
-        )
+            tracker.log(fitted, 0, kind="critic_warmup")
+        if cfg.eval_at_start and self.eval_set:
+            self.state.history["before"] = self._evaluate_and_log(0)
+        self.save_checkpoint(0)
 
     def run_iteration(self, k: int) -> dict[str, Any]:
-        """Rollout, reward, update, sync for iteration ``k``; returns its metrics."""
+        """Rollout, reward, update, sync for iteration ``k`` (Algorithm 1, lines 4-19); returns its metrics."""
         cfg, timer, peaks = self.config, Timer(), PhasePeaks()
         questions = [q for q in self.schedule.for_iteration(k) for _ in range(cfg.debates_per_question)]
         algorithm = self._algorithm()
@@ -454,12 +227,14 @@ class Trainer:
             with TrajectoryWriter(self.run_dir / TRAIN_FILE) as writer:
                 writer.write(fresh)
         with timer("reward"):
-            trajectories, weights, n_replayed = self._with_replay(fresh, k)
+            trajectories, weights, n_replayed = (
+                (fresh, None, 0)
+                if self.replay is None
+                else self.replay.update_batch(fresh, k, self.data.train_set, self.debate)
+            )
             batch = self.rollout_batch(trajectories, weights)
-            if cfg.behavior_logprobs == "rollout":
-                fill_behavior_logprobs(
-                    batch, self.policy, **self.updater.scoring()
-                )  # engines that return none
+            if cfg.behavior_logprobs == "rollout":  # engines that return none
+                fill_behavior_logprobs(batch, self.policy, **self.updater.scoring())
             advantages = algorithm.advantages(batch)
         with timer("update"), explain_oom(cfg), peaks("update"):
             update_stats = self.update(batch, advantages, fresh_count=len(fresh), iteration=k)
@@ -483,22 +258,92 @@ class Trainer:
             **{f"time/{name}": round(s, 4) for name, s in times.items()},
         }
 
-    def _with_replay(
-        self, fresh: list[Trajectory], k: int
-    ) -> tuple[list[Trajectory], list[float] | None, int]:
-        """The update batch: the fresh debates plus, with replay on, debates drawn from the buffer."""
+    def _end_iteration(self, k: int, metrics: dict[str, Any], bar: tqdm) -> bool:
+        """Log iteration ``k``, then checkpoint and evaluate it when due; True when the run stops here
+        (a callback asked for it)."""
+        self.state.iteration = k
+        record = self.tracker.log(metrics, k)
+        self._call("on_iteration_end", k, record)
+        bar.update(1)
+        bar.set_postfix(acc=f"{record.get('train/accuracy', 0):.2f}", r=f"{record['reward/mean']:.3f}")
+        stop = self.should_training_stop  # asked for by a callback: this iteration is the last
+        saved = k % self.config.save_steps == 0 or k == self.data.total_iterations or stop
+        if saved:  # before the evaluation: a run killed while evaluating keeps its iterations
+            self.save_checkpoint(k)
+        if self.evaluation.due(k) or (stop and bool(self.eval_set)):
+            self.state.history["after"] = self._evaluate_and_log(k)
+            if saved:
+                checkpointing.record_evaluation(self.state, k, self.run_dir, self.main)
+        if not self.should_training_stop:  # asked for now, or by the evaluation's callbacks
+            return False
+        if not saved:
+            self.save_checkpoint(k)
+        return True
+
+    def _evaluate_and_log(self, k: int) -> dict[str, Any]:
+        start = time.perf_counter()
+        summary = self.evaluate(k)
+        summary["seconds"] = round(time.perf_counter() - start, 3)
+        self.tracker.log(summary, k, kind="eval")
+        self.state.last_evaluation = k
+        self._call("on_evaluate", k, summary)
+        return summary
+
+    # ------------------------------------------------------------------------------------------
+    # what the loop calls
+    # ------------------------------------------------------------------------------------------
+    def use_calibration(self, record: dict[str, Any]) -> None:
+        """Build the algorithm (and the replay buffer, whose priority uses the base weights) from a
+        calibration record."""
+        self.state.calibration = record
+        self.algorithm, self.replay = algorithm_parts(self.config, record, self.critic, self.reward_functions)
+
+    def _algorithm(self) -> Algorithm:
+        """The algorithm, once :meth:`use_calibration` has built it."""
+        if self.algorithm is None:
+            raise RuntimeError("no algorithm yet: use_calibration() builds it (calibration or checkpoint)")
+        return self.algorithm
+
+    def calibrate(self) -> tuple[dict[str, Any], list[Trajectory]]:
+        """The calibration record of this run and its warm-up debates
+        (:func:`udpo.training.calibration.calibrate`)."""
         cfg = self.config
-        if self.replay is None:
-            return fresh, None, 0
-        if cfg.replay_refresh_interval and k % cfg.replay_refresh_interval == 0 and len(self.replay):
-            stored = set(self.replay.question_ids())
-            questions = [q for q in self.data.train_set if q.id in stored]
-            self.replay.add(self.debate(questions, {"phase": "replay_refresh", "iteration": k}), replace=True)
-        n_replay = round(len(fresh) * cfg.replay_fraction / (1 - cfg.replay_fraction))
-        rng = np.random.default_rng([cfg.seed, k, 7])  # the same draw on every process
-        replayed, weights = self.replay.sample(min(n_replay, len(self.replay)), rng)
-        self.replay.add(fresh)
-        return [*fresh, *replayed], [1.0] * len(fresh) + weights.tolist(), len(replayed)
+        return calibration.calibrate(
+            cfg.group(RewardArgs),
+            cfg.group(AlgorithmArgs),
+            self.data.warmup_set,
+            self.debate,
+            self.run_dir,
+            self.main,
+            n_agents=cfg.n_agents,
+            rounds=cfg.rounds,
+        )
+
+    def debate(
+        self, questions: Sequence[Question], meta: dict[str, Any], protocol: Protocol | None = None
+    ) -> list[Trajectory]:
+        with explain_oom(self.config):
+            return self.rollouts.debate(questions, meta, protocol=protocol)
+
+    def rollout_batch(
+        self, trajectories: list[Trajectory], weights: Sequence[float] | None = None
+    ) -> RolloutBatch:
+        """The algorithm's rewards and the per-agent turns of a list of debates (:meth:`Algorithm.batch`)."""
+        return self._algorithm().batch(trajectories, weights)
+
+    def update(
+        self, batch: RolloutBatch, advantages: torch.Tensor, fresh_count: int, iteration: int
+    ) -> dict[str, float]:
+        """One update on ``batch`` (:meth:`udpo.training.update.Updater.update`)."""
+        return self.updater.update(
+            self._algorithm(), batch, advantages, fresh_count, iteration, self._fail_non_finite
+        )
+
+    def evaluate(self, iteration: int) -> dict[str, Any]:
+        """The held-out evaluation at ``iteration``, then the eval callbacks
+        (:class:`~udpo.training.evaluation.HeldOutEvaluation`): writes eval/iter_<k>/{trajectories.jsonl,
+        summary.json}; returns the summary."""
+        return self.evaluation.run(self, iteration)
 
     def _fail_non_finite(self, iteration: int, what: str, info: dict[str, Any]) -> None:
         """Stop: save the last good state (the one before this iteration) and raise a clear error."""
@@ -506,46 +351,16 @@ class Trainer:
         saved = ckpt.checkpoints_dir(self.run_dir) / ckpt.checkpoint_name(iteration - 1)
         if not (saved / ckpt.STATE).is_file():
             saved = self.save_checkpoint(iteration - 1)
-        details = ", ".join(f"{k}={float(v):.4g}" for k, v in info.items())
-        raise TrainingError(
-            f"non-finite value at iteration {iteration}: {what}{f' ({details})' if details else ''}. "
-            f"The state before this iteration is in {saved}. Lower learning_rate, check the rewards, or raise "
-            f"max_grad_norm clipping; continue with --resume {saved}"
-        )
+        raise non_finite_error(iteration, what, info, saved)
 
-    @property
-    def calibration(self) -> dict[str, Any] | None:
-        """The calibration record the algorithm was built from (``state.calibration``)."""
-        return self.state.calibration
+    def _call(self, hook: str, *args: Any) -> None:
+        """Call ``hook`` of every UDPOCallback."""
+        for callback in self.callbacks:
+            getattr(callback, hook)(self, *args)
 
-    def team_settings(self) -> dict[str, Any]:
-        """What team.json records of the run besides its adapters and iteration: the task's name, each
-        agent's profile and the debate settings the team trains with (``task``, ``profiles``, ``debate``
-        of :func:`~udpo.training.team.save_team`)."""
-        cfg = self.config
-        return {
-            "task": cfg.task,
-            "profiles": [s.profile for s in self.rollouts.agent_specs()],
-            "debate": {key: getattr(cfg, key) for key in DEBATE_SETTINGS},
-        }
-
-    def _checkpoint_parts(self) -> checkpointing.RunParts:
-        """The run and the parts a checkpoint is written from and read into."""
-        return checkpointing.RunParts(
-            config=self.config,
-            run_dir=self.run_dir,
-            rank=self.rank,
-            world=self.world,
-            policy=self.policy,
-            updater=self.updater,
-            critic=self.critic,
-            replay=self.replay,
-            total_iterations=self.data.total_iterations,
-            team=self.team_settings(),
-            deepspeed=self.deepspeed,
-            accelerator=self.accelerator,
-        )
-
+    # ------------------------------------------------------------------------------------------
+    # checkpoints
+    # ------------------------------------------------------------------------------------------
     def save_checkpoint(self, iteration: int) -> Path:
         path = checkpointing.save(self.state, iteration, self._checkpoint_parts())
         self._call("on_save", iteration, path)
@@ -563,126 +378,59 @@ class Trainer:
         self.state.replay = None  # the buffer holds it now
         self.rollouts.sync_adapters(self.state.iteration)
 
-    def _call(self, hook: str, *args: Any) -> None:
-        """Call ``hook`` of every UDPOCallback."""
-        for callback in self.callbacks:
-            getattr(callback, hook)(self, *args)
-
-    # ------------------------------------------------------------------------------------------
-    # the run
-    # ------------------------------------------------------------------------------------------
-    def train(self) -> dict[str, Any]:
-        """Run (or resume) training to ``total_iterations``; returns the before/after evaluations."""
-        cfg, total = self.config, self.data.total_iterations
-        if self.main:
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-        dist.barrier()
-        resumed = ckpt.resolve(self.run_dir, cfg.resume) if cfg.resume is not None else None
-        if resumed is not None:
-            self._resume(resumed)
-        elif (
-            self.main
-        ):  # a start stopped before checkpoint 0 left its metrics (see checkpointing.check_run_dir)
-            ckpt.rewind_files(self.run_dir, {rel: {"lines": 0, "bytes": 0} for rel in APPEND_ONLY})
-        self.tracker = Tracker(
-            self.run_dir, self.accelerator, cfg.report_to, cfg.run_name or self.run_dir.name, cfg.to_dict()
+    def _checkpoint_parts(self) -> checkpointing.RunParts:
+        """The run and the parts a checkpoint is written from and read into."""
+        return checkpointing.RunParts(
+            config=self.config,
+            run_dir=self.run_dir,
+            rank=self.env.rank,
+            world=self.env.world,
+            policy=self.policy,
+            updater=self.updater,
+            critic=self.critic,
+            replay=self.replay,
+            total_iterations=self.data.total_iterations,
+            team=self.team_settings(),
+            deepspeed=self.env.deepspeed,
+            accelerator=self.env.accelerator,
         )
-        if self.main:
-            write_json(self.run_dir / "config.json", cfg.to_dict())
-            print(
-                f"torch threads per process: {torch.get_num_threads()} (UDPO_NUM_THREADS=k chooses)",
-                file=sys.stderr,
-            )
-        self.should_training_stop = False
-        self._call("on_train_begin")
-        # the iteration bar first, so that the debates' progress line (warm-up, evaluations, rollouts)
-        # goes below it
-        bar = progress_bar(total, self.state.iteration, cfg.progress and self.main)
-        try:
-            if resumed is None:
-                self.rollouts.sync_adapters(0)
-                record, warmup = self.calibrate()
-                self.use_calibration(record)
-                if self.main:
-                    write_json(self.run_dir / "calibration.json", record)
-                    bar.write(calibration.describe(record), file=sys.stderr)
-                self.tracker.log(
-                    {"coefficients": calibration.flat_coefficients(record)}, 0, kind="calibration"
-                )
-                if self.critic is not None and warmup:  # critic_warmup_epochs: a warm start
-                    fitted = self.updater.warm_start_critic(
-                        self._algorithm(),
-                        self.rollout_batch(warmup),
-                        cfg.critic_warmup_epochs,
-                        self._fail_non_finite,
-                    )
-                    self.tracker.log(fitted, 0, kind="critic_warmup")
-                if cfg.eval_at_start and self.eval_set:
-                    self.state.history["before"] = self._evaluate_and_log(0)
-                self.save_checkpoint(0)
-            elif (
-                self._evaluation_due(self.state.iteration, total)
-                and self.state.last_evaluation != self.state.iteration
-            ):
-                # stopped while evaluating at its checkpoint (or resumed past the end of a shortened run)
-                self.state.history["after"] = self._evaluate_and_log(self.state.iteration)
-                checkpointing.record_evaluation(self.state, self.state.iteration, self.run_dir, self.main)
-            for k in range(self.state.iteration + 1, total + 1):
-                metrics = self.run_iteration(k)
-                self.state.iteration = k
-                record = self.tracker.log(metrics, k)
-                self._call("on_iteration_end", k, record)
-                bar.update(1)
-                bar.set_postfix(
-                    acc=f"{record.get('train/accuracy', 0):.2f}", r=f"{record['reward/mean']:.3f}"
-                )
-                stop = self.should_training_stop  # asked for by a callback: this iteration is the last
-                saved = k % cfg.save_steps == 0 or k == total or stop
-                if saved:  # before the evaluation: a run killed while evaluating keeps its iterations
-                    self.save_checkpoint(k)
-                if self._evaluation_due(k, total) or (stop and bool(self.eval_set)):
-                    self.state.history["after"] = self._evaluate_and_log(k)
-                    if saved:
-                        checkpointing.record_evaluation(self.state, k, self.run_dir, self.main)
-                if self.should_training_stop:  # asked for now, or by the evaluation's callbacks
-                    if not saved:
-                        self.save_checkpoint(k)
-                    break
-        finally:
-            bar.close()
-        self.tracker.close()
-        result = {"run_dir": str(self.run_dir), "iterations": self.state.iteration, **self.state.history}
-        self._call("on_train_end", result)
-        return result
 
-    def _evaluation_due(self, k: int, total: int) -> bool:
-        """Whether iteration ``k`` ends with a held-out evaluation: every ``eval_steps`` and at the end."""
-        every = self.config.eval_steps
-        return bool(self.eval_set) and k > 0 and (bool(every and k % every == 0) or k >= total)
+    def team_settings(self) -> dict[str, Any]:
+        """What team.json records besides the adapters and iteration (:meth:`Rollouts.team_settings`)."""
+        return self.rollouts.team_settings()
 
-    def _evaluate_and_log(self, k: int) -> dict[str, Any]:
-        start = time.perf_counter()
-        summary = self.evaluate(k)
-        summary["seconds"] = round(time.perf_counter() - start, 3)
-        assert self.tracker is not None
-        self.tracker.log(summary, k, kind="eval")
-        self.state.last_evaluation = k
-        self._call("on_evaluate", k, summary)
-        return summary
+    # ------------------------------------------------------------------------------------------
+    # what eval callbacks and tests use
+    # ------------------------------------------------------------------------------------------
+    @property
+    def backend(self) -> Backend:
+        return self.rollouts.backend
+
+    @property
+    def params(self) -> list[torch.nn.Parameter]:
+        return self.updater.params
+
+    @property
+    def calibration(self) -> dict[str, Any] | None:
+        """The calibration record the algorithm was built from (``state.calibration``)."""
+        return self.state.calibration
 
     @property
     def iteration(self) -> int:
         """The last finished iteration (``state.iteration``)."""
         return self.state.iteration
 
+    def debate_config(self) -> DebateConfig:
+        return self.rollouts.debate_config()
+
+    def debate_protocol(self) -> Protocol:
+        return self.rollouts.protocol()
+
     def close(self) -> None:
-        """Stop the rollout engine the trainer started (a backend passed in stays open) and the
-        protocol's own models (an entropy_model), then unlock the run directory. Closing twice is fine."""
+        """Stop the rollout engine the trainer started (a backend passed in stays open) and the protocol's
+        own models (an entropy_model), then close the environment (the lock, accelerate's state). Twice is fine."""
         self.rollouts.close()
-        if self._lock is not None:
-            self._lock.close()
-            self._lock = None
-        accelerate_state.release(self)
+        self.env.close()
 
     def __enter__(self) -> Trainer:
         return self
@@ -698,14 +446,3 @@ def train(config: TrainConfig, eval_callbacks: Sequence[EvalCallback] = ()) -> d
     if trainer.main:
         print(format_result(result))
     return result
-
-
-def format_result(result: dict[str, Any]) -> str:
-    """Held-out accuracy and U metrics before and after training, as a small table."""
-    rows = [f"run: {result['run_dir']} ({result['iterations']} iterations)"]
-    keys = ("accuracy", "u_intra", "u_inter", "u_sys")
-    rows.append(f"{'':8s}" + "".join(f"{k:>10s}" for k in keys))
-    for when in ("before", "after"):
-        if when in result:
-            rows.append(f"{when:8s}" + "".join(f"{result[when][k]:10.3f}" for k in keys))
-    return "\n".join(rows)
