@@ -11,7 +11,8 @@ import torch
 from tiny_models import logit_tolerance, tiny_team_with_distinct_adapters
 
 from udpo.env.backends import decoding
-from udpo.env.backends.decoding import RowAdapters, _draw, sample
+from udpo.env.backends.decoding import _draw, sample
+from udpo.env.backends.stacked import StackedAdapters
 from udpo.training.policy import MultiAgentPolicy
 
 
@@ -40,21 +41,29 @@ def batch(policy, lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_row_adapters_give_the_logits_of_peft_per_row_dispatch(request, dtype):
-    """On both numeric paths, to the rounding of the dtype (:func:`tiny_models.logit_tolerance`)."""
+    """The eager loop's row adapters (only the call's adapters stacked, agent_1 left out; rows leaving
+    the batch), on both numeric paths, to the rounding of the dtype (:func:`tiny_models.logit_tolerance`)."""
     policy = request.getfixturevalue("policy" if dtype == "fp32" else "bf16_policy")
     model = policy.models[policy.base_model]
-    names = ["agent_0", None, "agent_2", "agent_1", "agent_0"]
+    names = ["agent_0", None, "agent_2", None, "agent_0"]
     ids, attention = batch(policy, [5, 9, 7, 9, 3])
-    assert RowAdapters.supported(model, names)
+    assert StackedAdapters.supported(model, names)
+    stack = StackedAdapters(model, capacity=len(names), names=names)
+    assert stack.names == ["agent_0", "agent_2"]
+    stack.select(stack.slots(names))
     with torch.no_grad():
         expected = model(
             input_ids=ids, attention_mask=attention, adapter_names=[n or "__base__" for n in names]
         )
-        with RowAdapters(model, names):
+        with stack:
             got = model(input_ids=ids, attention_mask=attention)
+            keep = torch.tensor([4, 1, 2])  # rows leaving the batch: the others keep their adapters
+            stack.keep(keep)
+            kept = model(input_ids=ids[keep], attention_mask=attention[keep])
         after = model(input_ids=ids, attention_mask=attention)  # the layers' own forward is back
     tolerance = logit_tolerance(expected.logits)
     assert (got.logits - expected.logits).abs().max().item() <= tolerance
+    assert (kept.logits - expected.logits[keep]).abs().max().item() <= tolerance
     assert (got.logits - after.logits).abs().max().item() > tolerance  # the active adapter alone differs
 
 

@@ -26,10 +26,9 @@ a fixed-size batch (:mod:`.static_decode`) reads the same numbers and samples th
 drawn token is ``log_softmax(logits / temperature)`` over the whole vocabulary (temperature 1 for greedy
 rows), the quantity the trainer's importance ratio compares against.
 
-Row adapters (:class:`RowAdapters`): every LoRA layer computes ``base(x) + ((x A^T) * mask) B^T`` with the
-adapters' A matrices stacked (R = the sum of their ranks), B matrices (scaled) side by side, and a 0/1
-mask of shape rows x R that keeps each row's own adapter: two matmuls per layer whatever the number of
-adapters.
+Row adapters: each row runs through its own LoRA adapter by :class:`.stacked.StackedAdapters`, the per-row
+LoRA the stacked loop uses too (the call's adapters stacked, two matmuls per layer whatever their number,
+a row's slot index kept in step with the rows that stay in the batch).
 """
 
 from __future__ import annotations
@@ -41,6 +40,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+from .stacked import StackedAdapters
 
 #: finished rows leave the batch once they are at least this share of it
 COMPACT_SHARE = 0.25
@@ -92,81 +93,6 @@ def prefix_reuse_supported(model) -> bool:
 
     cache = StaticCache(config=model.config, max_cache_len=1)
     return all(type(layer) is StaticLayer for layer in cache.layers)
-
-
-def _lora_layers(model) -> list:
-    """The LoRA linear layers of a PeftModel (none for a plain model)."""
-    from peft.tuners.lora import LoraLayer
-
-    return [m for m in model.modules() if isinstance(m, LoraLayer)]
-
-
-class RowAdapters:
-    """Context manager: each row of the batch runs through its own LoRA adapter (None: the base model).
-
-    The adapters' matmuls run in the adapters' dtype, as PEFT's do (fp32 under a bf16 base: at these
-    shapes fp32 is also the faster one on CPU). Works for plain LoRA on linear (and GPT-2 Conv1D) layers; :meth:`supported` says
-    whether a model's adapters are all of that kind (DoRA, embedding or other LoRA variants are not).
-    """
-
-    def __init__(self, model, names: Sequence[str | None]):
-        self.layers = _lora_layers(model)
-        adapters = sorted({n for n in names if n is not None})
-        self.weights: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
-        columns: dict[str, slice] = {}
-        for layer in self.layers:
-            a_parts, b_parts, start = [], [], 0
-            for name in adapters:
-                a, b = layer.lora_A[name].weight.detach(), layer.lora_B[name].weight.detach()
-                a_parts.append(a)
-                b_parts.append(b * layer.scaling[name])
-                columns[name] = slice(start, start + a.shape[0])
-                start += a.shape[0]
-            if a_parts:
-                self.weights[id(layer)] = (torch.cat(a_parts), torch.cat(b_parts, dim=1))
-        a = next(iter(self.weights.values()))[0] if self.weights else torch.empty(0)
-        self.mask = torch.zeros(
-            len(names), 1, max((c.stop for c in columns.values()), default=0), dtype=a.dtype
-        )
-        for row, name in enumerate(names):
-            if name is not None:
-                self.mask[row, 0, columns[name]] = 1
-        self.mask = self.mask.to(a.device)
-
-    @staticmethod
-    def supported(model, names: Sequence[str | None]) -> bool:
-        from peft.tuners.lora import Linear
-
-        wanted = {n for n in names if n is not None}
-        return all(
-            type(layer) is Linear
-            and all(n in layer.lora_A and not layer.use_dora.get(n, False) for n in wanted)
-            for layer in _lora_layers(model)
-        )
-
-    def keep(self, rows: torch.Tensor) -> None:
-        """Only ``rows`` (indices into the current batch) go on."""
-        self.mask = self.mask[rows]
-
-    def __enter__(self) -> RowAdapters:
-        for layer in self.layers:
-            layer.forward = self._forward(layer.base_layer, *self.weights.get(id(layer), (None, None)))
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for layer in self.layers:
-            del layer.forward  # back to the class's forward
-
-    def _forward(self, base, a: torch.Tensor | None, b: torch.Tensor | None) -> Callable:
-        # always a function: a module assigned to ``layer.forward`` would be registered as a submodule
-        # named "forward" and leave the class's forward in place
-        def forward(x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-            result = base(x, *args, **kwargs)
-            if a is None:
-                return result
-            return (result + ((x.to(a.dtype) @ a.T) * self.mask) @ b.T).to(result.dtype)
-
-        return forward
 
 
 @torch.no_grad()
@@ -395,13 +321,15 @@ def _draw(
     return token, logp.gather(-1, token[:, None]).squeeze(-1)
 
 
-def _adapter_setup(model, adapters: Sequence[str | None] | None) -> tuple[dict, RowAdapters | None]:
-    """Forward kwargs and the row-adapter context for a batch: the fused path where it applies, PEFT's
-    per-row ``adapter_names`` otherwise, nothing for a plain model."""
+def _adapter_setup(model, adapters: Sequence[str | None] | None) -> tuple[dict, StackedAdapters | None]:
+    """Forward kwargs and the row-adapter context for a batch: the call's adapters stacked where they
+    can be, PEFT's per-row ``adapter_names`` otherwise, nothing for a plain model."""
     if adapters is None:
         return {}, None
-    if RowAdapters.supported(model, adapters):
-        return {}, RowAdapters(model, adapters)
+    if StackedAdapters.supported(model, adapters):
+        stack = StackedAdapters(model, capacity=len(adapters), names=adapters)
+        stack.select(stack.slots(adapters))
+        return {}, stack
     return {"adapter_names": [n if n is not None else "__base__" for n in adapters]}, None
 
 

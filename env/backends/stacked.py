@@ -1,7 +1,10 @@
-"""Each row of a batch through its own LoRA adapter, from adapters stacked in fixed buffers.
+"""Each row of a batch through its own LoRA adapter, from adapters stacked in fixed buffers: the one
+per-row LoRA of both decode loops (:mod:`.decoding`'s eager loop and :mod:`.static_decode`'s fixed-shape,
+optionally compiled, step).
 
 A LoRA layer computes ``y = W x + s_k B_k A_k x`` for adapter ``k`` (``s_k = alpha / r``). Here every
-adapter loaded in the model gets a slot; slot 0 is all zeros (the base model). Per layer the slots'
+adapter stacked (by default every one loaded in the model) gets a slot; slot 0 is all zeros (the base
+model). Per layer the slots'
 matrices are stacked, ranks padded with zeros to the largest ``r``:
 
     A: [S, r, in]        Bt: [S, r, out]   (Bt[k] = s_k B_k^T)
@@ -13,9 +16,12 @@ and a row whose slot index is ``i`` computes
 
 two dense matmuls over all stacked ranks whatever the rows' mix of slots, so a batch has one shape for
 any mix (what a captured CUDA graph needs). The slot of each row is an index tensor written in place
-(:meth:`StackedAdapters.select`); the mask is computed from it inside the step. A per-row gather of A
+(:meth:`StackedAdapters.select`, or :meth:`StackedAdapters.keep` when rows leave an eager batch); the mask
+is computed from it inside the step. A per-row gather of A
 and B followed by ``bmm`` would read ``rows x r x (in + out)`` numbers per layer; the dense product reads
-each adapter once, and its extra columns (``S r``, tens) are few next to the layer's width.
+each adapter once, and its extra columns (``S r``, tens) are few next to the layer's width. The
+matmuls run in the adapters' dtype, as PEFT's do (fp32 under a bf16 base: at these shapes fp32 is also
+the faster one on CPU).
 
 The buffers keep their storage for the life of the object: :meth:`StackedAdapters.refresh` copies the
 adapters' current weights into them in place (after a training step the live PeftModel's weights have
@@ -30,7 +36,12 @@ from dataclasses import dataclass
 
 import torch
 
-from .decoding import RowAdapters, _lora_layers
+
+def _lora_layers(model) -> list:
+    """The LoRA linear layers of a PeftModel (none for a plain model)."""
+    from peft.tuners.lora import LoraLayer
+
+    return [m for m in model.modules() if isinstance(m, LoraLayer)]
 
 
 @dataclass
@@ -46,22 +57,25 @@ class _Stack:
 class StackedAdapters:
     """Context manager: the model's LoRA layers run every row through the adapter of its slot.
 
-    Slots: 0 is the base model, ``k + 1`` the ``k``-th of :attr:`names` (every adapter the model holds,
-    sorted). :meth:`supported` says whether a model's LoRA layers are all of the kind this handles
-    (plain LoRA on linear layers, as :class:`~.decoding.RowAdapters`).
+    Slots: 0 is the base model, ``k + 1`` the ``k``-th of :attr:`names`: the adapters of ``names`` (None
+    entries stand for the base model), by default every adapter the model holds; sorted. Inside the
+    context every LoRA layer runs only these slots (a layer holding none of them runs its base layer).
+    :meth:`supported` says whether the model's LoRA layers are all of the kind this handles (plain LoRA
+    on linear layers).
     """
 
-    def __init__(self, model, capacity: int = 1):
+    def __init__(self, model, capacity: int = 1, names: Sequence[str | None] | None = None):
         self.model = model
         self.layers = _lora_layers(model)
-        self.names = sorted({n for layer in self.layers for n in layer.lora_A})
+        held = {n for layer in self.layers for n in layer.lora_A}
+        self.names = sorted(held if names is None else {n for n in names if n is not None})
         self.signature = _signature(self.layers)
         # sized at the largest padded batch from the start: a compiled step guards on its size
         self.index = _static(torch.zeros(capacity, dtype=torch.long, device=_device(model)))
         self.stacks: dict[int, _Stack] = {}
         slots = {name: k + 1 for k, name in enumerate(self.names)}
         for layer in self.layers:
-            own = sorted(layer.lora_A)
+            own = sorted(set(layer.lora_A) & set(self.names))
             if not own:
                 continue
             first = layer.lora_A[own[0]].weight
@@ -80,10 +94,18 @@ class StackedAdapters:
         self.refresh()
 
     @staticmethod
-    def supported(model) -> bool:
-        """Plain LoRA on linear layers only (no DoRA, embedding or convolution adapters)."""
-        names = sorted({n for layer in _lora_layers(model) for n in layer.lora_A})
-        return RowAdapters.supported(model, names)
+    def supported(model, names: Sequence[str | None] | None = None) -> bool:
+        """Whether every LoRA layer is a plain LoRA linear layer holding each of ``names`` (default: every
+        adapter the model holds), none of them DoRA (embedding, convolution and other variants are not)."""
+        from peft.tuners.lora import Linear
+
+        layers = _lora_layers(model)
+        wanted = {n for layer in layers for n in layer.lora_A} if names is None else set(names) - {None}
+        return all(
+            type(layer) is Linear
+            and all(n in layer.lora_A and not layer.use_dora.get(n, False) for n in wanted)
+            for layer in layers
+        )
 
     def matches(self, model) -> bool:
         """Whether ``model`` still has the layers, adapters and shapes these buffers were built for."""
@@ -118,26 +140,29 @@ class StackedAdapters:
         self.index[len(slots) :].zero_()
         self.index[: len(slots)].copy_(slots)
 
+    def keep(self, rows: torch.Tensor) -> None:
+        """Only ``rows`` (indices into the current batch) go on, in that order."""
+        self.select(self.index[rows])
+
     def slots(self, names: Sequence[str | None]) -> torch.Tensor:
         """The slot index of each name (None: 0)."""
         return torch.tensor([self.slot(n) for n in names], dtype=torch.long, device=self.index.device)
 
     def __enter__(self) -> StackedAdapters:
         for layer in self.layers:
-            stack = self.stacks.get(id(layer))
-            if stack is not None:
-                layer.forward = self._forward(layer.base_layer, stack)
+            layer.forward = self._forward(layer.base_layer, self.stacks.get(id(layer)))
         return self
 
     def __exit__(self, *exc) -> None:
         for layer in self.layers:
-            if id(layer) in self.stacks:
-                del layer.forward  # back to the class's forward
+            del layer.forward  # back to the class's forward
 
-    def _forward(self, base, stack: _Stack) -> Callable:
+    def _forward(self, base, stack: _Stack | None) -> Callable:
         # a function, not a module: a module assigned to ``layer.forward`` would become a submodule
         def forward(x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
             result = base(x, *args, **kwargs)
+            if stack is None:  # a layer holding none of the stacked adapters
+                return result
             a, bt = stack.a.flatten(0, 1), stack.bt.flatten(0, 1)
             mask = (stack.columns == self.index[: x.shape[0], None]).to(a.dtype)
             hidden = (x.to(a.dtype) @ a.T) * mask.view(x.shape[0], *([1] * (x.dim() - 2)), -1)
