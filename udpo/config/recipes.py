@@ -1,5 +1,5 @@
 """Recipes and the command line: a YAML file of ``field: value`` lines (aliases refused, ``env:`` set in
-the process), ``--field value`` overrides through TRL's ``TrlParser``, and the reference tables of
+the process), ``--field value`` overrides (:func:`config_parser`), and the reference tables of
 docs/training.md."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import sys
 from collections.abc import Sequence
 from dataclasses import MISSING, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args, get_origin
 
 from .groups import ConfigError
-from .train import GROUPS, TrainConfig, _coerce, _types
+from .train import GROUPS, TrainConfig, _coerce, _types, _unwrap_optional
 
 
 def unknown_key_error(keys: Sequence[str], where: str) -> ConfigError:
@@ -124,8 +124,6 @@ def parse_config(
     ``require_config``: refuse to run without ``--config`` (the training entry points: a run of every
     default is rarely what was meant).
     """
-    from transformers import HfArgumentParser
-
     args = list(sys.argv[1:] if argv is None else argv)
     recipe: dict[str, Any] = {}
     given = "--config" in args
@@ -147,22 +145,11 @@ def parse_config(
         )
     apply_env(recipe)
     recipe.pop("env", None)
-    parser = HfArgumentParser(TrainConfig, prog=prog, formatter_class=_HelpFormatter)
-    recipe_action = parser.add_argument(
-        "--config",
-        metavar="RECIPE.yaml",
-        help="YAML recipe of config fields (recipes/); the --field options below override it",
-    )
-    for actions in (parser._actions, parser._optionals._group_actions):  # listed first, after --help
-        actions.remove(recipe_action)
-        actions.insert(1, recipe_action)
-    for action in parser._actions:  # HfArgumentParser gives --no_FIELD the help of --FIELD
-        negated = [o for o in action.option_strings if o.startswith("--no_")]
-        if negated:
-            action.help = f"turn --{negated[0][5:]} off"
+    parser = config_parser(prog)
     parser.set_defaults(**recipe)  # the recipe's values become the defaults the command line overrides
+    values = {k: v for k, v in vars(parser.parse_args(args)).items() if k != "config"}
     try:
-        config, *_ = parser.parse_args_into_dataclasses(args)  # *_: the namespace holding --config
+        config = TrainConfig(**values)
     except ConfigError:
         raise
     except ValueError as e:
@@ -174,6 +161,45 @@ def parse_config(
     config.check_imports()
     config.check_paths()
     return config
+
+
+def config_parser(prog: str | None = None) -> argparse.ArgumentParser:
+    """The command line of a training config: ``--config RECIPE.yaml``, then ``--FIELD VALUE`` (also spelled
+    ``--FIELD-NAME``) for every field. A list field takes one or more values; a true/false field alone means
+    true, and one that defaults to true has ``--no_FIELD``. Values stay text here: ``TrainConfig`` coerces
+    and checks them as it does a recipe's, so a bad value fails before torch or transformers load."""
+    parser = argparse.ArgumentParser(prog=prog, formatter_class=_HelpFormatter)
+    parser.add_argument(
+        "--config",
+        metavar="RECIPE.yaml",
+        help="YAML recipe of config fields (recipes/); the --field options below override it",
+    )
+    hints = _types()
+    for f in fields(TrainConfig):
+        inner, _ = _unwrap_optional(hints[f.name])
+        default = f.default_factory() if f.default_factory is not MISSING else f.default
+        names = [f"--{f.name}", *([f"--{f.name.replace('_', '-')}"] if "_" in f.name else [])]
+        options: dict[str, Any] = {"dest": f.name, "default": default, "help": f.metadata.get("help")}
+        if get_origin(inner) is list:
+            options.update(nargs="+", metavar=f.name.upper())
+        elif inner is bool:
+            options.update(nargs="?", const="true", metavar="true|false")
+            if default is True:
+                parser.add_argument(
+                    f"--no_{f.name}",
+                    f"--no-{f.name.replace('_', '-')}",
+                    dest=f.name,
+                    action="store_const",
+                    const="false",
+                    default=argparse.SUPPRESS,  # the field's default is --FIELD's
+                    help=f"turn --{f.name} off",
+                )
+        elif get_origin(inner) is Literal:
+            options.update(choices=[str(c) for c in get_args(inner)])
+        else:
+            options.update(metavar=f.name.upper())
+        parser.add_argument(*names, **options)
+    return parser
 
 
 def reference_markdown() -> str:
