@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import platform
 import resource
 import sys
 import time
@@ -35,16 +34,6 @@ def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return (centre - half, centre + half)
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_seconds": cpu,
         "cpu_seconds_per_debate": cpu / len(debates),
         "wall_seconds": wall,
-        "machine": f"{cpu_name()}; {describe_numeric_path()}",
+        "machine": describe_numeric_path(),  # the CPU, its matrix units and what auto picks
         "dtype": str(backend.model.dtype).removeprefix("torch."),
         "torch_threads": threads.threads,
         "command": "python " + " ".join([sys.argv[0], *(argv if argv is not None else sys.argv[1:])]),
