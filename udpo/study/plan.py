@@ -19,12 +19,15 @@ one extra cost, reported in the budget table.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from udpo.config import ConfigError, TrainConfig, apply_env, load_yaml, read_yaml, unknown_key_error
 from udpo.study.record import RUN, record_name
+
+#: TrainConfig's own eval_seed, which eval_seed_per_seed offsets when neither recipe nor plan sets one
+EVAL_SEED_DEFAULT: int = next(f.default for f in fields(TrainConfig) if f.name == "eval_seed")
 
 #: the correctness-reward baseline of UDPO's trainer (SPEC section 3): its reward coefficients, one value
 #: for every agent
@@ -229,10 +232,9 @@ class CompareConfig:
         }
         if self.shared_start and method != self.trained()[0]:
             values["eval_at_start"] = False  # Standard MAD is the first method's iteration 0
-        config = TrainConfig(**values)
         if self.eval_seed_per_seed:
-            config = replace(config, eval_seed=config.eval_seed + seed)
-        return config
+            values["eval_seed"] = values.get("eval_seed", EVAL_SEED_DEFAULT) + seed
+        return TrainConfig(**values)
 
 
 def check_budgets(configs: dict[str, TrainConfig]) -> None:

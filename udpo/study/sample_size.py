@@ -42,6 +42,16 @@ def blind_sample_size(
     config: CompareConfig, effect: float, metric: str = "accuracy", level: float = 0.95, power: float = 0.8
 ) -> SampleSize:
     """The sample-size rule on the recorded runs of ``config`` (the seeds whose every run is recorded)."""
+    seeds, arms = arm_changes(config, metric)
+    sd = pooled_sd(list(arms.values()))
+    return SampleSize(
+        metric, list(arms), seeds, sd, effect, level, power, seeds_per_arm(sd, effect, level, power)
+    )
+
+
+def arm_changes(config: CompareConfig, metric: str) -> tuple[list[int], dict[str, list[float]]]:
+    """The seeds whose every run is recorded, and per trained arm each seed's mean change of ``metric`` over
+    Standard MAD: what the rule pools (never compared between arms)."""
     records, seeds, missing = load_records(config)
     if len(seeds) < 2:
         raise ValueError(
@@ -49,17 +59,13 @@ def blind_sample_size(
         )
     runs = evaluated(config, records, seeds)
     before = [question_metrics(records[(config.trained()[0], s)].evaluation(0)) for s in seeds]
-    arms = {
+    return seeds, {
         method: [
             float(np.mean([q[metric] - b[qid][metric] for qid, q in question_metrics(debates).items()]))
             for b, (_, debates) in zip(before, runs[method], strict=True)
         ]
         for method in config.trained()
     }
-    sd = pooled_sd(list(arms.values()))
-    return SampleSize(
-        metric, list(arms), seeds, sd, effect, level, power, seeds_per_arm(sd, effect, level, power)
-    )
 
 
 def second_stage(config: CompareConfig) -> tuple[int, str]:
@@ -69,20 +75,20 @@ def second_stage(config: CompareConfig) -> tuple[int, str]:
     rule = config.second_stage
     if rule is None:
         raise ValueError("the plan sets no second_stage rule")
-    first = blind_sample_size(config, rule["effect"])
-    most = int(rule["most_seeds"])
-    if first.seeds_per_arm <= most:
-        n, why = first.seeds_per_arm, f"{rule['effect']:g} needs {first.seeds_per_arm} <= {most}"
+    seeds, arms = arm_changes(config, "accuracy")
+    sd = pooled_sd(list(arms.values()))
+    first, most = seeds_per_arm(sd, rule["effect"]), int(rule["most_seeds"])
+    if first <= most:
+        n, why = first, f"{rule['effect']:g} needs {first} <= {most}"
     else:
-        fallback = blind_sample_size(config, rule["fallback_effect"])
-        n = min(fallback.seeds_per_arm, most)
-        why = (
-            f"{rule['effect']:g} needs {first.seeds_per_arm} > {most}; {rule['fallback_effect']:g} needs "
-            f"{fallback.seeds_per_arm}" + (f", capped at {most}" if fallback.seeds_per_arm > most else "")
+        fallback = seeds_per_arm(sd, rule["fallback_effect"])
+        n = min(fallback, most)
+        why = f"{rule['effect']:g} needs {first} > {most}; {rule['fallback_effect']:g} needs {fallback}" + (
+            f", capped at {most}" if fallback > most else ""
         )
-    n = max(n, len(first.seeds))
+    n = max(n, len(seeds))
     line = (
-        f"second stage: {n} seeds per arm ({why}); pooled within-arm sd of the per-seed {first.metric} change "
-        f"{first.pooled_sd:.4f} over seeds {first.seeds} of {', '.join(first.arms)}"
+        f"second stage: {n} seeds per arm ({why}); pooled within-arm sd of the per-seed accuracy change "
+        f"{sd:.4f} over seeds {seeds} of {', '.join(arms)}"
     )
     return n, line

@@ -139,8 +139,9 @@ def build_results(config: CompareConfig) -> tuple[dict[str, Any], Evaluated]:
         ],
         "runs": [run_row(records[(m, s)]) for m in config.trained() for s in seeds],
     }
+    metrics = {method: [question_metrics(debates) for _, debates in rows] for method, rows in runs.items()}
     for method, rows in runs.items():
-        per_seed = [question_metrics(debates) for _, debates in rows]
+        per_seed = metrics[method]
         entry: dict[str, Any] = {}
         # every seed evaluated the same problems (eval_question_seed): the seeds x problems analysis; the
         # change's interval of questions alone would then treat the seeds x questions cells as independent
@@ -184,7 +185,7 @@ def build_results(config: CompareConfig) -> tuple[dict[str, Any], Evaluated]:
             }
         entry["n_questions"] = sum(len(q) for q in per_seed)
         results["methods"][method] = entry
-    results["comparisons"] = arm_comparisons(config, runs, n)
+    results["comparisons"] = arm_comparisons(config, runs, metrics, n)
     before_cut = cut_summary(d for debates in start for d in debates)
     results["cut_answers"] = {}
     for method, rows in runs.items():
@@ -197,17 +198,22 @@ def build_results(config: CompareConfig) -> tuple[dict[str, Any], Evaluated]:
     return results, runs
 
 
-def arm_comparisons(config: CompareConfig, runs: Evaluated, n_resamples: int) -> dict[str, dict[str, Any]]:
+def arm_comparisons(
+    config: CompareConfig,
+    runs: Evaluated,
+    metrics: dict[str, list[dict[str, dict[str, float]]]],
+    n_resamples: int,
+) -> dict[str, dict[str, Any]]:
     """``"A - B"`` -> metric -> the seed analysis of arm A against arm B (:func:`seed_change` with B as
     "before"), for each pair of the plan's ``comparisons``: both arms' seeds share their problems and their
-    evaluation draws, so each seed's difference is paired. Empty when the plan names none, or when the seeds'
-    problems differ (no paired analysis then)."""
+    evaluation draws, so each seed's difference is paired. ``metrics``: each arm's per-seed
+    :func:`question_metrics` of ``runs``. Empty when the plan names none, or when the seeds' problems differ
+    (no paired analysis then)."""
     from udpo.rewards.statistics import seed_change
 
     out: dict[str, dict[str, Any]] = {}
     for a, b in config.comparisons:
-        per_a = [question_metrics(debates) for _, debates in runs[a]]
-        per_b = [question_metrics(debates) for _, debates in runs[b]]
+        per_a, per_b = metrics[a], metrics[b]
         if len({tuple(sorted(q)) for q in per_a + per_b}) != 1:
             continue
         qids = sorted(per_a[0])
