@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import time
 from collections.abc import Callable
@@ -33,7 +32,7 @@ from pathlib import Path
 import torch
 
 from udpo.env.backends import ChatRequest, SamplingParams
-from udpo.env.backends.hf import HFBackend, pick_decode, pick_dtype
+from udpo.env.backends.hf import HFBackend, cpu_model, pick_decode, pick_dtype
 from udpo.env.models import resolve_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
@@ -74,17 +73,6 @@ class Measure:
     @property
     def tokens_per_s(self) -> float:
         return self.tokens / self.seconds
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def prompts(rows: int, n_tokens: int, seed: int) -> list[list[dict[str, str]]]:
@@ -222,7 +210,7 @@ def main() -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = pick_dtype(args.dtype, device)
     gpu = torch.cuda.get_device_name() if device == "cuda" else "no GPU"
-    print(f"CPU {cpu_name()}, {torch.get_num_threads()} torch threads; {gpu}; torch {torch.__version__}")
+    print(f"CPU {cpu_model()}, {torch.get_num_threads()} torch threads; {gpu}; torch {torch.__version__}")
     print(
         f"{args.rows} rows x {args.max_tokens} new tokens, prompts of ~{args.prompt_tokens} words, "
         f"{str(dtype).removeprefix('torch.')}, temperature 1, model {args.model}"
@@ -240,7 +228,7 @@ def main() -> None:
         if args.json:
             figures = [{**asdict(m), "tokens_per_s": m.tokens_per_s} for m in results]
             record = {
-                "device": gpu if device == "cuda" else f"CPU {cpu_name()}",
+                "device": gpu if device == "cuda" else f"CPU {cpu_model()}",
                 "dtype": str(dtype).removeprefix("torch."),
                 "model": args.model,
                 "rows": args.rows,

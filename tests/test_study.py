@@ -5,6 +5,7 @@ once the run folders are gone; several worker processes share the machine on pur
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import os
 import shutil
@@ -18,7 +19,7 @@ from study_helpers import finished_run, no_diagnosis_plots
 from train_helpers import read_jsonl
 
 from udpo.study.plan import CompareConfig
-from udpo.study.record import EVALS, METRICS, RUN, RunRecord, write_record
+from udpo.study.record import EVALS, MACHINE, METRICS, RUN, RunRecord, write_record
 from udpo.study.runner import format_progress, run_compare, write_results
 from udpo.study.workers import Worker, plan_workers, run_workers
 from udpo.training.callbacks import UDPOCallback
@@ -131,7 +132,7 @@ def test_a_study_records_each_run_as_it_finishes_resumes_and_rebuilds_its_tables
     assert RunRecord.load(runs / "task_only_seed1").evaluations == [0, 2]  # the first method's iteration 0
     assert record.budget["optimizer_steps"] == 2 and record.config["task_reward"] == "coin"
     for folder in runs.iterdir():
-        assert {p.name for p in folder.iterdir()} == {EVALS, METRICS, RUN, "calibration.json"}
+        assert {p.name for p in folder.iterdir()} == {EVALS, METRICS, RUN, MACHINE, "calibration.json"}
         assert sum(p.stat().st_size for p in folder.iterdir()) < 300_000
 
     table = (tmp_path / "results" / "table.md").read_text()
@@ -171,6 +172,67 @@ def test_a_record_is_compact_reproducible_and_reads_back_its_evaluations(tmp_pat
     (first.folder / RUN).unlink()
     with pytest.raises(FileNotFoundError, match="no finished run record"):
         RunRecord.load(first.folder)
+
+
+def test_a_record_names_its_machine_and_numeric_path(tmp_path, monkeypatch):
+    """machine.json: this CPU and its cores, no GPU here, the config's dtype as resolved on this machine."""
+    import torch
+
+    from udpo.env.backends.hf import cpu_model
+
+    run = tmp_path / "run"
+    finished_run(run, "udpo", [True], [True])
+    for dtype, forced, resolved in (
+        ("fp32", None, "fp32"),
+        ("auto", "bf16", "bf16"),
+        ("auto", "fp32", "fp32"),
+    ):
+        (run / "config.json").write_text(json.dumps({"dtype": dtype}))
+        if forced:
+            monkeypatch.setenv("UDPO_DTYPE", forced)
+        facts = json.loads((write_record(run, tmp_path / dtype, "udpo", 0).folder / MACHINE).read_text())
+        assert facts["cpu"] == cpu_model() and facts["cores"] == os.cpu_count() and facts["gpu"] is None
+        assert facts["dtype"] == resolved and facts["torch"] == torch.__version__
+
+
+def test_study_collect_copies_new_records_names_their_machine_and_refuses_a_different_one(
+    tmp_path, monkeypatch, capsys
+):
+    """scripts/study_collect.py: a pinned study's finished records are copied (with machine.json naming the
+    GPU they came from), an unfinished one is left, one already here is kept, and a record that differs
+    from the one here is refused (exit 1)."""
+    plan = write_plan(tmp_path, "tiny")
+    source = tmp_path / "gpu_out"
+    for seed in (0, 1):
+        finished_run(tmp_path / f"run{seed}", "task_only", [True, seed == 0], [True, True], seed=seed)
+        write_record(tmp_path / f"run{seed}", source / f"task_only_seed{seed}", "task_only", seed)
+    (source / "task_only_seed0" / MACHINE).unlink()  # written by pinned code older than machine.json
+    (source / "task_only_seed1" / RUN).unlink()  # stopped before its record was finished
+    script = Path(__file__).resolve().parents[1] / "scripts" / "study_collect.py"
+    spec = importlib.util.spec_from_file_location("study_collect", script)
+    assert spec is not None and spec.loader is not None
+    study_collect = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study_collect)
+    monkeypatch.chdir(tmp_path)
+
+    def collect() -> tuple[int, str]:
+        status = study_collect.main([str(plan), "--from", str(source), "--gpu", "NVIDIA H200"])
+        return status, capsys.readouterr().out
+
+    status, out = collect()
+    assert status == 0
+    assert "task_only_seed0: collected (NVIDIA H200, " in out
+    assert "task_only_seed1: unfinished" in out
+    here = tmp_path / "results" / "runs"
+    assert sorted(p.name for p in here.iterdir()) == ["task_only_seed0"]
+    assert json.loads((here / "task_only_seed0" / MACHINE).read_text())["gpu"] == "NVIDIA H200"
+    assert (here / "task_only_seed0" / EVALS).read_bytes() == (
+        source / "task_only_seed0" / EVALS
+    ).read_bytes()
+    assert collect()[0] == 0  # already here: kept
+    (source / "task_only_seed0" / METRICS).write_bytes(b"")
+    status, out = collect()
+    assert status == 1 and "differs from the record already" in out
 
 
 def test_the_tables_cover_the_seeds_with_every_run_recorded_and_name_the_missing(tmp_path, monkeypatch):

@@ -98,12 +98,18 @@ def pick_dtype(name: str, device: str) -> torch.dtype:
         raise ValueError(f"unknown dtype {name!r}; use auto, bf16, fp16 or fp32") from None
 
 
-def describe_numeric_path() -> str:
-    """One line: this CPU's model, its matrix units and what ``dtype: auto`` picks on it (and whether
-    ``UDPO_DTYPE`` forced that), e.g. ``cpu: Intel(R) Xeon(R) ... (amx_bf16, avx512_bf16); dtype auto = bf16``."""
+def cpu_model() -> str:
+    """This CPU's model name (``/proc/cpuinfo``), else what :mod:`platform` knows."""
     model = platform.processor() or platform.machine()
     with contextlib.suppress(OSError), open("/proc/cpuinfo") as info:
         model = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), model)
+    return model
+
+
+def describe_numeric_path() -> str:
+    """One line: this CPU's model, its matrix units and what ``dtype: auto`` picks on it (and whether
+    ``UDPO_DTYPE`` forced that), e.g. ``cpu: Intel(R) Xeon(R) ... (amx_bf16, avx512_bf16); dtype auto = bf16``."""
+    model = cpu_model()
     picked = {torch.bfloat16: "bf16", torch.float32: "fp32"}[pick_dtype("auto", "cpu")]
     forced = forced_dtype()
     why = f" (forced by {DTYPE_ENV}={forced})" if forced is not None else ""

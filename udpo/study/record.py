@@ -9,6 +9,10 @@ A record is a folder (``udpo study`` writes ``<results_dir>/runs/<method>_seed<s
                         correct; a trajectory file without prompts, token ids or log-probs
     metrics.jsonl.gz    the run's metrics.jsonl as it is
     calibration.json    the run's reward coefficients and their ordering report (when the run wrote one)
+    machine.json        where the run was recorded: CPU model and cores, the GPU when one was in use, the
+                        numeric path (the config's dtype as resolved there), torch's version
+                        (:func:`machine_facts`); a plan pinned to older code gets it from
+                        ``scripts/study_collect.py`` when its records are collected
     run.json            method, seed, the evaluated iterations, the budget the run spent and its config;
                         written last, so a folder without it is an unfinished record
 
@@ -31,6 +35,7 @@ EVALS = "evals.jsonl.gz"
 METRICS = "metrics.jsonl.gz"
 CALIBRATION = "calibration.json"
 RUN = "run.json"
+MACHINE = "machine.json"
 #: the keys of a debate's ``meta`` a record keeps (``rounds_run``: how far an early-stopped debate went)
 KEPT_META = ("rounds_run",)
 
@@ -58,6 +63,28 @@ def compact(trajectory: Trajectory, iteration: int) -> dict[str, Any]:
     ]
     d["meta"] = {"iteration": iteration, **{k: trajectory.meta[k] for k in KEPT_META if k in trajectory.meta}}
     return d
+
+
+def machine_facts(dtype: str, gpu: str | None = None) -> dict[str, Any]:
+    """What names the machine a run was recorded on: this CPU's model and cores, ``gpu`` (default: the
+    current CUDA device's name when CUDA is available), the numeric path ``dtype`` (a config's value)
+    resolves to there, and torch's version."""
+    import os
+
+    import torch
+
+    from udpo.env.backends.hf import cpu_model, pick_dtype
+
+    if gpu is None and torch.cuda.is_available():
+        gpu = torch.cuda.get_device_name()
+    resolved = pick_dtype(dtype, "cuda" if gpu else "cpu")
+    return {
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "gpu": gpu,
+        "dtype": {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[resolved],
+        "torch": torch.__version__,
+    }
 
 
 def measure_budget(run_dir: Path) -> dict[str, int]:
@@ -103,12 +130,14 @@ def write_record(run_dir: str | Path, folder: str | Path, method: str, seed: int
     if calibration.exists():
         write_bytes_atomic(folder / CALIBRATION, calibration.read_bytes())
     config = run_dir / "config.json"
+    settings = json.loads(config.read_text()) if config.exists() else None
+    write_json(folder / MACHINE, machine_facts((settings or {}).get("dtype", "auto")))
     summary = {
         "method": method,
         "seed": seed,
         "evaluations": iterations,
         "budget": measure_budget(run_dir),
-        "config": json.loads(config.read_text()) if config.exists() else None,
+        "config": settings,
     }
     write_json(folder / RUN, summary)
     return RunRecord.load(folder)
