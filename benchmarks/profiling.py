@@ -13,7 +13,8 @@ a JSON file that comes back from a device machine (a full trace of a 1B update i
   ``.tolist()`` or ``torch.tensor(..., device=...)`` of host data);
 - ``phases``: per ``record_function`` label that starts with ``prefix`` (:mod:`udpo.training.update`
   labels its steps ``update/...``): how often it ran, its host seconds, the device seconds of the kernels
-  launched inside it (from any thread: backward runs on autograd's device thread) and the syncs inside it;
+  launched inside it (from any thread: backward runs on autograd's device thread), the syncs inside it
+  and the seconds the host waited in them;
 - ``top_ops``: the operators with the most self device time (self CPU time without a device), with
   counts; ``top_kernels``: the kernels with the most device time;
 - ``allocator`` (CUDA): the caching allocator's ``cudaMalloc`` / ``cudaFree`` calls and retries during the
@@ -35,7 +36,7 @@ from typing import Any
 
 import torch
 from torch.autograd import DeviceType
-from torch.autograd.profiler_util import EventList, FunctionEventAvg
+from torch.autograd.profiler_util import EventList, FunctionEvent, FunctionEventAvg
 from torch.profiler import ProfilerActivity, profile
 
 #: the CUDA runtime and driver calls that launch a kernel (a CUDA graph's replay is one launch)
@@ -113,14 +114,24 @@ def union_seconds(spans: list[tuple[float, float]]) -> float:
     return total / 1e6
 
 
+def annotation(e: FunctionEvent | FunctionEventAvg, prefix: str = "update/") -> bool:
+    """Whether ``e`` is a ``record_function`` label (its device-side copy spans idle time too)."""
+    name = e.key if isinstance(e, FunctionEventAvg) else e.name
+    return bool(getattr(e, "is_user_annotation", False)) or name.startswith(prefix)
+
+
+def device_work(events: EventList, prefix: str = "update/") -> list[tuple[float, float]]:
+    """The (start, end) of every kernel, copy and fill on the device (microseconds), labels left out."""
+    return [
+        (e.time_range.start, e.time_range.end)
+        for e in events
+        if e.device_type != DeviceType.CPU and not annotation(e, prefix)
+    ]
+
+
 def breakdown(events: EventList, wall: float, prefix: str, cuda: bool) -> dict[str, Any]:
     """The figures of the module docstring from the ``events`` of a finished profiler (``prof.events()``)
     of a call of ``wall`` seconds; ``cuda``: whether it profiled CUDA activity."""
-
-    def annotation(e) -> bool:  # a record_function label (its device-side copy spans idle time too)
-        name = e.key if isinstance(e, FunctionEventAvg) else e.name
-        return bool(getattr(e, "is_user_annotation", False)) or name.startswith(prefix)
-
     labels = sorted(
         (e for e in events if e.device_type == DeviceType.CPU and e.name.startswith(prefix)),
         key=lambda e: e.time_range.start,
@@ -146,13 +157,12 @@ def breakdown(events: EventList, wall: float, prefix: str, cuda: bool) -> dict[s
     for e in labels:
         phase(e.name)["count"] += 1
         phase(e.name)["host_s"] += e.time_range.elapsed_us() / 1e6
-    launches, syncs, sync_s, device_spans = 0, 0, 0.0, []
+    launches, syncs, sync_s = 0, 0, 0.0
     causes: Counter[str] = Counter()
     for e in events:
         if e.device_type != DeviceType.CPU:
-            if not annotation(e):
-                device_spans.append((e.time_range.start, e.time_range.end))
-        elif e.kernels:  # an operator: its kernels' device time goes to the phase it started in
+            continue
+        if e.kernels:  # an operator: its kernels' device time goes to the phase it started in
             phase(phase_of(e.time_range.start))["device_s"] += sum(k.duration for k in e.kernels) / 1e6
         elif e.name in LAUNCHES:
             launches += 1
@@ -162,7 +172,7 @@ def breakdown(events: EventList, wall: float, prefix: str, cuda: bool) -> dict[s
             causes[e.cpu_parent.name if e.cpu_parent is not None else "(no operator)"] += 1
             phase(phase_of(e.time_range.start))["syncs"] += 1
             phase(phase_of(e.time_range.start))["sync_s"] += waited
-    averages = [a for a in events.key_averages() if not annotation(a)]
+    averages = [a for a in events.key_averages() if not annotation(a, prefix)]
     ops = [a for a in averages if a.device_type == DeviceType.CPU]
     ops.sort(key=lambda a: (a.self_device_time_total if cuda else 0, a.self_cpu_time_total), reverse=True)
     kernels = sorted(
@@ -170,7 +180,8 @@ def breakdown(events: EventList, wall: float, prefix: str, cuda: bool) -> dict[s
         key=lambda a: a.self_device_time_total,
         reverse=True,
     )
-    busy = union_seconds(device_spans) if device_spans else None  # None: no device activity recorded
+    spans = device_work(events, prefix)
+    busy = union_seconds(spans) if spans else None  # None: no device activity recorded
     return {
         "events": len(events),
         "wall_s": wall,
