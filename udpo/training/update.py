@@ -201,9 +201,10 @@ class Updater:
                     if epoch == 0:  # the adapters have not moved: these are the sampling policy's log-probs
                         with record_function("update/fresh_logprobs"):
                             fresh = [m for m, g in enumerate(chunk) if g < fresh_count]
-                            mismatch += _engine_logratios(sub, agent, fresh, flat)
+                            host = _on_host(flat) if fresh else []
+                            mismatch += _engine_logratios(sub, agent, fresh, host)
                             if recompute:
-                                _set_behavior(sub, agent, fresh, flat)
+                                _set_behavior(sub, agent, fresh, host)
                     with record_function(f"update/loss/agent_{agent}"):
                         loss, info = algorithm.loss(
                             sub,
@@ -428,19 +429,29 @@ def lr_factor(step: int, warmup: int, total: int, kind: str) -> float:
     return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
+def _on_host(flat: list[torch.Tensor]) -> list[torch.Tensor]:
+    """``flat`` (per-round log-probs) detached and copied to the host as float32 in one copy: on a GPU one
+    wait for the device instead of one per round."""
+    if not flat:
+        return []
+    host = torch.cat([lp.detach().float().reshape(-1) for lp in flat]).cpu()
+    return list(host.split([lp.numel() for lp in flat]))
+
+
 def _engine_logratios(
     batch: RolloutBatch, agent: int, debates: list[int], flat: list[torch.Tensor]
 ) -> list[torch.Tensor]:
     """For each of ``debates`` whose engine recorded log-probs: the per-token ``log pi_trainer - log
-    pi_engine`` of ``agent``'s tokens (``flat``: the trainer's log-probs before any step, ordered as
-    ``batch.agent_sequences(agent)``), kept on the batch for the importance weights and returned."""
+    pi_engine`` of ``agent``'s tokens (``flat``: the trainer's log-probs before any step, on the host
+    (:func:`_on_host`), ordered as ``batch.agent_sequences(agent)``), kept on the batch for the importance
+    weights and returned."""
     starts = np.cumsum([0, *(len(row[agent].completion_ids) for row in batch.turns)])
     out = []
     for m in debates:
         turns = batch.turns[m][agent]
         if turns.engine_logprobs is None:
             continue
-        trainer = torch.cat([lp.detach().float().cpu() for lp in flat[starts[m] : starts[m + 1]]])
+        trainer = torch.cat(flat[starts[m] : starts[m + 1]])
         diff = trainer - torch.tensor(turns.engine_logprobs, dtype=torch.float32)
         turns.engine_logratio = diff.tolist()
         out.append(diff)
@@ -467,12 +478,12 @@ def mismatch_stats(logratios: list[torch.Tensor]) -> dict[str, float]:
 
 
 def _set_behavior(batch: RolloutBatch, agent: int, debates: list[int], flat: list[torch.Tensor]) -> None:
-    """Make ``flat`` (per-round tensors ordered as ``batch.agent_sequences(agent)``) the behavior log-probs
-    of ``debates`` (positions in ``batch``), in the batch and in the stored trajectories."""
+    """Make ``flat`` (per-round tensors on the host, ordered as ``batch.agent_sequences(agent)``) the
+    behavior log-probs of ``debates`` (positions in ``batch``), in the batch and in the stored trajectories."""
     starts = np.cumsum([0, *(len(row[agent].completion_ids) for row in batch.turns)])
     for m in debates:
         for r, lp in enumerate(flat[starts[m] : starts[m + 1]]):
-            batch.set_behavior_logprobs(m, agent, r, lp.detach().float().cpu().tolist())
+            batch.set_behavior_logprobs(m, agent, r, lp.tolist())
 
 
 def _share_behavior(batch: RolloutBatch, local: list[int]) -> None:
