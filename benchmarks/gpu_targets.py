@@ -155,8 +155,13 @@ def profile_row(record: dict | None) -> Row:
         parts.append("host / device s: " + ", ".join(f"{k} {h:.2f} / {d:.2f}" for k, (h, d) in shown))
     forward = record.get("forward")
     if forward:
+        limits = (
+            f" (at most {forward['rows_per_pass']} rows / {forward['positions_per_pass']:,} positions each)"
+            if "rows_per_pass" in forward
+            else ""
+        )
         parts.append(
-            f"{forward['passes']} log-prob passes, {forward['positions']:,} positions "
+            f"{forward['passes']} log-prob passes{limits}, {forward['positions']:,} positions "
             f"({100 * forward['padding']:.0f}% padding)"
         )
     return Row(what, "; ".join(parts))

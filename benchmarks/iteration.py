@@ -22,7 +22,9 @@ aside and what the process held before training), which ``benchmarks/gpu_targets
 the same debates, under ``torch.profiler`` (``benchmarks/profiling.py``), outside the timed figures (the
 profiler slows it); FILE gets its breakdown (JSON: the device's busy and idle time, kernel launches, host
 syncs, the time of each step the update labels, the top operators), the log-prob passes it ran
-(``forward``: passes, positions, tokens, padding) and the timed iterations' median update
+(``forward``: passes, positions, tokens, padding, and the limits of a pass: ``rows_per_pass``
+(``logprob_batch_size``) and ``positions_per_pass`` (``logprob_token_budget``); ``micro_batches``) and the
+timed iterations' median update
 (``unprofiled_update_s``). The gzipped Chrome trace goes beside FILE when under 2 MB, else into the run's
 folder (``--out``).
 """
@@ -82,13 +84,14 @@ def keeping(update: Callable, kept: list[dict]) -> Callable:
 
 
 def profile_update(
-    update: Callable, arguments: dict, policy, device: str, out: Path, train: list[dict], keep: Path
+    update: Callable, arguments: dict, trainer, device: str, out: Path, train: list[dict], keep: Path
 ) -> None:
     """One more ``update(**arguments)`` (the trainer's, on the last update's debates, advantages, fresh
     count and iteration) under the profiler; ``keep`` gets its breakdown with the log-prob passes it ran
-    (``policy``'s forward statistics) and the timed median update of ``train`` (the iterations after the
-    first, or the only one), or the error it stopped with: a profile that fails fails nothing else. The
-    trace is written to ``out``, and copied beside ``keep`` when small."""
+    (the policy's forward statistics, and the pass limits: rows and positions), the micro-batches and the
+    timed median update of ``train`` (the iterations after the first, or the only one), or the error it
+    stopped with: a profile that fails fails nothing else. The trace is written to ``out``, and copied
+    beside ``keep`` when small."""
     keep.parent.mkdir(parents=True, exist_ok=True)
     try:
         result = profiling.profile_call(lambda: update(**arguments), device, trace=out / TRACE)
@@ -96,9 +99,14 @@ def profile_update(
         print(f"the profiled update failed: {type(err).__name__}: {err}", flush=True)
         keep.write_text(json.dumps({"error": f"{type(err).__name__}: {err}"}))
         return
-    stats = policy.forward_stats  # reset by the update: its passes alone
+    stats, scoring = (
+        trainer.policy.forward_stats,
+        trainer.updater.scoring(),
+    )  # reset by the update: its passes
     result["forward"] = {"passes": stats.passes, "positions": stats.positions, "tokens": stats.tokens,
-                         "padding": stats.padding, "empty_passes": stats.empty_passes}  # fmt: skip
+                         "padding": stats.padding, "empty_passes": stats.empty_passes,
+                         "rows_per_pass": scoring["batch_size"], "positions_per_pass": scoring["token_budget"],
+                         "micro_batches": trainer.updater.micro_batch_count}  # fmt: skip
     result["unprofiled_update_s"] = iteration_figures(train[1:] or train)["update"]
     print(profiling.table(result), flush=True)
     if (result["trace_bytes"] or profiling.TRACE_BYTES) < profiling.TRACE_BYTES:
@@ -198,7 +206,7 @@ def main() -> None:
                     train = train_records(root / "run")
                     write(train, **plan)  # the timed figures first: a profile cut short loses none of them
                     profile_update(
-                        run_update, last[0], trainer.policy, device, root, train, Path(args.profile_update)
+                        run_update, last[0], trainer, device, root, train, Path(args.profile_update)
                     )
         except BaseException as err:  # an out-of-memory among them: what was done is kept, with the error
             stop.set()
