@@ -17,12 +17,11 @@ import tempfile
 import time
 
 import torch
+from profiling import LAUNCHES, device_work, union_seconds
 from rollout import random_adapters
 from torch.profiler import ProfilerActivity, profile
 
 from udpo.env.backends import ChatRequest, SamplingParams, make_backend
-
-LAUNCHES = ("cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx")
 
 
 def sync() -> None:
@@ -81,8 +80,7 @@ def main() -> None:
         steps = max(len(c.completion_ids) for c in out)
         if cuda:
             launches = sum(e.count for e in events if e.key in LAUNCHES)
-            kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
-            busy = sum(e.self_device_time_total for e in kernels) / 1e6  # kernels only: ops would count twice
+            busy = union_seconds(device_work(prof.events()))  # kernels, copies and fills, overlaps once
             print(
                 f"kernel launches per decode step: {launches / steps:.0f}; GPU busy {busy:.2f} of {wall:.2f} s"
             )

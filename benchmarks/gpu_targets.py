@@ -9,6 +9,8 @@ that says "not measured", so a check cut short still reports what it finished):
 - ``iteration_1b_n3.json``, ``iteration_1b_n10.json``, ``iteration_7b_n3.json``: ``benchmarks/iteration.py --json``;
 - ``update_1b.json``: ``benchmarks/train_step.py --only update --json``;
 - ``study.json``: ``benchmarks/study_plan.py --json``;
+- ``update_profile_1b_n3.json``: ``benchmarks/iteration.py --profile-update``, the 1B N = 3 run's update once
+  more under ``torch.profiler`` (``benchmarks/profiling.py``): one line of where its time went;
 - ``iteration_1b_n3.torch.log``: the 1B N = 3 run's ``TORCH_LOGS=recompiles,graph_breaks`` output
   (``TORCH_LOGS_OUT``), whose recompiles and graph breaks are counted (and a recompile limit dynamo hit
   named: past it calls run uncompiled).
@@ -118,6 +120,53 @@ def iteration_rows(n3: dict | None) -> list[Row]:
     ]
 
 
+def profile_row(record: dict | None) -> Row:
+    """The 1B N = 3 update profiled once: the device's busy time against the wall time (the rest: launches,
+    Python, host syncs), the operator with the most device time (CPU time without a device), each kind
+    of step's host / device seconds (the agents' summed) and the log-prob passes."""
+    what = "1B N = 3 update, profiled (once more, on the last iteration's debates)"
+    if not record:
+        return Row(what, NOT_MEASURED)
+    if "error" in record:
+        return Row(what, f"failed: {record['error'][:150]}")
+    wall, busy = record["wall_s"], record.get("device_busy_s")
+    if busy is None:
+        head = f"wall {wall:.2f} s on {record['device']}, no device activity recorded"
+    else:
+        syncs = record["syncs"]
+        head = (
+            f"device busy {busy:.2f} s of {wall:.2f} s wall ({100 * record['idle_share']:.0f}% idle; "
+            f"un-profiled {record['unprofiled_update_s']:.2f} s); {record['launches']:,} kernel launches, "
+            f"{syncs['count']:,} host syncs ({syncs['seconds']:.2f} s)"
+        )
+    parts = [head]
+    if record.get("top_ops"):
+        top = record["top_ops"][0]
+        seconds = top["self_cpu_s"] if top["self_device_s"] is None else top["self_device_s"]
+        parts.append(f"top op {top['name']} {seconds:.2f} s (x{top['count']:,})")
+    steps: dict[str, list[float]] = {}
+    for name, p in record.get("phases", {}).items():
+        step = re.sub(r"^update/|/agent_\d+$", "", name)
+        host_device = steps.setdefault(step, [0.0, 0.0])
+        host_device[0] += p["host_s"]
+        host_device[1] += p["device_s"]
+    if steps:
+        shown = sorted(steps.items(), key=lambda kv: -max(kv[1]))[:6]
+        parts.append("host / device s: " + ", ".join(f"{k} {h:.2f} / {d:.2f}" for k, (h, d) in shown))
+    forward = record.get("forward")
+    if forward:
+        limits = (
+            f" (at most {forward['rows_per_pass']} rows / {forward['positions_per_pass']:,} positions each)"
+            if "rows_per_pass" in forward
+            else ""
+        )
+        parts.append(
+            f"{forward['passes']} log-prob passes{limits}, {forward['positions']:,} positions "
+            f"({100 * forward['padding']:.0f}% padding)"
+        )
+    return Row(what, "; ".join(parts))
+
+
 def recompile_row(log: str | None) -> Row:
     """The 1B N = 3 run's recompiles and graph breaks, as ``TORCH_LOGS=recompiles,graph_breaks`` logged
     them, with the most frequent reason for a recompile."""
@@ -214,6 +263,7 @@ def table(found: dict[str, dict], torch_log: str | None = None) -> list[Row]:
     return [
         *decode_rows("1B", found.get("decode_1b")),
         *iteration_rows(found.get("iteration_1b_n3")),
+        profile_row(found.get("update_profile_1b_n3")),
         recompile_row(torch_log),
         *decode_rows("135M", found.get("decode_135m")),
         *study_rows(found.get("study")),

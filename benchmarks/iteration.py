@@ -17,22 +17,37 @@ temporary folder).
 more at the end: the iterations asked for and done, the error a failed run ended with (an out-of-memory,
 say), and on a GPU the update plan autosize printed (its estimated activations, the decode buffers it set
 aside and what the process held before training), which ``benchmarks/gpu_targets.py`` holds each phase's peak against.
+
+``--profile-update FILE``: after the timed iterations, the last iteration's update runs once more, on
+the same debates, under ``torch.profiler`` (``benchmarks/profiling.py``), outside the timed figures (the
+profiler slows it); FILE gets its breakdown (JSON: the device's busy and idle time, kernel launches, host
+syncs, the time of each step the update labels, the top operators), the log-prob passes it ran
+(``forward``: passes, positions, tokens, padding, and the limits of a pass: ``rows_per_pass``
+(``logprob_batch_size``) and ``positions_per_pass`` (``logprob_token_budget``); ``micro_batches``) and the
+timed iterations' median update
+(``unprofiled_update_s``). The gzipped Chrome trace goes beside FILE when under 2 MB, else into the run's
+folder (``--out``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "scripts"), str(REPO / "benchmarks")]
 
 import check_model  # noqa: E402  (scripts/check_model.py)
+import profiling  # noqa: E402  (benchmarks/profiling.py)
 from launch_paths import iteration_figures, train_records  # noqa: E402  (benchmarks/launch_paths.py)
+
+TRACE = "update_profile.trace.json.gz"  # --profile-update's trace, in the run's folder
 
 
 def line(figures: dict[str, float]) -> str:
@@ -58,6 +73,47 @@ def watch(run: Path, write, stop: threading.Event, every: float = 1.0) -> None:
             write(records)
 
 
+def keeping(update: Callable, kept: list[dict]) -> Callable:
+    """``update``, keeping the (keyword) arguments of its latest call in ``kept``."""
+
+    def call(batch, advantages, fresh_count: int, iteration: int):
+        kept[:] = [dict(batch=batch, advantages=advantages, fresh_count=fresh_count, iteration=iteration)]
+        return update(**kept[0])
+
+    return call
+
+
+def profile_update(
+    update: Callable, arguments: dict, trainer, device: str, out: Path, train: list[dict], keep: Path
+) -> None:
+    """One more ``update(**arguments)`` (the trainer's, on the last update's debates, advantages, fresh
+    count and iteration) under the profiler; ``keep`` gets its breakdown with the log-prob passes it ran
+    (the policy's forward statistics, and the pass limits: rows and positions), the micro-batches and the
+    timed median update of ``train`` (the iterations after the first, or the only one), or the error it
+    stopped with: a profile that fails fails nothing else. The trace is written to ``out``, and copied
+    beside ``keep`` when small."""
+    keep.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        result = profiling.profile_call(lambda: update(**arguments), device, trace=out / TRACE)
+    except Exception as err:  # the timed figures are written: report it, go on
+        print(f"the profiled update failed: {type(err).__name__}: {err}", flush=True)
+        keep.write_text(json.dumps({"error": f"{type(err).__name__}: {err}"}))
+        return
+    stats, scoring = (
+        trainer.policy.forward_stats,
+        trainer.updater.scoring(),
+    )  # reset by the update: its passes
+    result["forward"] = {"passes": stats.passes, "positions": stats.positions, "tokens": stats.tokens,
+                         "padding": stats.padding, "empty_passes": stats.empty_passes,
+                         "rows_per_pass": scoring["batch_size"], "positions_per_pass": scoring["token_budget"],
+                         "micro_batches": trainer.updater.micro_batch_count}  # fmt: skip
+    result["unprofiled_update_s"] = iteration_figures(train[1:] or train)["update"]
+    print(profiling.table(result), flush=True)
+    if (result["trace_bytes"] or profiling.TRACE_BYTES) < profiling.TRACE_BYTES:
+        shutil.copy(out / TRACE, keep.with_name(keep.name.removesuffix(".json") + ".trace.json.gz"))
+    keep.write_text(json.dumps(result, indent=1))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -69,6 +125,11 @@ def main() -> None:
     parser.add_argument("--out", help="keep the run folder here (default: a temporary folder)")
     parser.add_argument(
         "--json", help="also write the figures to this file (benchmarks/gpu_targets.py reads it)"
+    )
+    parser.add_argument(
+        "--profile-update",
+        metavar="FILE",
+        help="after the timed iterations, profile the last update once more and write its breakdown here",
     )
     parser.add_argument("extra", nargs="*", help="KEY VALUE pairs overriding the recipe")
     args = parser.parse_args()
@@ -134,8 +195,19 @@ def main() -> None:
                         "plan_kept_gib": update.kept_bytes / 2**30,
                         "plan_free_gib": (update.free_bytes or 0) / 2**30,
                     }
+                run_update, last = trainer.update, []  # the last update's arguments (--profile-update)
+                if args.profile_update:
+                    trainer.update = keeping(run_update, last)
                 watcher.start()
                 trainer.train()
+                if last:
+                    stop.set()
+                    watcher.join()
+                    train = train_records(root / "run")
+                    write(train, **plan)  # the timed figures first: a profile cut short loses none of them
+                    profile_update(
+                        run_update, last[0], trainer, device, root, train, Path(args.profile_update)
+                    )
         except BaseException as err:  # an out-of-memory among them: what was done is kept, with the error
             stop.set()
             if watcher.is_alive():

@@ -15,7 +15,10 @@
 #                   a GPU, without adapters
 #   iteration1b     the 1B shape, the issue's recipe (32 questions x 3 agents x 2 rounds, 64 tokens, default
 #                   sizes), 4 iterations: the iteration split, peak memory against the update's plan, and
-#                   TORCH_LOGS=recompiles,graph_breaks written to REPORT/figures/iteration_1b_n3.torch.log
+#                   TORCH_LOGS=recompiles,graph_breaks written to REPORT/figures/iteration_1b_n3.torch.log;
+#                   then the last update once more under torch.profiler, outside the timed figures: where
+#                   its time goes (device busy / idle, launches, host syncs, each step, the top operators)
+#                   in REPORT/figures/update_profile_1b_n3.json
 #   decode          the same decode comparison at the 135M shape
 #   study           the proof study plan, shortened, on 2 workers sharing the GPU: its wall time and each
 #                   run's peak against its share (GPU)
@@ -102,10 +105,13 @@ fi
 failed="" left=""
 # estimate PART: the seconds it is expected to take, generously (on one H100/H200: decode1b, iteration1b,
 # decode and study from the first device check on an NVIDIA H200 (torch 2.11), which took 96, 215, 124 and
-# 102 s, a tenth added; the others, never measured whole, guessed from those: the first iteration of a
-# training part compiles a CUDA graph per decode bucket, 25-35 s each; with --quick on a CPU core or two);
+# 102 s, a tenth added; iteration1b 30 s more for its profiled update: the 6.6 s update about twice as slow
+# under the profiler, and the trace's processing, of some 10^5 events, 10-15 s; the others, never measured
+# whole, guessed from those: the first iteration of a training part compiles a CUDA graph per decode
+# bucket, 25-35 s each; with --quick on a CPU core or two);
 # a part that would end past the budget is left out. The default budget of 540 s fits the first three
-# parts; the summary names the command for the rest (a second call).
+# parts as the first check timed them (19 s of setup, then 96, 215 + 30 and 124 s: decode starts with
+# 175 s left of its 140); the summary names the command for the rest (a second call).
 estimate() {
   local given
   given=$(tr ',' '\n' <<< "${GPU_CHECK_EXPECT:-}" | sed -n "s/^$1=//p")
@@ -115,7 +121,7 @@ estimate() {
     case "$1" in decode1b|decode) echo 60 ;; iteration1b) echo 120 ;; study) echo 150 ;; *) echo 300 ;; esac
   else
     case "$1" in
-      decode1b) echo 110 ;; iteration1b) echo 240 ;; decode) echo 140 ;; study) echo 115 ;;
+      decode1b) echo 110 ;; iteration1b) echo 270 ;; decode) echo 140 ;; study) echo 115 ;;
       7b) echo 240 ;; iteration1b_n10) echo 260 ;; update1b) echo 90 ;; *) echo 200 ;;
     esac
   fi
@@ -248,10 +254,11 @@ iteration() {
 }
 part_iteration1b() {
   echo "   the 1B shape built on the GPU, N = 3, $iterations iterations (the first compiles the decode step);"
-  echo "   TORCH_LOGS=recompiles,graph_breaks in $figures/iteration_1b_n3.torch.log"
-  rm -f "$figures/iteration_1b_n3.torch.log"
+  echo "   TORCH_LOGS=recompiles,graph_breaks in $figures/iteration_1b_n3.torch.log; then the last update"
+  echo "   once more under torch.profiler: $figures/update_profile_1b_n3.json"
+  rm -f "$figures/iteration_1b_n3.torch.log" "$figures"/update_profile_1b_n3.*
   TORCH_LOGS=recompiles,graph_breaks TORCH_LOGS_OUT="$figures/iteration_1b_n3.torch.log" \
-    iteration iteration_1b_n3 "$iterations"
+    iteration iteration_1b_n3 "$iterations" --profile-update "$figures/update_profile_1b_n3.json"
 }
 part_iteration1b_n10() {
   echo "   the 1B shape, N = 10, 2 iterations"

@@ -83,6 +83,8 @@ def test_one_iteration_of_a_shape_built_in_memory_runs_on_cpu(tmp_path):
             str(tmp_path / "out"),
             "--json",
             str(tmp_path / "iteration.json"),
+            "--profile-update",
+            str(tmp_path / "figures" / "update_profile_1b_n3.json"),
         ],  # fmt: skip
         capture_output=True,
         text=True,
@@ -98,6 +100,31 @@ def test_one_iteration_of_a_shape_built_in_memory_runs_on_cpu(tmp_path):
     assert (record["shape"], record["layers"], record["device"], record["n_agents"]) == ("135m", 1, "cpu", 3)
     assert len(record["iterations"]) == 1 and record["after_first"] is None  # one iteration: nothing after it
     assert record["iterations"][0]["iteration"] > 0 and "update_rss_peak_gib" in record["iterations"][0]
+    # the last update once more under the profiler, outside the timed figures (still one iteration above)
+    assert "profiled on cpu: wall" in done.stdout
+    profile = json.loads((tmp_path / "figures" / "update_profile_1b_n3.json").read_text())
+    assert profile["device"] == "cpu" and profile["device_busy_s"] is None and profile["wall_s"] > 0
+    assert profile["unprofiled_update_s"] == record["iterations"][0]["update"]
+    steps = ["reference", "fresh_logprobs", "record", "step", "stats"]
+    steps += [f"{kind}/agent_{i}" for kind in ("forward", "loss", "backward") for i in range(3)]
+    assert set(profile["phases"]) == {f"update/{step}" for step in steps}  # one micro-batch per agent
+    assert all(p["count"] >= 1 and p["host_s"] > 0 for p in profile["phases"].values())
+    forward = profile["forward"]  # the reference passes and each agent's
+    assert forward["passes"] >= 4 and forward["tokens"] <= forward["positions"] and forward["padding"] >= 0
+    assert (forward["rows_per_pass"], forward["micro_batches"]) == (8, 1) and forward[
+        "positions_per_pass"
+    ] > 0
+    mm = next(op for op in profile["top_ops"] if op["name"] == "aten::mm")
+    assert mm["count"] > 0 and mm["self_cpu_s"] > 0 and mm["self_device_s"] is None
+    # a small trace comes back beside it, gzipped
+    assert (
+        profile["trace_bytes"] == (tmp_path / "figures" / "update_profile_1b_n3.trace.json.gz").stat().st_size
+    )
+    row = script(ROOT / "benchmarks" / "gpu_targets.py").profile_row(profile)
+    assert row.measured.startswith(
+        f"wall {profile['wall_s']:.2f} s on cpu, no device activity recorded; top op "
+    )
+    assert "reference " in row.measured and f"{forward['passes']} log-prob passes" in row.measured
 
 
 @pytest.mark.slow
@@ -177,6 +204,17 @@ def test_the_targets_table_compares_each_figure_with_its_goal_and_names_what_was
     study = {"wall_s": 95.0, "runs": 2, "iterations": 2, "workers": 2, "share_gib": 40.0,
              "peaks_gib": {"task_only seed_0": 12.5, "coin_control seed_0": 41.0}}  # fmt: skip
     write(tmp_path, "study", study)
+    profile = {"device": "NVIDIA H100 80GB HBM3", "wall_s": 9.0, "device_busy_s": 2.25, "idle_share": 0.75,
+               "unprofiled_update_s": 6.5, "launches": 41000, "syncs": {"count": 1200, "seconds": 3.1},
+               "top_ops": [{"name": "aten::mm", "count": 5200, "self_device_s": 1.4, "self_cpu_s": 0.8}],
+               "phases": {"update/reference": {"host_s": 0.5, "device_s": 0.3},
+                          "update/forward/agent_0": {"host_s": 1.0, "device_s": 0.2},
+                          "update/forward/agent_1": {"host_s": 1.5, "device_s": 0.25},
+                          "update/backward/agent_0": {"host_s": 2.0, "device_s": 0.9},
+                          "update/step": {"host_s": 0.05, "device_s": 0.01}},
+               "forward": {"passes": 9, "positions": 150000, "tokens": 120000, "padding": 0.2, "rows_per_pass": 8,
+                           "positions_per_pass": 65536}}  # fmt: skip
+    write(tmp_path, "update_profile_1b_n3", profile)
     (tmp_path / "update_7b.json").write_text("{not json")  # a file cut short: left out, not fatal
     log = (
         "V1127 [__recompiles] Recompiling function forward in static_decode.py:120\n"
@@ -200,6 +238,15 @@ def test_the_targets_table_compares_each_figure_with_its_goal_and_names_what_was
     ].measured == ("not measured")
     it = rows["1B shape, N = 3 iteration (median after the first)"]
     assert it.measured.startswith("2.70 s") and it.met is True
+    profiled = rows["1B N = 3 update, profiled (once more, on the last iteration's debates)"]
+    assert profiled.measured == (  # the agents' forward passes summed; steps by their larger time
+        "device busy 2.25 s of 9.00 s wall (75% idle; un-profiled 6.50 s); 41,000 kernel launches, "
+        "1,200 host syncs (3.10 s); top op aten::mm 1.40 s (x5,200); host / device s: forward 2.50 / 0.45, "
+        "backward 2.00 / 0.90, reference 0.50 / 0.30, step 0.05 / 0.01; 9 log-prob passes (at most 8 rows / "
+        "65,536 positions each), 150,000 positions (20% padding)"
+    )
+    failed = targets.profile_row({"error": "RuntimeError: CUPTI_ERROR_NOT_INITIALIZED"})
+    assert failed.measured == "failed: RuntimeError: CUPTI_ERROR_NOT_INITIALIZED"  # the run itself is fine
     recompiles = rows["1B shape, N = 3 run: dynamo recompiles / graph breaks (TORCH_LOGS)"]
     assert recompiles.measured == (
         "2 recompiles, 1 graph breaks (most: tensor 'buf.tokens' size mismatch at index 0. expected 96, actual 48)"
@@ -240,6 +287,66 @@ def test_the_targets_table_compares_each_figure_with_its_goal_and_names_what_was
     assert text.rstrip().endswith(
         "Parts left out (the budget): 7b, paths. Run them with:\n\n    bash x.sh --parts 7b,paths"
     )
+
+
+def test_a_cuda_profile_splits_device_time_by_step_and_counts_launches_syncs_and_idle_time():
+    """benchmarks/profiling.py's breakdown of profiler events laid out as a CUDA profile lays them out
+    (microseconds): a kernel's time goes to the step its operator started in, on any thread (backward's
+    operators run on autograd's device thread); a sync is named by the operator that waited; the
+    device-side copy of a label, which spans idle time, is no device work."""
+    from torch.autograd import DeviceType
+    from torch.autograd.profiler_util import EventList, FunctionEvent
+
+    profiling = script(ROOT / "benchmarks" / "profiling.py")
+    made = []
+
+    def event(name, start, end, thread=1, device=DeviceType.CPU, kernels=(), label=False):
+        e = FunctionEvent(len(made), name, thread, start, end, stack=[], input_shapes=[], use_device="cuda",
+                          device_type=device, is_user_annotation=label)  # fmt: skip
+        for kernel, duration in kernels:
+            e.append_kernel(kernel, 0, duration)
+        made.append(e)
+
+    cuda = DeviceType.CUDA
+    event("update/forward/agent_0", 0, 100, label=True)
+    event("aten::mm", 10, 20, kernels=[("gemm", 30)])
+    event("cudaLaunchKernel", 12, 15)
+    event("gemm", 20, 50, device=cuda)
+    event("update/forward/agent_0", 20, 89, device=cuda, label=True)  # the label's device-side span
+    event("aten::_local_scalar_dense", 60, 90, kernels=[("Memcpy DtoH", 2)])  # .item()
+    event("cudaMemcpyAsync", 61, 63)
+    event("cudaStreamSynchronize", 63, 89)
+    event("Memcpy DtoH", 87, 89, device=cuda)
+    event("update/backward/agent_0", 100, 200, label=True)
+    event("aten::mm", 110, 130, thread=2, kernels=[("gemm", 40)])  # autograd's thread
+    event("cudaLaunchKernel", 115, 118, thread=2)
+    event("gemm", 130, 170, device=cuda)
+    event("aten::add_", 210, 215, kernels=[("add", 5)])  # after the last label
+    event("cudaLaunchKernel", 211, 213)
+    event("add", 215, 220, device=cuda)
+    events = EventList(made, use_device="cuda")
+    events._build_tree()
+    result = profiling.breakdown(events, 250e-6, "update/", cuda=True)
+    assert result["device_busy_s"] == pytest.approx((30 + 2 + 40 + 5) * 1e-6)
+    assert result["idle_share"] == pytest.approx(1 - 77 / 250)
+    assert result["launches"] == 3
+    assert result["syncs"] == {"count": 1, "seconds": pytest.approx(26e-6),
+                               "by_operator": {"aten::_local_scalar_dense": 1}}  # fmt: skip
+    phases = result["phases"]
+    assert phases["update/forward/agent_0"] == pytest.approx(
+        {"count": 1, "host_s": 100e-6, "device_s": 32e-6, "syncs": 1, "sync_s": 26e-6}
+    )
+    assert phases["update/backward/agent_0"] == pytest.approx(
+        {"count": 1, "host_s": 100e-6, "device_s": 40e-6, "syncs": 0, "sync_s": 0}
+    )
+    assert phases["(outside the labels)"]["device_s"] == pytest.approx(5e-6)
+    top = [(op["name"], op["count"], op["self_device_s"]) for op in result["top_ops"][:3]]
+    assert top == [("aten::mm", 2, pytest.approx(70e-6)), ("aten::add_", 1, pytest.approx(5e-6)),
+                   ("aten::_local_scalar_dense", 1, pytest.approx(2e-6))]  # fmt: skip
+    kernels = [(k["name"], k["count"]) for k in result["top_kernels"]]
+    assert kernels == [("gemm", 2), ("add", 1), ("Memcpy DtoH", 1)]  # no label among them
+    text = profiling.table({"device": "a GPU", **result})
+    assert "device busy 0.000 s (69% idle), 3 kernel launches, 1 host syncs" in text
 
 
 def test_the_iteration_benchmark_writes_its_figures_after_every_iteration(tmp_path):
@@ -312,7 +419,7 @@ def test_gpu_check_leaves_out_parts_that_would_not_fit_its_budget_and_names_the_
         in (done.stdout)
     )
     summary = (tmp_path / "report" / "summary.md").read_text()
-    assert summary.startswith("GPU targets on an unnamed device") and summary.count("not measured") == 9
+    assert summary.startswith("GPU targets on an unnamed device") and summary.count("not measured") == 10
     assert summary.rstrip().endswith("bash scripts/device_check.sh 540 --parts decode,paths")
     assert json.loads((tmp_path / "report" / "figures.json").read_text()) == {}
 

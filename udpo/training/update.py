@@ -16,6 +16,13 @@ DeepSpeed's ``safe_get_full_grad`` / ``safe_set_full_grad`` before the engine st
 ``gradient_clipping`` (over all adapters together) stays off. Every process runs the same number of
 backward passes (micro-batches of the smallest shard's size) and, through the policy's
 ``symmetric_passes``, of forward passes.
+
+Each step of :meth:`Updater.update` runs under a ``torch.profiler.record_function`` label, what a profile
+of it is split by (``benchmarks/profiling.py``; outside a profiler a label costs a microsecond or so):
+``update/reference`` (the no-grad reference passes), ``update/forward/agent_i``, ``update/loss/agent_i`` and
+``update/backward/agent_i`` per agent and micro-batch, ``update/fresh_logprobs`` (epoch 0: the fresh
+debates' log-probs copied to the host), ``update/record`` (the loss read on the host), ``update/step`` (the
+norms, clipping and optimizer step), ``update/critic`` and ``update/stats`` (the statistics returned).
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch.profiler import record_function
 
 from udpo.algorithms.base import LOG_RATIO_CLAMP, Algorithm, RolloutBatch
 from udpo.config.groups import AlgorithmArgs, OptimizerArgs
@@ -177,7 +185,7 @@ class Updater:
         local = dist.shard(total, self.rank, self.world)
         chunks = self.micro_batches(local, total)
         self.policy.forward_stats.reset()
-        with self.autocast():
+        with record_function("update/reference"), self.autocast():
             reference = self._reference_logprobs(algorithm, batch, local)
         recompute = settings.behavior_logprobs == "recompute" and fresh_count > 0
         stats: dict[str, list[float]] = {}
@@ -188,41 +196,51 @@ class Updater:
                 for chunk in chunks:
                     sub = batch.select(chunk)
                     prompts, completions = sub.agent_sequences(agent)
-                    with self.autocast():
+                    with record_function(f"update/forward/agent_{agent}"), self.autocast():
                         flat = self.policy.token_logprobs(agent, prompts, completions, **self.scoring())
                     if epoch == 0:  # the adapters have not moved: these are the sampling policy's log-probs
-                        fresh = [m for m, g in enumerate(chunk) if g < fresh_count]
-                        mismatch += _engine_logratios(sub, agent, fresh, flat)
-                        if recompute:
-                            _set_behavior(sub, agent, fresh, flat)
-                    loss, info = algorithm.loss(
-                        sub,
-                        agent,
-                        sub.per_debate(agent, flat),
-                        [reference[agent, g] for g in chunk] if algorithm.needs_reference(agent) else None,
-                        advantages[chunk, agent],
-                    )
-                    self._record(
-                        stats,
-                        f"agent_{agent}",
-                        loss,
-                        info,
-                        f"loss of agent {agent}",
-                        iteration,
-                        on_non_finite,
-                    )
-                    self._backward(loss * len(chunk) / total)
+                        with record_function("update/fresh_logprobs"):
+                            fresh = [m for m, g in enumerate(chunk) if g < fresh_count]
+                            host = _on_host(flat) if fresh else []
+                            mismatch += _engine_logratios(sub, agent, fresh, host)
+                            if recompute:
+                                _set_behavior(sub, agent, fresh, host)
+                    with record_function(f"update/loss/agent_{agent}"):
+                        loss, info = algorithm.loss(
+                            sub,
+                            agent,
+                            sub.per_debate(agent, flat),
+                            [reference[agent, g] for g in chunk]
+                            if algorithm.needs_reference(agent)
+                            else None,
+                            advantages[chunk, agent],
+                        )
+                    with record_function("update/record"):
+                        self._record(
+                            stats,
+                            f"agent_{agent}",
+                            loss,
+                            info,
+                            f"loss of agent {agent}",
+                            iteration,
+                            on_non_finite,
+                        )
+                    with record_function(f"update/backward/agent_{agent}"):
+                        self._backward(loss * len(chunk) / total)
             if epoch == 0 and recompute and self.world > 1:
                 _share_behavior(batch, [g for g in local if g < fresh_count])
-            stats.update(self.step(iteration, on_non_finite, groups=self.actor_groups))
+            with record_function("update/step"):
+                stats.update(self.step(iteration, on_non_finite, groups=self.actor_groups))
         if algorithm.critic is not None:
-            for _ in range(settings.critic_epochs):
-                self._critic_pass(algorithm, chunks, total, stats, iteration, on_non_finite)
-        means = {key: float(np.mean(v)) for key, v in stats.items()}
-        means.update(mismatch_stats(mismatch))
-        means["update/padding"] = self.policy.forward_stats.padding
-        means["update/empty_passes"] = float(self.policy.forward_stats.empty_passes)
-        means = dist.mean_over_processes(means)
+            with record_function("update/critic"):
+                for _ in range(settings.critic_epochs):
+                    self._critic_pass(algorithm, chunks, total, stats, iteration, on_non_finite)
+        with record_function("update/stats"):
+            means = {key: float(np.mean(v)) for key, v in stats.items()}
+            means.update(mismatch_stats(mismatch))
+            means["update/padding"] = self.policy.forward_stats.padding
+            means["update/empty_passes"] = float(self.policy.forward_stats.empty_passes)
+            means = dist.mean_over_processes(means)
         for key in {k.split("/", 1)[1] for k in means if k.startswith("agent_")}:
             values = [means[f"agent_{i}/{key}"] for i in range(self.n_agents) if f"agent_{i}/{key}" in means]
             means[f"update/{key}"] = float(np.mean(values))
@@ -411,19 +429,29 @@ def lr_factor(step: int, warmup: int, total: int, kind: str) -> float:
     return max(0.0, 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
+def _on_host(flat: list[torch.Tensor]) -> list[torch.Tensor]:
+    """``flat`` (per-round log-probs) detached and copied to the host as float32 in one copy: on a GPU one
+    wait for the device instead of one per round."""
+    if not flat:
+        return []
+    host = torch.cat([lp.detach().float().reshape(-1) for lp in flat]).cpu()
+    return list(host.split([lp.numel() for lp in flat]))
+
+
 def _engine_logratios(
     batch: RolloutBatch, agent: int, debates: list[int], flat: list[torch.Tensor]
 ) -> list[torch.Tensor]:
     """For each of ``debates`` whose engine recorded log-probs: the per-token ``log pi_trainer - log
-    pi_engine`` of ``agent``'s tokens (``flat``: the trainer's log-probs before any step, ordered as
-    ``batch.agent_sequences(agent)``), kept on the batch for the importance weights and returned."""
+    pi_engine`` of ``agent``'s tokens (``flat``: the trainer's log-probs before any step, on the host
+    (:func:`_on_host`), ordered as ``batch.agent_sequences(agent)``), kept on the batch for the importance
+    weights and returned."""
     starts = np.cumsum([0, *(len(row[agent].completion_ids) for row in batch.turns)])
     out = []
     for m in debates:
         turns = batch.turns[m][agent]
         if turns.engine_logprobs is None:
             continue
-        trainer = torch.cat([lp.detach().float().cpu() for lp in flat[starts[m] : starts[m + 1]]])
+        trainer = torch.cat(flat[starts[m] : starts[m + 1]])
         diff = trainer - torch.tensor(turns.engine_logprobs, dtype=torch.float32)
         turns.engine_logratio = diff.tolist()
         out.append(diff)
@@ -450,12 +478,12 @@ def mismatch_stats(logratios: list[torch.Tensor]) -> dict[str, float]:
 
 
 def _set_behavior(batch: RolloutBatch, agent: int, debates: list[int], flat: list[torch.Tensor]) -> None:
-    """Make ``flat`` (per-round tensors ordered as ``batch.agent_sequences(agent)``) the behavior log-probs
-    of ``debates`` (positions in ``batch``), in the batch and in the stored trajectories."""
+    """Make ``flat`` (per-round tensors on the host, ordered as ``batch.agent_sequences(agent)``) the
+    behavior log-probs of ``debates`` (positions in ``batch``), in the batch and in the stored trajectories."""
     starts = np.cumsum([0, *(len(row[agent].completion_ids) for row in batch.turns)])
     for m in debates:
         for r, lp in enumerate(flat[starts[m] : starts[m + 1]]):
-            batch.set_behavior_logprobs(m, agent, r, lp.detach().float().cpu().tolist())
+            batch.set_behavior_logprobs(m, agent, r, lp.tolist())
 
 
 def _share_behavior(batch: RolloutBatch, local: list[int]) -> None:
