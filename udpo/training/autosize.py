@@ -16,10 +16,10 @@ at the first rollout. They are set aside from the free memory before the update 
 (``UpdatePlan.kept_bytes``).
 
 The estimate counts what one micro-batch's backward finds alive, as measured tensor by tensor
-(``benchmarks/update_memory.py``; docs/guide/autosize.md, "What the estimate counts"): per position and
-layer what a Llama-type layer with LoRA adapters keeps for backward (:meth:`ModelShape.layer_bytes`), per
-scored token the fp32 copy of its logits that the log-softmax keeps, and for the busiest log-prob pass
-the three fp32 vocabulary-wide temporaries of that log-softmax's backward. It sizes for the worst debate
+(``benchmarks/update_memory.py``; docs/training.md, "Auto sizes"): per position and layer what a
+Llama-type layer with LoRA adapters keeps for backward (:meth:`ModelShape.layer_bytes`), per scored token
+the fp32 copy of its logits that the log-softmax keeps, and the larger of two moments' temporaries: the
+log-softmax's backward over the busiest log-prob pass, or a layer's backward over the largest. It sizes for the worst debate
 (:meth:`Workload.bound`): every response ``max_tokens`` long and every round in a row of its own (an
 agent's rounds share a row only where the later prompt starts with the earlier round's tokens, which a
 re-tokenized history often breaks). Not counted: the allocator's slack, the optimizer's few LoRA
@@ -68,7 +68,8 @@ LORA_INPUTS = {
 DEFAULT_ADAPTED = ("q_proj", "k_proj", "v_proj", "o_proj")
 #: tokens of a debate's first prompt besides the responses (system prompt, the question, chat markers) and
 #: of each later round's request besides the responses it shows (the question again, the request, chat
-#: markers); measured in the GPU check's debates (random weights, its small tokenizer): about 165 and 273
+#: markers); a CPU replay of the GPU check's debates (its small tokenizer, random weights) took about 165
+#: and 273, SmolLM2's tokenizer about 60 and 100
 PROMPT_TOKENS, REQUEST_TOKENS = 256, 288
 
 
