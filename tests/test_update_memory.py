@@ -80,8 +80,10 @@ def test_with_gradient_checkpointing_too(bench):
     assert 0.5 <= r["ratio"] <= 1.1, r
 
 
+@pytest.mark.slow
 def test_fake_tensors_count_what_real_ones_do(bench):
-    """What lets the benchmark measure the 1B and 7B shapes without their memory or compute."""
+    """What lets the benchmark measure the 1B and 7B shapes without their memory or compute (slow: two
+    more models built, about 4 s)."""
     real = bench.measure("small-layers", workload("bf16"), fake=False)
     fake = bench.measure("small-layers", workload("bf16"), fake=True)
     for layout in ("row per round", "packed"):
