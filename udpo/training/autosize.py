@@ -15,9 +15,15 @@ rollouts keep between their calls: the hf backend's decode buffers on its stacke
 at the first rollout. They are set aside from the free memory before the update is sized
 (``UpdatePlan.kept_bytes``).
 
-The estimate is deliberately generous (every tensor a Llama-type layer keeps for backward, the fp32
-copies of the norms included), so that the plan leaves room for what it does not count: the allocator's
-slack and the optimizer's few LoRA tensors.
+The estimate counts what one micro-batch's backward finds alive, as measured tensor by tensor
+(``benchmarks/update_memory.py``; docs/training.md, "Auto sizes"): per position and layer what a
+Llama-type layer with LoRA adapters keeps for backward (:meth:`ModelShape.layer_bytes`), per scored token
+the fp32 copy of its logits that the log-softmax keeps, and the larger of two moments' temporaries: the
+log-softmax's backward over the busiest log-prob pass, or a layer's backward over the largest. It sizes for the worst debate
+(:meth:`Workload.bound`): every response ``max_tokens`` long and every round in a row of its own (an
+agent's rounds share a row only where the later prompt starts with the earlier round's tokens, which a
+re-tokenized history often breaks). Not counted: the allocator's slack, the optimizer's few LoRA
+tensors, and the logits of columns a pass scores for some rows only (see :func:`micro_batch_bytes`).
 """
 
 from __future__ import annotations
@@ -38,87 +44,161 @@ CPU_DEFAULTS: dict[str, Any] = {
 MEMORY_SHARE = 0.7
 #: bounds of an auto ``logprob_token_budget`` (a power of two; more positions per pass, fewer launches)
 TOKEN_BUDGET_RANGE = (512, 65536)
-#: elements one token keeps per layer for backward, per hidden unit and per MLP unit (Llama-type layer:
-#: norms with their fp32 copies, q/k/v after RoPE, attention output, gate/up/activation/product)
-PER_HIDDEN, PER_INTERMEDIATE = 20, 4
-#: bytes each completion token's logits keep per vocabulary entry besides the model's own dtype: the fp32
-#: copy log-softmax works on and its output
-LOGIT_FP32_BYTES = 8
-#: tokens of a debate's question and chat template besides the responses, and per message of its history
-PROMPT_TOKENS, MESSAGE_TOKENS = 256, 16
+#: bytes per vocabulary entry that each scored token keeps until its pass's backward: the fp32 logits
+#: the log-softmax reads (``forward_logprobs``: ``logits.float()``, kept by ``logsumexp``)
+LOGIT_KEPT_BYTES = 4
+#: bytes per vocabulary entry and scored token of one pass while its log-softmax runs backward: three
+#: fp32 temporaries of the pass's size (``logsumexp``'s backward: ``grad * exp(input - result)``)
+LOGIT_BACKWARD_BYTES = 12
+#: MLP-wide gradients alive at once per position in a layer's backward
+LAYER_BACKWARD_WIDTHS = 3
+#: the LoRA adapters' input, per adapted linear layer of a Llama-type layer: which activation it reads
+#: (modules reading the same one share it in fp32) and how wide it is; other names count as a hidden-wide
+#: input of their own
+LORA_INPUTS = {
+    "q_proj": ("attention_input", "hidden"),
+    "k_proj": ("attention_input", "hidden"),
+    "v_proj": ("attention_input", "hidden"),
+    "o_proj": ("attention_output", "attention"),
+    "gate_proj": ("mlp_input", "hidden"),
+    "up_proj": ("mlp_input", "hidden"),
+    "down_proj": ("mlp_product", "intermediate"),
+}
+#: the policy's default adapted modules (:class:`udpo.training.policy.LoraSettings`)
+DEFAULT_ADAPTED = ("q_proj", "k_proj", "v_proj", "o_proj")
+#: tokens of a debate's first prompt besides the responses (system prompt, the question, chat markers) and
+#: of each later round's request besides the responses it shows (the question again, the request, chat
+#: markers); a CPU replay of the GPU check's debates (its small tokenizer, random weights) took about 165
+#: and 273, SmolLM2's tokenizer about 60 and 100
+PROMPT_TOKENS, REQUEST_TOKENS = 256, 288
 
 
 @dataclass(frozen=True)
 class ModelShape:
-    """What the memory estimate reads of a model: ``intermediate`` defaults to 4 x ``hidden``."""
+    """What the memory estimate reads of a model: ``intermediate`` defaults to 4 x ``hidden``,
+    ``attention`` (query heads x head size) and ``kv`` (key/value heads x head size) to ``hidden``;
+    ``adapted``: the linear layers that carry LoRA adapters."""
 
     hidden: int
     layers: int
     vocab: int
     dtype_bytes: int
     intermediate: int | None = None
+    attention: int | None = None
+    kv: int | None = None
+    adapted: tuple[str, ...] = DEFAULT_ADAPTED
 
     @classmethod
     def of(cls, model: Any) -> ModelShape:
-        """The shape of a transformers model (its text config, for multimodal ones)."""
+        """The shape of a transformers model (its text config, for multimodal ones), and the modules its
+        PEFT adapters adapt (the policy's defaults for a model without any)."""
         config = model.config
         config = getattr(config, "text_config", None) or config
         param = next(model.parameters())
+        heads = getattr(config, "num_attention_heads", None)
+        head_dim = getattr(config, "head_dim", None) or (config.hidden_size // heads if heads else None)
+        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        peft = getattr(model, "peft_config", None)
+        targets = next(iter(peft.values())).target_modules if peft else None
         return cls(
             hidden=config.hidden_size,
             layers=config.num_hidden_layers,
             vocab=config.vocab_size,
             dtype_bytes=param.element_size(),
             intermediate=getattr(config, "intermediate_size", None),
+            attention=heads * head_dim if heads and head_dim else None,
+            kv=kv_heads * head_dim if kv_heads and head_dim else None,
+            adapted=tuple(sorted(targets)) if targets and not isinstance(targets, str) else DEFAULT_ADAPTED,
         )
 
     def token_bytes(self, checkpointing: bool) -> int:
-        """Bytes one position keeps for backward through all layers: everything, or with gradient
-        checkpointing each layer's input alone."""
-        if checkpointing:
-            return self.layers * self.hidden * self.dtype_bytes
-        return self.layers * self.layer_bytes()
+        """Bytes one position keeps for backward through all layers (everything, or with gradient
+        checkpointing each layer's input alone) and the final norm's fp32 input."""
+        per_layer = self.hidden * self.dtype_bytes if checkpointing else self.layer_bytes()
+        return self.layers * per_layer + 4 * self.hidden
 
     def layer_bytes(self) -> int:
-        """Bytes one position keeps for backward in one layer (what a checkpointed layer recomputes)."""
-        intermediate = self.intermediate or 4 * self.hidden
-        return (PER_HIDDEN * self.hidden + PER_INTERMEDIATE * intermediate) * self.dtype_bytes
+        """Bytes one position keeps for backward in one Llama-type layer (what a checkpointed layer
+        recomputes): both RMSNorms' inputs in fp32 (their own copies in bf16/fp16); the queries and keys
+        after RoPE, the values and the attention's output; the MLP's gate, its activation and up
+        projections (the frozen linear layers keep no input); and the adapters' inputs
+        (:meth:`lora_bytes`)."""
+        h, b = self.hidden, self.dtype_bytes
+        widths = self._widths()
+        attention = b * (2 * widths["attention"] + 2 * (self.kv or h))
+        return 2 * 4 * h + attention + 3 * b * widths["intermediate"] + self.lora_bytes()
+
+    def lora_bytes(self) -> int:
+        """Bytes one position keeps per layer for the LoRA A matrices' gradients: their inputs. In fp32
+        the adapters read the layer's own activations (modules reading the same one share it, and the
+        attention's output is kept anyway); in bf16/fp16 PEFT casts each input to the adapters' fp32
+        and autocast casts it back, so every adapted module keeps a copy of its own."""
+        widths = self._widths()
+        reads = [LORA_INPUTS.get(name, (name, "hidden")) for name in self.adapted]
+        if self.dtype_bytes < 4:
+            return sum(self.dtype_bytes * widths[width] for _, width in reads)
+        shared = {source: width for source, width in reads if source != "attention_output"}
+        return sum(4 * widths[width] for width in shared.values())
+
+    def _widths(self) -> dict[str, int]:
+        return {
+            "hidden": self.hidden,
+            "attention": self.attention or self.hidden,
+            "intermediate": self.intermediate or 4 * self.hidden,
+        }
+
+    def backward_bytes(self) -> int:
+        """Bytes one position's gradients take at once at the peak of a layer's backward: three of the
+        MLP's width (measured: the gradients through its product, activation and projections)."""
+        return LAYER_BACKWARD_WIDTHS * self.dtype_bytes * self._widths()["intermediate"]
 
     def logit_bytes(self) -> int:
-        """Bytes one scored completion token keeps: its logits, and their fp32 copy and log-softmax."""
-        return self.vocab * (self.dtype_bytes + LOGIT_FP32_BYTES)
+        """Bytes one scored token keeps until its pass's backward: the fp32 logits its log-softmax reads."""
+        return self.vocab * LOGIT_KEPT_BYTES
 
 
 @dataclass(frozen=True)
 class Workload:
     """One process's update, the way the estimate sees it: ``debates`` (the busiest process's share,
     replayed debates included), ``splits`` (the most micro-batches allowed: the least busy process's fresh
-    debates), and per debate and agent the ``tokens`` of its packed rows and the ``completions`` it scores."""
+    debates), per debate and agent the ``tokens`` of its rows, the ``completions`` it scores and the
+    ``width`` of its longest row (0: ``tokens``), and ``pass_rows``, the most rows a log-prob pass takes
+    (``logprob_batch_size``)."""
 
     debates: int
     splits: int
     tokens: int
     completions: int
+    width: int = 0
+    pass_rows: int = 8
 
     @classmethod
     def bound(cls, config: Any, world: int) -> Workload:
         """The most a debate of ``config`` can hold: every round's response ``max_tokens`` long, every
-        agent reading all peers (its rounds packed in one row: the history only grows), and the replayed
+        agent reading all peers, each round in a row of its own (:func:`row_widths`), and the replayed
         debates added to the fresh ones."""
         from udpo.training.replay import replayed_count
 
         fresh = config.questions_per_iteration * config.debates_per_question
         replayed = replayed_count(fresh, config.replay_fraction) if config.replay else 0
-        rounds, agents = config.rounds + 1, config.n_agents
-        responses = rounds + config.rounds * (agents - 1)  # its own, and its peers' in later prompts
-        messages = rounds * 2
-        tokens = PROMPT_TOKENS + messages * MESSAGE_TOKENS + responses * config.max_tokens
+        rounds = config.rounds + 1
+        widths = row_widths(rounds, config.n_agents, config.max_tokens)
         return cls(
             debates=math.ceil((fresh + replayed) / world),
             splits=max(1, fresh // world),
-            tokens=tokens,
+            tokens=sum(widths),
             completions=rounds * config.max_tokens,
+            width=max(widths),
+            pass_rows=config.logprob_batch_size,
         )
+
+
+def row_widths(rounds: int, agents: int, max_tokens: int) -> list[int]:
+    """Positions of an agent's rows, one per round, at their longest: round r's prompt (the first prompt,
+    r later requests, the agent's r earlier responses and r x (agents - 1) of its peers') and its
+    response. A row per round is the worst case: rounds share a row only where the later prompt starts
+    with the earlier round's tokens (:func:`udpo.training.logprobs.plan_passes`)."""
+    return [PROMPT_TOKENS + r * REQUEST_TOKENS + (r * agents + 1) * max_tokens for r in range(rounds)]
 
 
 @dataclass(frozen=True)
@@ -159,11 +239,22 @@ class UpdatePlan:
 def micro_batch_bytes(
     shape: ModelShape, work: Workload, micro_batches: int, checkpointing: bool, budget: int
 ) -> int:
-    """Bytes one agent's micro-batch keeps until its backward: its debates' positions through the layers
-    and their completions' logits; with checkpointing also one layer recomputed over a pass."""
+    """Bytes one agent's micro-batch holds at its backward's peak: its debates' positions through the
+    layers and the fp32 logits of their scored tokens, kept until backward, and the larger of two
+    moments' temporaries: the log-softmax backward of the busiest pass (``pass_rows`` rows of a debate's
+    scored tokens each), or a layer's backward over the largest pass (``pass_rows`` rows of the longest
+    row, within ``budget`` unless one row is longer), with checkpointing that layer recomputed too. Not
+    counted: the lm head's logits of columns that some rows of a pass score and others do not (a pass
+    computes the union of its rows' columns), which exceed the temporaries only where the union is
+    several times one row's columns."""
     debates = math.ceil(work.debates / micro_batches)
     kept = debates * (work.tokens * shape.token_bytes(checkpointing) + work.completions * shape.logit_bytes())
-    return kept + (budget * shape.layer_bytes() if checkpointing else 0)
+    rows = min(work.pass_rows, debates)
+    softmax = rows * work.completions * shape.vocab * LOGIT_BACKWARD_BYTES
+    width = work.width or work.tokens
+    positions = min(rows * width, max(budget, width))
+    layer = positions * (shape.backward_bytes() + (shape.layer_bytes() if checkpointing else 0))
+    return kept + max(softmax, layer)
 
 
 def token_budget(shape: ModelShape, usable: int) -> int:

@@ -5,6 +5,10 @@ blocks of ever-new sizes: glibc keeps the freed ones in its free lists and a run
 iteration after iteration (on this project's machine, a study process grew from 3.7 to over 7 GB in 100
 iterations). ``malloc_trim(0)`` after each iteration returns the free pages to the system; it does not
 touch live tensors, so no number of the run changes (``benchmarks/host_memory.py`` measures both).
+
+:class:`TensorBytes` counts the bytes of the tensors a block of code creates while they live, on any
+device (fake and meta tensors included): what ``benchmarks/update_memory.py`` holds the update's
+memory estimate (:mod:`udpo.training.autosize`) against.
 """
 
 from __future__ import annotations
@@ -12,11 +16,15 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import weakref
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 
 @functools.cache
@@ -115,3 +123,52 @@ def memory_metrics(floor: int = 0) -> dict[str, float]:
     if rss is not None:
         out["memory/rss_gib"] = round(rss, 3)
     return out
+
+
+class TensorBytes(TorchDispatchMode):
+    """Inside ``with TensorBytes() as counter:``, the bytes of tensor storage that the block's operations
+    create and that are still alive (``now``), and the most at any moment (``peak``), with what was alive
+    then (:meth:`at_peak`: bytes by ``label``, operation, dtype). A storage counts once, from the
+    operation that made it until its last tensor is freed; views and in-place results of storages made
+    before the block (a model's weights) do not count, nor do buffers an operation uses inside itself.
+    ``label``: what the caller is running (a module's name, say), recorded with each storage."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = self.peak = 0
+        self.label = ""
+        self._live: dict[int, tuple[int, str]] = {}
+        self._at_peak: dict[int, tuple[int, str]] = {}
+
+    def _freed(self, key: int) -> None:
+        self.now -= self._live.pop(key)[0]
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        inputs = {
+            t.untyped_storage()._cdata for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor)
+        }
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if not isinstance(t, torch.Tensor):
+                continue
+            storage = t.untyped_storage()
+            key = storage._cdata
+            if key in self._live or key in inputs:
+                continue
+            self._live[key] = (
+                storage.nbytes(),
+                f"{self.label} {func.__name__} {str(t.dtype).removeprefix('torch.')}",
+            )
+            self.now += storage.nbytes()
+            weakref.finalize(storage, self._freed, key)
+            if self.now > self.peak:
+                self.peak = self.now
+                self._at_peak = dict(self._live)
+        return out
+
+    def at_peak(self) -> Counter[str]:
+        """Bytes alive at the peak, by label, operation and dtype."""
+        out: Counter[str] = Counter()
+        for size, what in self._at_peak.values():
+            out[what] += size
+        return out
