@@ -430,8 +430,8 @@ def write_records(plan: Plan, tree: Path, names: Sequence[str], out: Path) -> No
 
 
 def run_pace(run: Path) -> dict[str, float | int | None]:
-    """From a run folder: its wall time so far (config.json, written at its start, to its last metrics
-    line), its last training iteration, the median rollout and update seconds and each evaluation's."""
+    """From a run folder's metrics: its last training iteration, the median rollout and update seconds
+    and each evaluation's seconds."""
     lines = []
     with_metrics = run / "metrics.jsonl"
     if with_metrics.exists():
@@ -442,15 +442,12 @@ def run_pace(run: Path) -> dict[str, float | int | None]:
                 continue
     train = [r for r in lines if r.get("kind") == "train"]
     evals = [r.get("seconds") for r in lines if r.get("kind") == "eval"]
-    started = (run / "config.json").stat().st_mtime if (run / "config.json").exists() else None
-    last = max((r.get("time", 0) for r in lines), default=None)
 
     def median(key: str) -> float | None:
         values = [r[key] for r in train if isinstance(r.get(key), (int, float))]
         return round(statistics.median(values), 2) if values else None
 
     return {
-        "wall_s": round(last - started, 1) if started and last else None,
         "iteration": max((r.get("iteration", 0) for r in train), default=0),
         "rollout_s": median("time/rollout"),
         "update_s": median("time/update"),
@@ -476,6 +473,31 @@ def end_group(group: subprocess.Popen) -> None:
     """Kill whatever of the study's process group outlived its leader (a worker of a study stopped mid-run)."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(group.pid, signal.SIGKILL)
+
+
+@dataclass
+class Clock:
+    """When, in seconds after ``begin``, each run's folder was first seen and its record landed (to the
+    watcher's poll): a run's wall time as the job saw it, model loading and evaluations included."""
+
+    begin: float
+    seen: dict[str, float] = field(default_factory=dict)
+    landed: dict[str, float] = field(default_factory=dict)
+
+    def look(self, plan: Plan, tree: Path, runs: Sequence[str]) -> list[str]:
+        """Note the runs started and landed since the last look; returns those landed now."""
+        now = time.time() - self.begin
+        for name in runs:
+            if name not in self.seen and (tree / plan.run_dir(name)).is_dir():
+                self.seen[name] = now
+        new = [n for n in landed(plan, tree, runs) if n not in self.landed]
+        for name in new:
+            self.landed[name] = now
+            self.seen.setdefault(name, now)
+        return new
+
+    def wall(self, name: str) -> str:
+        return f"{self.landed[name] - self.seen[name]:.0f}" if name in self.landed else "-"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -508,17 +530,16 @@ def run(args: argparse.Namespace) -> int:
         group = subprocess.Popen(
             command, cwd=tree, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
-    copied: list[str] = []
+    clock = Clock(begin)
     stopped = False
     while True:
         done = group.poll() is not None
-        new = [n for n in landed(plan, tree, chosen.runs) if n not in copied]
+        new = clock.look(plan, tree, chosen.runs)
         if new:
-            copied += new
-            write_records(plan, tree, copied, out)
+            write_records(plan, tree, list(clock.landed), out)
             for name in new:
                 print(
-                    f"gpu_study: {name} recorded at {time.time() - begin:.0f} s, in {out / RECORDS}",
+                    f"gpu_study: {name} recorded at {clock.landed[name]:.0f} s, in {out / RECORDS}",
                     flush=True,
                 )
         if done:
@@ -535,43 +556,46 @@ def run(args: argparse.Namespace) -> int:
     with (out / "workers.log").open("w", encoding="utf-8") as fh:
         for path in logs:
             fh.write(f"==> {path.name}\n{path.read_text(encoding='utf-8', errors='replace')}\n")
-    summary = summarize(plan, tree, chosen, copied, k, wall, stopped, group.returncode, args.machine)
+    summary = summarize(plan, tree, chosen, clock, k, wall, stopped, group.returncode, args.machine)
     (out / SUMMARY).write_text(summary, encoding="utf-8")
     print(summary)
-    return 0 if copied or not stopped else 1
+    return 0 if clock.landed or not stopped else 1
 
 
 def summarize(
     plan: Plan,
     tree: Path,
     chosen: Pick,
-    copied: Sequence[str],
+    clock: Clock,
     workers: int,
     wall: float,
     stopped: bool,
     code: int | None,
     machine: str,
 ) -> str:
+    """summary.md: the machine, the workers, and per run its state, wall time (from its folder's appearance
+    to its record's) and pace."""
     rows = []
     for name in chosen.runs:
         pace = run_pace(tree / plan.run_dir(name))
-        if name in copied:
-            dtype = (
-                json.loads((tree / plan.record_dir(name) / "run.json").read_text()).get("config") or {}
-            ).get("dtype")
-            state = f"recorded ({dtype})"
-        elif pace["wall_s"] is None and not pace["iteration"]:
+        if name in clock.landed:
+            config = json.loads((tree / plan.record_dir(name) / "run.json").read_text()).get("config") or {}
+            state = f"recorded ({config.get('dtype')})"
+        elif name not in clock.seen:
             state = "not started"
         else:
             state = f"stopped at iteration {pace['iteration']}" if stopped else f"unfinished (exit {code})"
-        rows.append(
-            f"| {name} | {state} | {pace['wall_s'] if pace['wall_s'] is not None else '-'} | {pace['rollout_s'] or '-'} "
-            f"| {pace['update_s'] or '-'} | {pace['eval_s'] or '-'} |"
-        )
+        cells = [
+            name,
+            state,
+            clock.wall(name),
+            *(pace[k] or "-" for k in ("rollout_s", "update_s", "eval_s")),
+        ]
+        rows.append("| " + " | ".join(map(str, cells)) + " |")
     how = "stopped at the deadline" if stopped else f"ended (exit {code})"
     return "\n".join(
         [
-            f"# gpu_study: {len(copied)} of {len(chosen.runs)} runs recorded",
+            f"# gpu_study: {len(clock.landed)} of {len(chosen.runs)} runs recorded",
             "",
             f"machine: {machine}",
             f"workers: {workers}; the study {how} after {wall:.0f} s; records in {RECORDS} (runs/<name>/)",

@@ -90,16 +90,19 @@ cp "$pack/part2/plan.yaml" "$work/tree/$rel"
 if [ -n "$plan" ]; then rel=$(dirname "$rel")/$(basename "$plan") && cp "$plan" "$work/tree/$rel"; fi
 export PYTHONPATH=$work/tree:$work/pkg:$PYTHONPATH UDPO_CACHE=$work/cache
 say "pinned tree $(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['pin'][:7])" "$pack/part2/manifest.json") in $work/tree; GGUF joined and checked"
-# the conversion (once, before the workers), checked against the CPU's
-if [ -z "$plan" ]; then
-  converted=$(cd "$work/tree" && python3 -c "from udpo.env.models import resolve_model
-print(resolve_model('smollm2-135m-instruct'))") || fail "the GGUF did not convert"
-  python3 "$repo/scripts/gpu_study.py" digest "$converted" --expect "$pack/part2/manifest.json" ||
-    fail "the converted model is not the one the CPU's runs load"
-  say "model converted ($converted), its weights and tokenizer those of the CPU's runs"
-fi
+# the conversion (once, before the workers) by the pinned code, checked against the CPU's (its folder is the
+# last line: some libraries print on stdout as they load)
+converted=$(cd "$work/tree" && python3 -c "import udpo.env.models as m, udpo.study as s
+print(m.__file__, s.__file__, file=__import__('sys').stderr)
+print(m.resolve_model('smollm2-135m-instruct'))" | tail -n 1) || fail "the GGUF did not convert"
+python3 "$repo/scripts/gpu_study.py" digest "$converted" --expect "$pack/part2/manifest.json" ||
+  fail "the converted model is not the one the CPU's runs load"
+say "model converted ($converted): its weights and tokenizer are those of the CPU's runs"
+# the runs recorded or started on the CPU are those of the packed plan (another --plan: none)
+manifest=$pack/part2/manifest.json
+[ -n "$plan" ] && manifest=""
 python3 "$repo/scripts/gpu_study.py" run --tree "$work/tree" --plan "$rel" \
-  --manifest "$pack/part2/manifest.json" ${runs:+--runs "$runs"} --out "$out" \
+  ${manifest:+--manifest "$manifest"} ${runs:+--runs "$runs"} --out "$out" \
   --deadline "$(( begin + budget - 20 ))" --workers "$workers" ${free:+--free-gib "$free"} \
   --per-run-gib "$gib" --machine "$machine"
 rc=$?
