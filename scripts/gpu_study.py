@@ -4,6 +4,7 @@
     python scripts/gpu_study.py pack [--pin COMMIT] [--plan PLAN] [--study-dir DIR] [--out .gpu_study]
     python scripts/gpu_study.py digest FOLDER                       # the converted model's fingerprint
     python scripts/gpu_study.py run --tree DIR --plan PLAN --out DIR --deadline EPOCH [...]   # on the device
+    python scripts/gpu_study.py merge RECORDS.tar [--study-dir DIR]      # here: commit what came back
 
 ``pack`` (through ``scripts/gpu_study_pack.sh``) writes an ignored folder in two parts, each sized to travel
 in one call beside what that call carries anyway: ``part1/`` holds the first piece of the model's GGUF (it
@@ -13,7 +14,8 @@ plan's runs already recorded or started on this machine (the GPU leaves those al
 (whole seeds, the highest first, so the CPU's runner, which goes up from the lowest, and the GPU meet in the
 middle), starts ``udpo study PLAN --workers K --seed ...`` of the pinned tree in a process group of its own,
 copies every record into ``OUT/records.tar`` the moment it lands, stops the group at the deadline and writes
-``OUT/summary.md``. Only the standard library and PyYAML are imported: the device machine runs it with its
+``OUT/summary.md``. ``merge`` commits each record that came back (one commit each, naming the GPU) and
+copies it into the CPU's pinned worktree, whose runner then leaves it. Only the standard library and PyYAML are imported: the device machine runs it with its
 own Python, the pinned tree's ``udpo`` on the path of the study it starts.
 """
 
@@ -195,6 +197,11 @@ def split(model: int, call1: int, call2: int, limit: int = LIMIT, margin: int = 
     return first, model - first
 
 
+def git(root: Path, *args: str) -> str:
+    """``git -C root ARGS``'s output (CalledProcessError, with git's message, when it fails)."""
+    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True).stdout
+
+
 def mib(n: int) -> str:
     return f"{n / 2**20:.1f} MiB"
 
@@ -202,12 +209,8 @@ def mib(n: int) -> str:
 def travelling_bytes(root: Path) -> int:
     """What every call of the device tool sends from the checkout ``root`` anyway: its tracked files and
     the untracked ones git does not ignore."""
-    listed = subprocess.run(
-        ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        check=True,
-        capture_output=True,
-    ).stdout
-    paths = {root / p.decode() for p in listed.split(b"\0") if p}
+    listed = git(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+    paths = {root / p for p in listed.split("\0") if p}
     return sum(p.stat().st_size for p in paths if p.is_file() and not p.is_symlink())
 
 
@@ -264,9 +267,17 @@ def digest(folder: Path) -> dict[str, str]:
         else special.get("chat_template"),
     }
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    keys = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-            "num_key_value_heads", "head_dim", "rms_norm_eps", "vocab_size", "tie_word_embeddings",
-            "max_position_embeddings", "bos_token_id", "eos_token_id", "hidden_act")  # fmt: skip
+    keys = (
+        *(
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+        ),
+        *("head_dim", "rms_norm_eps", "vocab_size", "tie_word_embeddings", "max_position_embeddings"),
+        *("bos_token_id", "eos_token_id", "hidden_act"),
+    )
     rope = config.get("rope_parameters") or {"rope_theta": config.get("rope_theta")}
     arch = {**{k: config.get(k) for k in keys}, "rope_theta": rope.get("rope_theta")}
     return {
@@ -295,12 +306,7 @@ def sha256_file(path: Path) -> str:
 def ignore(root: Path, folder: Path) -> None:
     """Add ``folder`` (inside ``root``) to the repository's .git/info/exclude, where it is not yet, so that
     no call carries it unless named."""
-    exclude = Path(
-        subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "--path-format=absolute", "--git-path", "info/exclude"],
-            check=True, capture_output=True, text=True,
-        ).stdout.strip()
-    )  # fmt: skip
+    exclude = Path(git(root, "rev-parse", "--path-format=absolute", "--git-path", "info/exclude").strip())
     line = f"/{folder.resolve().relative_to(root.resolve()).as_posix()}/"
     lines = exclude.read_text().splitlines() if exclude.exists() else []
     if line not in lines:
@@ -327,35 +333,21 @@ def pack(
     shutil.rmtree(out, ignore_errors=True)
     (out / "part1").mkdir(parents=True)
     (out / "part2").mkdir()
-    subprocess.run(
-        ["git", "-C", str(root), "archive", "--format=tar.gz", "-o", str(out / TREE), pin], check=True
-    )
-    commit = subprocess.run(
-        ["git", "-C", str(root), "rev-parse", "--verify", f"{pin}^{{commit}}"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
+    git(root, "archive", "--format=tar.gz", "-o", str(out / TREE), pin)
+    commit = git(root, "rev-parse", "--verify", f"{pin}^{{commit}}").strip()
     plan_text = (
-        plan_file.read_text(encoding="utf-8")
-        if plan_file
-        else subprocess.run(
-            ["git", "-C", str(root), "show", f"{commit}:{plan_path}"],
-            check=True,
-            capture_output=True,
-            text=True,
-        ).stdout
+        plan_file.read_text(encoding="utf-8") if plan_file else git(root, "show", f"{commit}:{plan_path}")
     )
     (out / "part2" / "plan.yaml").write_text(plan_text, encoding="utf-8")
     plan = Plan.read(out / "part2" / "plan.yaml")
-    roots = [root, *([study_dir] if study_dir else [])]
+    found = taken(plan, [root, *([study_dir] if study_dir else [])], study_dir)
     manifest: dict[str, object] = {
         "pin": commit,
         "plan": plan_path,
         "plan_replaced": plan_file is not None,
         "gguf_sha256": sha256_file(gguf),
         "digest": digest(converted),
-        **taken(plan, roots, study_dir),
+        **found,
         "packed": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
@@ -366,8 +358,8 @@ def pack(
         (out / PIECES[0]).write_bytes(src.read(first))
         (out / PIECES[1]).write_bytes(src.read(second))
     calls = [tree + folder_bytes(wheels) + first, tree + folder_bytes(out / "part2")]
-    print(f"pinned tree {commit[:7]} ({mib((out / TREE).stat().st_size)}), plan {plan_path}"
-          f"{' (replaced by ' + str(plan_file) + ')' if plan_file else ''}")  # fmt: skip
+    replaced = f" (replaced by {plan_file})" if plan_file else ""
+    print(f"pinned tree {commit[:7]} ({mib((out / TREE).stat().st_size)}), plan {plan_path}{replaced}")
     print(f"model {gguf.name}: {mib(size)} in two pieces, {mib(first)} + {mib(second)}")
     print(
         f"call 1 carries {mib(calls[0])} (checkout {mib(tree)} + {wheels.name} {mib(folder_bytes(wheels))} + piece 1)"
@@ -375,9 +367,9 @@ def pack(
     print(f"call 2 carries {mib(calls[1])} (checkout {mib(tree)} + part2: piece 2, the tree, the manifest)")
     print(f"each under {mib(LIMIT)} (margin {mib(MARGIN)}): yes")
     print(
-        f"recorded: {', '.join(manifest['recorded']) or 'none'}; started here: {', '.join(manifest['started']) or 'none'}"
-    )  # type: ignore[arg-type]
-    default = pick(plan, manifest["recorded"], manifest["started"])  # type: ignore[arg-type]
+        f"recorded: {', '.join(found['recorded']) or 'none'}; started here: {', '.join(found['started']) or 'none'}"
+    )
+    default = pick(plan, found["recorded"], found["started"])
     print(
         f"the GPU's default: seeds {', '.join(map(str, default.seeds)) or 'none'} ({len(default.runs)} runs)"
     )
@@ -610,6 +602,64 @@ def summarize(
     )
 
 
+# --- merge (here, after the call) ---------------------------------------------------------------------
+
+
+def machine_of(summary: Path) -> str:
+    """The GPU's name from a summary.md's ``machine:`` line (its first field), e.g. ``NVIDIA H200``."""
+    for line in summary.read_text(encoding="utf-8").splitlines():
+        if line.startswith("machine: "):
+            return line.removeprefix("machine: ").split(",")[0].strip()
+    raise PackError(f"{summary} names no machine")
+
+
+def merge(
+    records: Path, root: Path, plan: Plan, pin: str, machine: str, study_dir: Path | None, commit: bool
+) -> list[str]:
+    """Copy every record of ``records`` (a records.tar) into ``root``'s results folder, one commit each
+    with ``commit`` ("<study>: record of <method> seed <k> (at <pin>, <machine>, <dtype>)"), and into
+    ``study_dir``'s (the CPU's runner then counts it as done); a run recorded there already keeps its first
+    record. Returns the runs merged."""
+    merged = []
+    with tarfile.open(records) as tar:
+        names = sorted({Path(m.name).parts[1] for m in tar.getmembers() if len(Path(m.name).parts) > 1})
+        for name in names:
+            method, seed = split_name(name)
+            target = root / plan.record_dir(name)
+            if (target / "run.json").is_file():
+                print(f"{name}: recorded here already, kept as it is")
+            else:
+                members = [
+                    m for m in tar.getmembers() if m.isfile() and Path(m.name).parts[:2] == ("runs", name)
+                ]
+                if not any(Path(m.name).name == "run.json" for m in members):
+                    raise PackError(f"{records}: {name} has no run.json (an unfinished record)")
+                target.mkdir(parents=True, exist_ok=True)
+                for member in members:
+                    (target / Path(member.name).name).write_bytes(tar.extractfile(member).read())  # type: ignore[union-attr]
+                config = json.loads((target / "run.json").read_text()).get("config") or {}
+                if commit:
+                    message = (
+                        f"{Path(plan.results_dir).name}: record of {method} seed {seed} (at {pin[:7]}, {machine}, "
+                        f"{config.get('dtype')}; scripts/gpu_study.sh)"
+                    )
+                    git(root, "add", str(target))
+                    git(root, "commit", "-q", "-m", message)
+                    print(f"{name}: committed: {message}")
+                merged.append(name)
+            if study_dir is not None:
+                there = study_dir / plan.record_dir(name)
+                if (there / "run.json").is_file():
+                    continue
+                if (study_dir / plan.run_dir(name)).is_dir():
+                    print(
+                        f"{name}: the CPU started it too: its runner will replace this copy when it ends that run"
+                    )
+                shutil.copytree(target, there, dirs_exist_ok=True)
+                print(f"{name}: copied to {there} (the CPU's runner leaves it)")
+    return merged
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -645,6 +695,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--per-run-gib", type=float, default=12.0, help="GPU memory one run is given room for")
     r.add_argument("--machine", default="unnamed", help="the machine's line for the summary")
     r.add_argument("--poll", type=float, default=2.0, help="seconds between looks for new records")
+    m = sub.add_parser("merge", help="commit the records a GPU call brought back (here)")
+    m.add_argument("records", help="the call's records.tar (its summary.md beside it names the machine)")
+    m.add_argument("--root", default=".", help="the checkout the records go to (default: here)")
+    m.add_argument("--plan", default="recipes/compare/debate_reward.yaml", help="the plan (its results_dir)")
+    m.add_argument(
+        "--pin", default=None, help="the commit the runs trained at (default: the pack's manifest)"
+    )
+    m.add_argument(
+        "--study-dir", default=None, help="the CPU's pinned worktree: the records are copied there too"
+    )
+    m.add_argument("--no-commit", dest="commit", action="store_false", help="copy only")
     args = parser.parse_args(argv)
     try:
         if args.command == "pack":
@@ -662,6 +723,20 @@ def main(argv: Sequence[str] | None = None) -> int:
                     )
                 if set(differ) & {"weights", "tokenizer"}:
                     return 3
+            return 0
+        if args.command == "merge":
+            root, records = Path(args.root).resolve(), Path(args.records)
+            pin = args.pin or json.loads((root / ".gpu_study" / MANIFEST).read_text())["pin"]
+            merged = merge(
+                records,
+                root,
+                Plan.read(root / args.plan),
+                pin,
+                machine_of(records.parent / SUMMARY),
+                Path(args.study_dir).resolve() if args.study_dir else None,
+                args.commit,
+            )
+            print(f"merged {len(merged)} record(s): {', '.join(merged) or 'none'}")
             return 0
         return run(args)
     except PackError as e:
@@ -682,8 +757,17 @@ def pack_command(args: argparse.Namespace) -> int:
 
     converted = Path(resolve_model(ALIAS))
     study = Path(args.study_dir).resolve() if args.study_dir else None
-    pack(root, root / args.out, pin, args.plan, gguf, converted, study, root / args.wheels,
-         Path(args.plan_file) if args.plan_file else None)  # fmt: skip
+    pack(
+        root,
+        root / args.out,
+        pin,
+        args.plan,
+        gguf,
+        converted,
+        study,
+        root / args.wheels,
+        Path(args.plan_file) if args.plan_file else None,
+    )
     return 0
 
 

@@ -67,8 +67,12 @@ def test_asked_runs_and_seeds_keep_their_order_and_a_split_seed_is_marked(gs, pl
     assert picked.skip == ["task_only_seed7", "task_only_seed0", "task_only_seed5"]
     assert "udpo_seed5: started on the CPU too" in picked.notes[0]
     assert [n.split(" split")[0] for n in picked.notes[1:]] == ["seed 7", "seed 5"]  # seed 0's other is done
-    for bad, why in [("task_only_seed0", "recorded already"), ("udpo_seed8", "not a run"),
-                     ("mappo_seed1", "not a run"), ("udpo7", "not a run name")]:  # fmt: skip
+    for bad, why in [
+        ("task_only_seed0", "recorded already"),
+        ("udpo_seed8", "not a run"),
+        ("mappo_seed1", "not a run"),
+        ("udpo7", "not a run name"),
+    ]:
         with pytest.raises(gs.PackError, match=why):
             gs.pick(plan, ["task_only_seed0"], [], [bad])
 
@@ -159,8 +163,9 @@ def test_the_pack_holds_both_pieces_the_pinned_tree_and_what_is_taken(gs, tmp_pa
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(os.urandom(300_001))
     converted = _model_folder(tmp_path / "converted", {"w": torch.zeros(2)})
-    manifest = gs.pack(repo, repo / ".gpu_study", "HEAD", "recipes/compare/p.yaml", gguf, converted, study,
-                       repo / ".whl")  # fmt: skip
+    manifest = gs.pack(
+        repo, repo / ".gpu_study", "HEAD", "recipes/compare/p.yaml", gguf, converted, study, repo / ".whl"
+    )
     pack = repo / ".gpu_study"
     pieces = [(pack / p).read_bytes() for p in gs.PIECES]
     assert pieces[0] + pieces[1] == gguf.read_bytes() and abs(len(pieces[0]) - len(pieces[1])) <= 1
@@ -236,3 +241,38 @@ def test_the_stop_ends_the_whole_process_group(gs, tmp_path):
     while any(map(_running, children)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not any(map(_running, children))  # the workers of the group, not only its leader
+
+
+def test_merge_commits_each_record_once_naming_the_gpu_and_hands_it_to_the_cpu_s_runner(gs, tmp_path):
+    plan = gs.Plan(("task_only", "udpo"), (0, 1), "runs/p", "results/p", False)
+    repo, study, back = tmp_path / "repo", tmp_path / "study", tmp_path / "back"
+    for folder in (repo, study / "runs" / "p" / "udpo" / "seed_1", back):
+        folder.mkdir(parents=True)
+    _git(repo, "init", "-q")
+    _git(repo, "config", "user.name", "t")  # merge commits as the checkout's own user
+    _git(repo, "config", "user.email", "t@t")
+    _git(repo, "commit", "-q", "--allow-empty", "-m", "start")
+    tree = tmp_path / "tree"
+    for name in ("task_only_seed1", "udpo_seed1"):
+        (tree / plan.record_dir(name)).mkdir(parents=True)
+        (tree / plan.record_dir(name) / "evals.jsonl.gz").write_bytes(name.encode())
+        (tree / plan.record_dir(name) / "run.json").write_text(json.dumps({"config": {"dtype": "fp32"}}))
+    gs.write_records(plan, tree, ["task_only_seed1", "udpo_seed1"], back)
+    (back / gs.SUMMARY).write_text("# gpu_study\n\nmachine: NVIDIA H200, 139.8 GiB, torch 2.11.0\n")
+    # udpo seed 1 is recorded here already (the CPU finished it first): its record stays
+    (repo / plan.record_dir("udpo_seed1")).mkdir(parents=True)
+    (repo / plan.record_dir("udpo_seed1") / "run.json").write_text("{}")
+    machine = gs.machine_of(back / gs.SUMMARY)
+    merged = gs.merge(back / gs.RECORDS, repo, plan, "1255960abc", machine, study, commit=True)
+    assert merged == ["task_only_seed1"] and machine == "NVIDIA H200"
+    assert _git(repo, "log", "--format=%s", "-1") == (
+        "p: record of task_only seed 1 (at 1255960, NVIDIA H200, fp32; scripts/gpu_study.sh)\n"
+    )
+    assert _git(repo, "show", "--name-only", "--format=", "HEAD").split() == [
+        "results/p/runs/task_only_seed1/evals.jsonl.gz",
+        "results/p/runs/task_only_seed1/run.json",
+    ]
+    assert (repo / plan.record_dir("udpo_seed1") / "run.json").read_text() == "{}"
+    for name in ("task_only_seed1", "udpo_seed1"):  # the CPU's runner counts both as done
+        assert (study / plan.record_dir(name) / "run.json").is_file()
+    assert gs.merge(back / gs.RECORDS, repo, plan, "1255960abc", machine, study, commit=True) == []
