@@ -243,11 +243,29 @@ def safetensors_tensors(path: Path) -> Iterable[tuple[str, str, list[int], bytes
             yield name, entry["dtype"], entry["shape"], fh.read(end - begin)
 
 
+#: the config.json numbers that fix the architecture (rope_theta is read where either version keeps it)
+ARCHITECTURE = (
+    *("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads"),
+    *("num_key_value_heads", "head_dim", "rms_norm_eps", "vocab_size", "tie_word_embeddings"),
+    *("max_position_embeddings", "bos_token_id", "eos_token_id", "hidden_act"),
+)
+#: texts whose token ids enter the tokenizer's fingerprint: what the tokenizer does, not only how its files
+#: read (a pre-tokenizer or normalizer that changed between versions shows here)
+SAMPLES = (
+    "What is 7 * 8? Answer with the number only.",
+    "<|im_start|>user\n144 / 12 = ?<|im_end|>\n<|im_start|>assistant\n12<|im_end|>\n",
+    "Agent 2 answered 56; agent 3 said  -0.25, 1,234.5 and \\boxed{42}.\n\nThe answer is",
+    "naïve café – “quoted” 你好 🙂\t tabs",
+)
+
+
 def digest(folder: Path) -> dict[str, str]:
     """A converted model folder's fingerprint, independent of how the files were laid out: ``weights``
-    (every tensor's name, dtype, shape and bytes), ``tokenizer`` (vocabulary, merges, added and special
-    tokens, chat template) and ``config`` (the architecture's numbers). Two folders with the same weights
-    and tokenizer give a model that computes the same thing."""
+    (every tensor's name, dtype, shape and bytes), ``tokenizer`` (the ids of :data:`SAMPLES`, vocabulary,
+    merges, added and special tokens, chat template) and ``config`` (the architecture's numbers). Two
+    folders with the same weights and tokenizer give a model that computes the same thing."""
+    from tokenizers import Tokenizer
+
     weights = hashlib.sha256()
     for file in sorted(folder.glob("*.safetensors")):
         for name, dtype, shape, data in safetensors_tensors(file):
@@ -257,7 +275,9 @@ def digest(folder: Path) -> dict[str, str]:
     merges = [m if isinstance(m, str) else " ".join(m) for m in tok["model"].get("merges", [])]
     special = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
     template = folder / "chat_template.jinja"
+    encoder = Tokenizer.from_file(str(folder / "tokenizer.json"))
     tokenizer = {
+        "ids": [encoder.encode(text).ids for text in SAMPLES],
         "vocab": sorted(tok["model"]["vocab"].items()),
         "merges": merges,
         "added": sorted((t["id"], t["content"], t.get("special")) for t in tok.get("added_tokens", [])),
@@ -267,19 +287,8 @@ def digest(folder: Path) -> dict[str, str]:
         else special.get("chat_template"),
     }
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    keys = (
-        *(
-            "hidden_size",
-            "intermediate_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "num_key_value_heads",
-        ),
-        *("head_dim", "rms_norm_eps", "vocab_size", "tie_word_embeddings", "max_position_embeddings"),
-        *("bos_token_id", "eos_token_id", "hidden_act"),
-    )
     rope = config.get("rope_parameters") or {"rope_theta": config.get("rope_theta")}
-    arch = {**{k: config.get(k) for k in keys}, "rope_theta": rope.get("rope_theta")}
+    arch = {**{k: config.get(k) for k in ARCHITECTURE}, "rope_theta": rope.get("rope_theta")}
     return {
         "weights": weights.hexdigest(),
         "tokenizer": hashlib.sha256(json.dumps(tokenizer, sort_keys=True).encode()).hexdigest(),

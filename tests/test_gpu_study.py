@@ -116,8 +116,10 @@ def _model_folder(path: Path, tensors: dict, template: str = "{{ x }}") -> Path:
 
     path.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
-    vocab = {"a": 0, "b": 1, "ab": 2}
-    (path / "tokenizer.json").write_text(json.dumps({"model": {"vocab": vocab, "merges": [["a", "b"]]}}))
+    from tokenizers import Tokenizer, models
+
+    vocab = {"a": 0, "b": 1, "ab": 2, "?": 3}
+    Tokenizer(models.BPE(vocab, [("a", "b")], unk_token="?")).save(str(path / "tokenizer.json"))
     (path / "tokenizer_config.json").write_text(json.dumps({"eos_token": "b"}))
     (path / "chat_template.jinja").write_text(template)
     (path / "config.json").write_text(json.dumps({"hidden_size": 4, "transformers_version": "x"}))
