@@ -3,7 +3,7 @@
 #
 #   run(command="bash scripts/gpu_study.sh 270", carry=[".gpu_study/part2"], timeout_s=300)
 #   bash scripts/gpu_study.sh BUDGET_SECONDS [--runs 7,6|udpo_seed7,...] [--workers K] [--per-run-gib G]
-#                                            [--pack DIR] [--plan PLAN] [--work DIR]
+#                                            [--compile] [--pack DIR] [--plan PLAN] [--work DIR]
 #
 # Needs the pack of scripts/gpu_study_pack.sh: piece 1 of the model (.gpu_study/part1, carried by the first
 # call, which the same warm machine keeps) and part2 (piece 2, the pinned tree, manifest.json). Reassembles
@@ -14,7 +14,8 @@
 # Then scripts/gpu_study.py run: the runs (default: whole seeds with no run recorded or started on the CPU,
 # the highest first; --runs names seeds or runs), `udpo study PLAN --workers K --seed ...` (K: one per run,
 # per 2 cores, per G GiB of free GPU memory, default 12), each record copied into $OUT/records.tar as it
-# lands, everything stopped 20 s before BUDGET (counted from this script's start), $OUT/summary.md.
+# lands, everything stopped 20 s before BUDGET (counted from this script's start), $OUT/summary.md. The
+# decode step runs uncompiled unless --compile (see below).
 # $OUT gets gpu_study.log, records.tar, summary.md, study.log, workers.log. GPU_CHECK_ALLOW_CPU=1 runs it on
 # a machine without CUDA (to check the script; --plan then names a tiny plan).
 set -uo pipefail
@@ -28,7 +29,7 @@ if ! [[ $budget =~ ^[0-9]+$ ]]; then
   exit 2
 fi
 shift
-pack=.gpu_study work=/tmp/gpu_study plan="" runs="" workers=0 gib=12
+pack=.gpu_study work=/tmp/gpu_study plan="" runs="" workers=0 gib=12 compile=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --pack) pack=$2; shift 2 ;;
@@ -37,6 +38,7 @@ while [ $# -gt 0 ]; do
     --runs) runs=$2; shift 2 ;;
     --workers) workers=$2; shift 2 ;;
     --per-run-gib) gib=$2; shift 2 ;;
+    --compile) compile=1; shift ;;
     *) echo "gpu_study.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -65,6 +67,17 @@ PY
 machine=$(sed -n 1p "$work.gpu") free=$(sed -n 2p "$work.gpu")
 if [ -z "$free" ] && [ "${GPU_CHECK_ALLOW_CPU:-0}" != 1 ]; then
   fail "no CUDA device (GPU_CHECK_ALLOW_CPU=1 runs the same steps on CPU, to check the script)"
+fi
+# the decode step uncompiled: on CUDA the pinned code's "auto" decode compiles a CUDA graph per (rows, KV
+# columns) bucket, 25-35 s each on 8 cores (docs/lab/measurements.md), about four buckets a run here and
+# K workers compiling at once on 2 cores each, against decode steps that are few and short (24 tokens);
+# torch.compile then runs the same step eagerly, the same fp32 arithmetic in another kernel order. --compile
+# keeps the graphs. Neither changes a run's config or its record.
+if [ "$compile" = 0 ]; then
+  export TORCH_COMPILE_DISABLE=1 TORCHDYNAMO_DISABLE=1
+  machine="$machine, decode step uncompiled (TORCH_COMPILE_DISABLE=1)"
+else
+  machine="$machine, decode step compiled (CUDA graphs)"
 fi
 say "machine: $machine"
 # the wheels the first call carried (trl: the recipe parser imports it; gguf: the conversion)
