@@ -653,7 +653,7 @@ def merge(
                         f"{config.get('dtype')}; scripts/gpu_study.sh)"
                     )
                     git(root, "add", str(target))
-                    git(root, "commit", "-q", "-m", message)
+                    git(root, "commit", "-q", "-m", message, "--", str(target))  # nothing else staged
                     print(f"{name}: committed: {message}")
                 merged.append(name)
             if study_dir is not None:
@@ -674,20 +674,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("pack", help="write the two-call pack (here)")
-    p.add_argument("--root", default=".", help="the checkout that calls the device tool (default: here)")
-    p.add_argument(
-        "--out", default=".gpu_study", help="the pack's folder, ignored by git (default .gpu_study)"
-    )
-    p.add_argument("--pin", default=None, help="the pinned commit (default: the one the plan page names)")
-    p.add_argument("--plan", default="recipes/compare/debate_reward.yaml", help="the plan, as the pin has it")
+    # pack and merge run here, in the checkout that calls the device tool, on the plan as the pin has it
+    here = argparse.ArgumentParser(add_help=False)
+    here.add_argument("--root", default=".", help="the checkout that calls the device tool (default: here)")
+    here.add_argument("--plan", default="recipes/compare/debate_reward.yaml", help="the plan, as pinned")
+    here.add_argument("--pin", default=None, help="the pinned commit (default: the plan page's / the pack's)")
+    here.add_argument("--study-dir", default=None, help="the CPU's pinned worktree (its runs, its records)")
+    p = sub.add_parser("pack", parents=[here], help="write the two-call pack (here)")
+    p.add_argument("--out", default=".gpu_study", help="the pack's folder, ignored by git")
     p.add_argument("--plan-page", default="docs/lab/plan_debate_reward.md", help="where the pin is named")
-    p.add_argument(
-        "--plan-file", default=None, help="a plan to use instead of the pinned one (the second stage)"
-    )
-    p.add_argument(
-        "--study-dir", default=None, help="the CPU's pinned worktree: its started runs are left to it"
-    )
+    p.add_argument("--plan-file", default=None, help="a plan instead of the pinned one (the second stage)")
     p.add_argument("--wheels", default=".whl", help="what call 1 carries besides piece 1 (default .whl)")
     d = sub.add_parser("digest", help="print a converted model folder's fingerprint (JSON)")
     d.add_argument("folder")
@@ -704,16 +700,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--per-run-gib", type=float, default=12.0, help="GPU memory one run is given room for")
     r.add_argument("--machine", default="unnamed", help="the machine's line for the summary")
     r.add_argument("--poll", type=float, default=2.0, help="seconds between looks for new records")
-    m = sub.add_parser("merge", help="commit the records a GPU call brought back (here)")
+    m = sub.add_parser("merge", parents=[here], help="commit the records a GPU call brought back (here)")
     m.add_argument("records", help="the call's records.tar (its summary.md beside it names the machine)")
-    m.add_argument("--root", default=".", help="the checkout the records go to (default: here)")
-    m.add_argument("--plan", default="recipes/compare/debate_reward.yaml", help="the plan (its results_dir)")
-    m.add_argument(
-        "--pin", default=None, help="the commit the runs trained at (default: the pack's manifest)"
-    )
-    m.add_argument(
-        "--study-dir", default=None, help="the CPU's pinned worktree: the records are copied there too"
-    )
     m.add_argument("--no-commit", dest="commit", action="store_false", help="copy only")
     args = parser.parse_args(argv)
     try:

@@ -264,6 +264,8 @@ def test_merge_commits_each_record_once_naming_the_gpu_and_hands_it_to_the_cpu_s
     # udpo seed 1 is recorded here already (the CPU finished it first): its record stays
     (repo / plan.record_dir("udpo_seed1")).mkdir(parents=True)
     (repo / plan.record_dir("udpo_seed1") / "run.json").write_text("{}")
+    (repo / "other.txt").write_text("the lead's own work in progress")
+    _git(repo, "add", "other.txt")  # staged, and no part of a record's commit
     machine = gs.machine_of(back / gs.SUMMARY)
     merged = gs.merge(back / gs.RECORDS, repo, plan, "1255960abc", machine, study, commit=True)
     assert merged == ["task_only_seed1"] and machine == "NVIDIA H200"
@@ -275,6 +277,12 @@ def test_merge_commits_each_record_once_naming_the_gpu_and_hands_it_to_the_cpu_s
         "results/p/runs/task_only_seed1/run.json",
     ]
     assert (repo / plan.record_dir("udpo_seed1") / "run.json").read_text() == "{}"
+    assert _git(repo, "status", "--porcelain").split() == [
+        "A",
+        "other.txt",
+        "??",
+        "results/p/runs/udpo_seed1/",
+    ]
     for name in ("task_only_seed1", "udpo_seed1"):  # the CPU's runner counts both as done
         assert (study / plan.record_dir(name) / "run.json").is_file()
     assert gs.merge(back / gs.RECORDS, repo, plan, "1255960abc", machine, study, commit=True) == []
