@@ -50,7 +50,7 @@ for piece in part1/model.gguf.1 part2/model.gguf.2 part2/tree.tar.gz part2/manif
   [ -f "$pack/$piece" ] || fail "$pack/$piece is missing: part1 travels with the first call (carry \
 .gpu_study/part1) and stays only while that machine is warm; part2 with this one (carry .gpu_study/part2)"
 done
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1  # no network there: no hub lookups
 # the GPU, and what fp32 means on it (TF32 off: torch's default, which the pinned code leaves alone)
 python3 - > "$work.gpu" <<'PY' || fail "torch does not start"
 import torch
