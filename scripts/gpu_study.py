@@ -400,6 +400,12 @@ def workers_for(
 
 
 def write_markers(plan: Plan, tree: Path, skip: Sequence[str]) -> None:
+    """The markers of ``skip`` (:data:`SKIP_NOTE`), in place of those an earlier call on this machine wrote
+    (which this call may train)."""
+    for marker in (tree / plan.results_dir / "runs").glob("*/run.json"):
+        with contextlib.suppress(ValueError, AttributeError):
+            if json.loads(marker.read_text()).get("skip") == SKIP_NOTE:
+                marker.unlink()
     for name in skip:
         method, seed = split_name(name)
         folder = tree / plan.record_dir(name)
@@ -484,6 +490,8 @@ class Clock:
     begin: float
     seen: dict[str, float] = field(default_factory=dict)
     landed: dict[str, float] = field(default_factory=dict)
+    #: the runs recorded before this call (by an earlier call on the same machine)
+    earlier: set[str] = field(default_factory=set)
 
     def look(self, plan: Plan, tree: Path, runs: Sequence[str]) -> list[str]:
         """Note the runs started and landed since the last look; returns those landed now."""
@@ -498,7 +506,8 @@ class Clock:
         return new
 
     def wall(self, name: str) -> str:
-        return f"{self.landed[name] - self.seen[name]:.0f}" if name in self.landed else "-"
+        done = name in self.landed and name not in self.earlier
+        return f"{self.landed[name] - self.seen[name]:.0f}" if done else "-"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -519,19 +528,25 @@ def run(args: argparse.Namespace) -> int:
             "the plan writes its tables when its last run is recorded: a split seed's markers would be read as records"
         )
     write_markers(plan, tree, chosen.skip)
-    k = args.workers or workers_for(len(chosen.runs), os.cpu_count() or 1, args.free_gib, args.per_run_gib)
+    clock = Clock(time.time())
+    clock.look(plan, tree, chosen.runs)  # records an earlier call on this machine left: done, and sent again
+    clock.earlier = set(clock.landed)
+    if clock.earlier:
+        print(f"gpu_study: recorded by an earlier call on this machine: {', '.join(sorted(clock.earlier))}")
+    todo = len(chosen.runs) - len(clock.earlier)
+    k = args.workers or workers_for(max(todo, 1), os.cpu_count() or 1, args.free_gib, args.per_run_gib)
     command = [sys.executable, "-m", "udpo.cli", "study", args.plan, "--workers", str(k), "--no-progress"]
     command += [f"--seed={s}" for s in chosen.seeds]
     print(
         f"gpu_study: {len(chosen.runs)} runs ({', '.join(chosen.runs)}), {k} worker(s): {' '.join(command[1:])}"
     )
     out.mkdir(parents=True, exist_ok=True)
-    begin = time.time()
+    if clock.earlier:
+        write_records(plan, tree, list(clock.landed), out)
     with (out / "study.log").open("w", encoding="utf-8") as log:
         group = subprocess.Popen(
             command, cwd=tree, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
-    clock = Clock(begin)
     stopped = False
     while True:
         done = group.poll() is not None
@@ -546,12 +561,15 @@ def run(args: argparse.Namespace) -> int:
         if done:
             break
         if time.time() >= args.deadline:
-            print(f"gpu_study: the deadline: stopping the study at {time.time() - begin:.0f} s", flush=True)
+            print(
+                f"gpu_study: the deadline: stopping the study at {time.time() - clock.begin:.0f} s",
+                flush=True,
+            )
             stop(group)
             stopped = True
             continue
         time.sleep(args.poll)
-    wall = time.time() - begin
+    wall = time.time() - clock.begin
     end_group(group)
     logs = sorted((tree / plan.output_dir / "logs").glob("worker_*.log"))
     with (out / "workers.log").open("w", encoding="utf-8") as fh:
@@ -581,7 +599,8 @@ def summarize(
         pace = run_pace(tree / plan.run_dir(name))
         if name in clock.landed:
             config = json.loads((tree / plan.record_dir(name) / "run.json").read_text()).get("config") or {}
-            state = f"recorded ({config.get('dtype')})"
+            when = ", by an earlier call" if name in clock.earlier else ""
+            state = f"recorded ({config.get('dtype')}{when})"
         elif name not in clock.seen:
             state = "not started"
         else:

