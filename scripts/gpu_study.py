@@ -388,14 +388,28 @@ def pack(
 # --- run (on the device) ------------------------------------------------------------------------------
 
 
+#: a study with less time than this (seconds) gets at most :data:`SHORT_WORKERS` workers: the runs of one wave
+#: finish together, and one that misses the deadline is lost, so fewer runs sharing the card, each sooner
+#: (an estimate until a GPU measures this plan: docs/lab/gpu_study.md)
+SHORT, SHORT_WORKERS = 360, 4
+
+
 def workers_for(
-    runs: int, cores: int, free_gib: float | None, per_run_gib: float, cores_per_worker: int = 2
+    runs: int,
+    cores: int,
+    free_gib: float | None,
+    per_run_gib: float,
+    seconds: float | None = None,
+    cores_per_worker: int = 2,
 ) -> int:
     """K: at most one worker per run, per ``cores_per_worker`` cores, per ``per_run_gib`` of free GPU
-    memory (unknown: cores alone); at least 1."""
+    memory (unknown: cores alone), and :data:`SHORT_WORKERS` when the study has under :data:`SHORT`
+    ``seconds``; at least 1."""
     k = min(runs, max(1, cores // cores_per_worker))
     if free_gib is not None:
         k = min(k, int(free_gib // per_run_gib))
+    if seconds is not None and seconds < SHORT:
+        k = min(k, SHORT_WORKERS)
     return max(1, k)
 
 
@@ -534,7 +548,8 @@ def run(args: argparse.Namespace) -> int:
     if clock.earlier:
         print(f"gpu_study: recorded by an earlier call on this machine: {', '.join(sorted(clock.earlier))}")
     todo = len(chosen.runs) - len(clock.earlier)
-    k = args.workers or workers_for(max(todo, 1), os.cpu_count() or 1, args.free_gib, args.per_run_gib)
+    left = args.deadline - time.time()
+    k = args.workers or workers_for(max(todo, 1), os.cpu_count() or 1, args.free_gib, args.per_run_gib, left)
     command = [sys.executable, "-m", "udpo.cli", "study", args.plan, "--workers", str(k), "--no-progress"]
     command += [f"--seed={s}" for s in chosen.seeds]
     print(

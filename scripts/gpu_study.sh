@@ -13,9 +13,10 @@
 # UDPO_CACHE in the work folder; the conversion's fingerprint must match the CPU's (weights, tokenizer).
 # Then scripts/gpu_study.py run: the runs (default: whole seeds with no run recorded or started on the CPU,
 # the highest first; --runs names seeds or runs), `udpo study PLAN --workers K --seed ...` (K: one per run,
-# per 2 cores, per G GiB of free GPU memory, default 12), each record copied into $OUT/records.tar as it
-# lands, everything stopped 20 s before BUDGET (counted from this script's start), $OUT/summary.md. The
-# decode step runs uncompiled unless --compile (see below).
+# per 2 cores, per G GiB of free GPU memory, default 12; at most 4 with under 6 minutes of study), each
+# record copied into $OUT/records.tar as it lands, everything stopped 20 s before BUDGET (counted from this
+# script's start), $OUT/summary.md. The decode step runs uncompiled unless --compile (see below). A later
+# call on the same warm machine keeps the work folder: its stopped runs resume from their checkpoints.
 # $OUT gets gpu_study.log, records.tar, summary.md, study.log, workers.log. GPU_CHECK_ALLOW_CPU=1 runs it on
 # a machine without CUDA (to check the script; --plan then names a tiny plan).
 set -uo pipefail

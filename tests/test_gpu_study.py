@@ -220,6 +220,8 @@ def test_workers_are_sized_by_runs_cores_and_free_memory(gs):
     assert gs.workers_for(3, 16, 139.0, 12) == 3
     assert gs.workers_for(4, 2, None, 12) == 1  # this 2-core CPU, no GPU
     assert gs.workers_for(4, 16, 5.0, 12) == 1
+    assert gs.workers_for(12, 16, 139.0, 12, seconds=220) == 4  # a short call: one wave that lands
+    assert gs.workers_for(12, 16, 139.0, 12, seconds=540) == 8
 
 
 def _running(pid: int) -> bool:
