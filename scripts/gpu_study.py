@@ -14,9 +14,11 @@ plan's runs already recorded or started on this machine (the GPU leaves those al
 (whole seeds, the highest first, so the CPU's runner, which goes up from the lowest, and the GPU meet in the
 middle), starts ``udpo study PLAN --workers K --seed ...`` of the pinned tree in a process group of its own,
 copies every record into ``OUT/records.tar`` the moment it lands, stops the group at the deadline and writes
-``OUT/summary.md``. ``merge`` commits each record that came back (one commit each, naming the GPU) and
-copies it into the CPU's pinned worktree, whose runner then leaves it. Only the standard library and PyYAML are imported: the device machine runs it with its
-own Python, the pinned tree's ``udpo`` on the path of the study it starts.
+``OUT/summary.md``; a later call on the same machine resumes what a deadline stopped. ``merge`` commits
+each record that came back (one commit each, naming the GPU) and copies it into the CPU's pinned worktree,
+whose runner then leaves it. ``run`` and ``digest`` import the standard library, PyYAML and tokenizers
+alone (the device machine runs them with its own Python; the study they start imports the pinned tree's
+``udpo``); ``pack`` finds the GGUF and the converted model with this checkout's ``udpo``.
 """
 
 from __future__ import annotations
