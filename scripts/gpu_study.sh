@@ -19,8 +19,8 @@
 # call on the same warm machine keeps the work folder: its stopped runs resume from their checkpoints.
 # Each record comes back with a machine.json beside its files (the CPU, cores, GPU, dtype, torch, TF32, the
 # decode path): run.json at the pin names no machine. $OUT gets gpu_study.log, records.tar, summary.md,
-# study.log, workers.log. GPU_CHECK_ALLOW_CPU=1 runs it on
-# a machine without CUDA (to check the script; --plan then names a tiny plan).
+# study.log, workers.log. GPU_CHECK_ALLOW_CPU=1 runs it on a machine without CUDA (to check the script;
+# --plan then names a tiny plan).
 set -uo pipefail
 begin=$(date +%s)
 cd "$(dirname "$0")/.."
