@@ -457,7 +457,7 @@ def machine_json(record: Path, gpu: str | None, decode: str, tf32: str, pin: str
         "gpu": gpu or None,
         "dtype": config.get("dtype"),
         "torch": version("torch"),
-        "tf32_matmul": tf32,
+        "tf32_matmul": tf32 or None,
         "decode": decode,
         "collected_from": f"{pin[:7]} (pinned tree on a lent GPU machine, scripts/gpu_study.sh)",
     }
