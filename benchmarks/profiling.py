@@ -21,6 +21,10 @@ a JSON file that comes back from a device machine (a full trace of a 1B update i
   call (a retry frees every cached block and synchronizes).
 
 The two tables use ``key_averages``; the rest reads the profiler's events once.
+
+Run as a script, it prints a breakdown that came back from a device machine:
+
+    python benchmarks/profiling.py docs/lab/results/<check>/figures/update_profile_1b_n3.json
 """
 
 from __future__ import annotations
@@ -225,3 +229,24 @@ def table(result: dict[str, Any]) -> str:
         device = "-" if op["self_device_s"] is None else f"{op['self_device_s']:.4f}"
         lines.append(f"{op['name'][:60]:<60} {op['count']:>7} {device:>14} {op['self_cpu_s']:>11.4f}")
     return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import json
+
+    p = argparse.ArgumentParser(
+        description="Print a profile breakdown (the JSON profile_call's result was written to)."
+    )
+    p.add_argument("profile", type=Path, help="the JSON file, e.g. figures/update_profile_1b_n3.json")
+    args = p.parse_args(argv)
+    result = json.loads(args.profile.read_text())
+    if "error" in result and "wall_s" not in result:
+        print(f"{args.profile}: the profiled call failed: {result['error']}")
+        return 1
+    print(table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -426,12 +426,14 @@ def test_gpu_check_leaves_out_parts_that_would_not_fit_its_budget_and_names_the_
 
 @pytest.mark.slow
 def test_a_part_that_runs_past_the_budget_is_stopped_and_keeps_what_it_wrote(tmp_path):
-    """decode1b, told it needs 1 s (GPU_CHECK_EXPECT), starts, and is stopped at the budget of 20 s, with
-    every process it started; the summary (rewritten while it ran and after) and the parts left say so."""
+    """decode1b, told it needs 1 s (GPU_CHECK_EXPECT), starts, and is stopped at the budget of 30 s, with
+    every process it started; the summary (rewritten while it ran and after) and the parts left say so.
+    (The budget counts the check's set-up, three Python starts importing torch: 5 s on a quiet 2-core
+    machine, about 20 s beside two busy processes; decode1b takes longer than the rest of the 30 s.)"""
     begin = time.monotonic()
-    done = run_check("--out", tmp_path / "out", "--budget", 20, "--parts", "decode1b",
+    done = run_check("--out", tmp_path / "out", "--budget", 30, "--parts", "decode1b",
                      env={"GPU_CHECK_EXPECT": "decode1b=1,decode=1"})  # fmt: skip
-    assert time.monotonic() - begin < 60
+    assert time.monotonic() - begin < 90
     assert done.returncode == 0, done.stderr[-3000:]
     assert "== decode1b (" in done.stdout and "expected ~1 s)" in done.stdout
     assert "== decode1b: STOPPED at the budget (" in done.stdout
