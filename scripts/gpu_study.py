@@ -685,49 +685,39 @@ def summarize(
 
 
 def merge(records: Path, root: Path, plan: Plan, pin: str, study_dir: Path | None, commit: bool) -> list[str]:
-    """Copy every record of ``records`` (a records.tar) into ``root``'s results folder, one commit each
-    with ``commit``, named as the CPU's records are ("<study>: record of <run> (at <pin>, <machine>,
-    <dtype>)", the machine and dtype from the record's machine.json), and into ``study_dir``'s (the CPU's
-    runner then counts it as done); a run recorded there already keeps its first record. Returns the runs
-    merged."""
-    merged = []
-    with tarfile.open(records) as tar:
-        names = sorted({Path(m.name).parts[1] for m in tar.getmembers() if len(Path(m.name).parts) > 1})
+    """Collect every record of ``records`` (a records.tar) into ``root``'s results folder with
+    :func:`udpo.study.collect.collect_records` (one commit each with ``commit``, named as the CPU's records
+    are: "<study>: record of <run> (at <pin>, <machine>, <dtype>)", the machine and dtype from the record's
+    machine.json), and into ``study_dir``'s (the CPU's runner then counts it as done); a run recorded
+    there already keeps its first record. Returns the runs merged."""
+    import tempfile
+
+    from udpo.study.collect import collect_records
+
+    with tarfile.open(records) as tar, tempfile.TemporaryDirectory() as unpacked:
+        members = [m for m in tar.getmembers() if m.isfile() and len(Path(m.name).parts) == 3]
+        names = sorted({Path(m.name).parts[1] for m in members})
         for name in names:
             split_name(name)
-            target = root / plan.record_dir(name)
-            if (target / "run.json").is_file():
-                print(f"{name}: recorded here already, kept as it is")
-            else:
-                members = [
-                    m for m in tar.getmembers() if m.isfile() and Path(m.name).parts[:2] == ("runs", name)
-                ]
-                files = {Path(m.name).name for m in members}
-                if not {"run.json", MACHINE} <= files:
-                    raise PackError(f"{records}: {name} lacks run.json or {MACHINE} (an unfinished record)")
-                target.mkdir(parents=True, exist_ok=True)
-                for member in members:
-                    (target / Path(member.name).name).write_bytes(tar.extractfile(member).read())  # type: ignore[union-attr]
-                machine = json.loads((target / MACHINE).read_text())
-                if commit:
-                    message = (
-                        f"{Path(plan.results_dir).name}: record of {name} (at {pin[:7]}, "
-                        f"{machine.get('gpu') or machine.get('cpu')}, {machine.get('dtype')})"
-                    )
-                    git(root, "add", str(target))
-                    git(root, "commit", "-q", "-m", message, "--", str(target))  # nothing else staged
-                    print(f"{name}: committed: {message}")
-                merged.append(name)
-            if study_dir is not None:
-                there = study_dir / plan.record_dir(name)
-                if (there / "run.json").is_file():
-                    continue
-                if (study_dir / plan.run_dir(name)).is_dir():
-                    print(
-                        f"{name}: the CPU started it too: its runner will replace this copy when it ends that run"
-                    )
-                shutil.copytree(target, there, dirs_exist_ok=True)
-                print(f"{name}: copied to {there} (the CPU's runner leaves it)")
+            files = {Path(m.name).name for m in members if Path(m.name).parts[1] == name}
+            if not {"run.json", MACHINE} <= files:
+                raise PackError(f"{records}: {name} lacks run.json or {MACHINE} (an unfinished record)")
+        for member in members:
+            _, name, file = Path(member.name).parts
+            (Path(unpacked) / name).mkdir(exist_ok=True)
+            (Path(unpacked) / name / file).write_bytes(tar.extractfile(member).read())  # type: ignore[union-attr]
+        outcomes = collect_records(
+            Path(unpacked),
+            root / plan.results_dir / "runs",
+            study=Path(plan.results_dir).name,
+            pin=pin,
+            commit_root=root if commit else None,
+            hand_to=study_dir / plan.results_dir / "runs" if study_dir is not None else None,
+        )
+    merged = [o.name for o in outcomes if o.outcome == "collected"]
+    for name in merged:
+        if study_dir is not None and (study_dir / plan.run_dir(name)).is_dir():
+            print(f"{name}: the CPU started it too: its runner will replace that copy when it ends that run")
     return merged
 
 
