@@ -41,6 +41,7 @@ from udpo.env.trajectory import Trajectory
 if TYPE_CHECKING:
     from udpo.algorithms.critic import Critic
 from udpo.rewards import debate_metrics
+from udpo.transfer import host_floats, to_device
 
 from .base import (
     Algorithm,
@@ -260,7 +261,7 @@ class ActorCritic(Algorithm):
             if cfg.eta > 0 and ref_logp is not None  # given whenever eta > 0 (checked above)
             else torch.zeros_like(l_clip)
         )
-        objective = (batch.weights.to(l_clip.device) * l_clip).mean() - cfg.eta * l_anchor.mean()
+        objective = (to_device(batch.weights, l_clip.device) * l_clip).mean() - cfg.eta * l_anchor.mean()
         loss = -objective
         return loss, {**loss_metrics(rho, A, l_clip, l_anchor, loss, cfg.clip_eps, cfg.dual_clip), **is_info}
 
@@ -273,13 +274,9 @@ class ActorCritic(Algorithm):
                 f"no value targets for debates {list(debates)[:5]}: call advantages() on the batch first"
             )
         v = self.critic.values([s for s, _ in pairs], grad=True)
-        g = torch.tensor([t for _, t in pairs], device=v.device)
+        g = to_device(torch.tensor([t for _, t in pairs]), v.device)
         loss = ((v - g) ** 2).mean()
-        return loss, {
-            "value_loss": loss.item(),
-            "value_mean": v.mean().item(),
-            "return_mean": g.mean().item(),
-        }
+        return loss, host_floats({"value_loss": loss, "value_mean": v.mean(), "return_mean": g.mean()})
 
 
 def explained_variance(values: Tensor, targets: Tensor) -> float:

@@ -38,6 +38,7 @@ from torch import Tensor
 
 from udpo.config.groups import AlgorithmArgs, RewardArgs
 from udpo.env.trajectory import Trajectory, Turn
+from udpo.transfer import host_floats, to_device
 
 if TYPE_CHECKING:
     from udpo.algorithms.critic import Critic
@@ -182,7 +183,7 @@ class RolloutBatch:
 
     def behavior_logprobs(self, agent: int, device: torch.device | str | None = None) -> list[Tensor]:
         """Behavior log-probs of ``agent``'s tokens, one tensor per debate (all its rounds concatenated)."""
-        out = []
+        per_debate = []
         for m, row in enumerate(self.turns):
             turns = row[agent]
             if not turns.has_behavior:
@@ -190,9 +191,9 @@ class RolloutBatch:
                     f"debate {m} (question {self.group_ids[m]}): agent {agent} has turns without behavior "
                     "log-probs; call fill_behavior_logprobs(batch, policy) before the first update"
                 )
-            flat = [x for lp in turns.behavior_logprobs for x in lp]
-            out.append(torch.tensor(flat, dtype=torch.float32, device=device))
-        return out
+            per_debate.append([x for lp in turns.behavior_logprobs for x in lp])
+        flat = torch.tensor([x for values in per_debate for x in values], dtype=torch.float32)
+        return list((flat if device is None else to_device(flat, device)).split([len(v) for v in per_debate]))
 
 
 @torch.no_grad()
@@ -341,17 +342,17 @@ def correction_weights(
     of the summed log-ratio (``tis``), or 1 where the debate's ratio lies in ``[1/cap, cap]`` and 0
     elsewhere (``mask``). A debate without an engine record (``engine_logratio`` None, e.g. replayed)
     gets 1. Also returns ``is_weight_mean`` and ``is_clipped_frac`` (share truncated or masked)."""
-    weights = []
+    weights = []  # built on the host from the engine's log-ratios, sent to the device in one copy
     for row in batch.turns:
         turns = row[agent]
         n = turns.n_tokens if per_token else 1
         if how == "none" or turns.engine_logratio is None:
-            weights.append(torch.ones(n, device=device))
+            weights.append(torch.ones(n))
             continue
-        log_ratio = torch.tensor(turns.engine_logratio, dtype=torch.float32, device=device)
+        log_ratio = torch.tensor(turns.engine_logratio, dtype=torch.float32)
         if how == "mask":
             inside = log_ratio.sum().abs() <= math.log(cap)
-            weights.append(torch.full((n,), float(inside), device=device))
+            weights.append(torch.full((n,), float(inside)))
             continue
         if not per_token:
             log_ratio = log_ratio.sum().reshape(1)
@@ -359,6 +360,7 @@ def correction_weights(
     flat = torch.cat(weights) if weights else torch.ones(1)
     clipped = flat == 0 if how == "mask" else flat >= cap * (1 - 1e-6)
     info = {"is_weight_mean": flat.mean().item(), "is_clipped_frac": clipped.float().mean().item()}
+    weights = list(to_device(flat, device).split([len(w) for w in weights])) if weights else []
     return (weights if per_token else [w.reshape(()) for w in weights]), info
 
 
@@ -495,15 +497,16 @@ def loss_metrics(
         rho, negative = torch.ones(1), torch.zeros(1, dtype=torch.bool)
     if not shown.numel():
         shown = torch.zeros(1)
-    return {
-        "loss": loss.item(),
-        "surrogate": l_clip.mean().item(),
-        "kl": l_anchor.mean().item(),
-        "ratio_mean": rho.mean().item(),
-        "ratio_min": rho.min().item(),
-        "ratio_max": rho.max().item(),
-        "clip_frac": ((rho - 1).abs() > eps).float().mean().item(),
-        "dual_clip_frac": (negative & (rho > c)).float().mean().item() if c else 0.0,
-        "advantage_mean": shown.mean().item(),
-        "advantage_abs_mean": shown.abs().mean().item(),
+    stats = {
+        "loss": loss,
+        "surrogate": l_clip.mean(),
+        "kl": l_anchor.mean(),
+        "ratio_mean": rho.mean(),
+        "ratio_min": rho.min(),
+        "ratio_max": rho.max(),
+        "clip_frac": ((rho - 1).abs() > eps).float().mean(),
+        "dual_clip_frac": (negative & (rho > c)).float().mean() if c else torch.zeros((), device=loss.device),
+        "advantage_mean": shown.mean(),
+        "advantage_abs_mean": shown.abs().mean(),
     }
+    return host_floats(stats)

@@ -37,6 +37,7 @@ from udpo.algorithms.reward_functions import RewardFunction
 from udpo.config.groups import ABLATIONS, AlgorithmArgs, RewardArgs
 from udpo.env.trajectory import Trajectory
 from udpo.rewards import Calibration, agent_rewards, coin_rewards, debate_metrics
+from udpo.transfer import to_device
 
 from .base import (
     Algorithm,
@@ -278,7 +279,7 @@ class UDPO(Algorithm):
             # eq. 7, dual-clipped where A < 0, [M]; "mean" aggregation divides by the agent's token count
             l_clip = clipped_surrogate(rho, A, eps, c) * torch.stack(w_is)
             if cfg.loss_aggregation == "mean":
-                l_clip = l_clip / torch.tensor([max(lp.numel(), 1) for lp in logp], device=A.device)
+                l_clip = l_clip / to_device(torch.tensor([max(lp.numel(), 1) for lp in logp]), A.device)
         else:
             # per-token ratios; eq. 7 per token, summed or averaged over agent i's tokens of each debate, [M]
             rho = [ratio(lp, b) for lp, b in zip(logp, behavior, strict=True)]
@@ -296,7 +297,7 @@ class UDPO(Algorithm):
         else:
             l_anchor = torch.zeros_like(A)
         # eq. 6: replay-weighted clipped surrogate minus eta_i times the anchor
-        objective = (batch.weights.to(A.device) * l_clip).mean() - eta * l_anchor.mean()
+        objective = (to_device(batch.weights, A.device) * l_clip).mean() - eta * l_anchor.mean()
         loss = -objective
         return loss, {**loss_metrics(rho, A, l_clip, l_anchor, loss, eps, c), **is_info}
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from udpo.transfer import to_device
+
 TOKEN_BUDGET = 4096  # default positions (rows x longest row) of one log-prob forward pass
 MAX_PADDING = 0.1  # a row joins a log-prob forward pass only if the pass stays at most this much padding
 
@@ -111,19 +113,30 @@ def forward_logprobs(
     the rows x positions x vocabulary logits tensor by the completions, not the long multi-round prompts.
     """
     width = max(len(r.ids) for r in rows)
-    ids = torch.tensor([r.ids + [pad] * (width - len(r.ids)) for r in rows], device=device)
     # the logit at position q predicts the token at q + 1
     wanted = [[q for _, start, n in r.spans for q in range(start - 1, start + n - 1)] for r in rows]
     keep = sorted({q for w in wanted for q in w})
     column = {q: c for c, q in enumerate(keep)}
-    logits = model(input_ids=ids, logits_to_keep=torch.tensor(keep, device=device), use_cache=False).logits
-    row_index = torch.tensor([b for b, w in enumerate(wanted) for _ in w], device=device)
-    col_index = torch.tensor([column[q] for w in wanted for q in w], device=device)
+    ids, keep_at, row_index, col_index, targets = index_tensors(
+        [
+            [tok for r in rows for tok in r.ids + [pad] * (width - len(r.ids))],
+            keep,
+            [b for b, w in enumerate(wanted) for _ in w],
+            [column[q] for w in wanted for q in w],
+            [r.ids[q + 1] for r, w in zip(rows, wanted, strict=True) for q in w],
+        ],
+        device,
+    )
+    logits = model(input_ids=ids.view(len(rows), width), logits_to_keep=keep_at, use_cache=False).logits
     picked = logits[row_index, col_index].float()
     if temperature != 1.0:
         picked = picked / temperature
-    targets = torch.tensor(
-        [r.ids[q + 1] for r, w in zip(rows, wanted, strict=True) for q in w], device=device
-    )
     logp = picked.gather(-1, targets[:, None]).squeeze(-1) - torch.logsumexp(picked, dim=-1)
     return list(logp.split([n for r in rows for _, _, n in r.spans]))
+
+
+def index_tensors(lists: list[list[int]], device: str | torch.device) -> list[Tensor]:
+    """``lists`` as int64 tensors on ``device``, sent in one copy that does not block the host
+    (:func:`udpo.transfer.to_device`): building a pass's inputs never waits for the passes queued."""
+    flat = to_device(torch.tensor([v for values in lists for v in values], dtype=torch.long), device)
+    return list(flat.split([len(values) for values in lists]))
