@@ -1,10 +1,10 @@
-"""``udpo.transfer``: host/device copies that do not block the host. On a CPU the results must equal the
+"""``udpo.algorithms.transfer``: host/device copies that do not block the host. On a CPU the results must equal the
 plain operations they replace; the non-blocking GPU branch is checked where CUDA is present."""
 
 import pytest
 import torch
 
-from udpo.transfer import host_floats, to_device
+from udpo.algorithms.transfer import host_floats, to_device
 
 
 def test_host_floats_equals_item_for_each_value_and_keeps_the_order():

@@ -40,8 +40,8 @@ from udpo.env.trajectory import Trajectory
 
 if TYPE_CHECKING:
     from udpo.algorithms.critic import Critic
+from udpo.algorithms.transfer import host_floats, to_device
 from udpo.rewards import debate_metrics
-from udpo.transfer import host_floats, to_device
 
 from .base import (
     Algorithm,

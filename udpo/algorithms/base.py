@@ -36,9 +36,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from udpo.algorithms.transfer import host_floats, to_device
 from udpo.config.groups import AlgorithmArgs, RewardArgs
 from udpo.env.trajectory import Trajectory, Turn
-from udpo.transfer import host_floats, to_device
 
 if TYPE_CHECKING:
     from udpo.algorithms.critic import Critic

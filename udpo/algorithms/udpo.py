@@ -34,10 +34,10 @@ import torch
 from torch import Tensor
 
 from udpo.algorithms.reward_functions import RewardFunction
+from udpo.algorithms.transfer import to_device
 from udpo.config.groups import ABLATIONS, AlgorithmArgs, RewardArgs
 from udpo.env.trajectory import Trajectory
 from udpo.rewards import Calibration, agent_rewards, coin_rewards, debate_metrics
-from udpo.transfer import to_device
 
 from .base import (
     Algorithm,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from udpo.transfer import to_device
+from udpo.algorithms.transfer import to_device
 
 TOKEN_BUDGET = 4096  # default positions (rows x longest row) of one log-prob forward pass
 MAX_PADDING = 0.1  # a row joins a log-prob forward pass only if the pass stays at most this much padding
@@ -137,6 +137,6 @@ def forward_logprobs(
 
 def index_tensors(lists: list[list[int]], device: str | torch.device) -> list[Tensor]:
     """``lists`` as int64 tensors on ``device``, sent in one copy that does not block the host
-    (:func:`udpo.transfer.to_device`): building a pass's inputs never waits for the passes queued."""
+    (:func:`udpo.algorithms.transfer.to_device`): building a pass's inputs never waits for the passes queued."""
     flat = to_device(torch.tensor([v for values in lists for v in values], dtype=torch.long), device)
     return list(flat.split([len(values) for values in lists]))
