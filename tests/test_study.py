@@ -350,3 +350,26 @@ def test_the_command_checks_its_plan_and_hands_its_workers_their_command_line(tm
     no_eval = write_plan(tmp_path / "blind", "smollm2-135m-instruct", settings={"eval_questions": 0})
     with pytest.raises(ValueError, match="a study needs eval_questions > 0"):
         load_plan(no_eval)
+
+
+def test_per_arm_rows_are_the_mean_and_range_of_the_arms_runs_and_skip_what_was_never_logged():
+    """The per-arm table of table.md: each per-run column's mean over an arm's seeds [lowest, highest],
+    '-' where no run of the arm logged it (a method that never clips: no clip fraction)."""
+    from udpo.study.tables import RUN_COLUMNS, arm_summaries, markdown_table
+
+    def row(method: str, seed: int, kl: float | None, cut: float) -> dict:
+        values = dict.fromkeys(RUN_COLUMNS, 1.0)
+        return {"method": method, "seed": seed, **values, "kl": kl, "cut_share": cut}
+
+    runs = [row("udpo", 0, 2.0, 0.1), row("udpo", 1, 6.0, 0.3), row("task_only", 0, None, 0.2)]
+    arms = arm_summaries(runs)
+    assert list(arms) == ["udpo", "task_only"] and arms["udpo"]["seeds"] == 2
+    assert arms["udpo"]["kl"] == {"mean": 4.0, "low": 2.0, "high": 6.0}
+    assert arms["udpo"]["cut_share"] == pytest.approx({"mean": 0.2, "low": 0.1, "high": 0.3})
+    assert arms["task_only"]["kl"] is None
+    table = markdown_table({"methods": {}, "runs": runs})
+    kl = list(RUN_COLUMNS).index("kl")
+    udpo_row = next(line for line in table.splitlines() if line.startswith("| udpo | 2 |"))
+    assert udpo_row.split(" | ")[2 + kl] == "4 [2, 6]"
+    task_row = next(line for line in table.splitlines() if line.startswith("| task_only | 1 |"))
+    assert task_row.split(" | ")[2 + kl] == "-"

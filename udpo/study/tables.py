@@ -357,7 +357,37 @@ def markdown_table(results: dict[str, Any]) -> str:
         for row in results["runs"]:
             cells = ["-" if row[c] is None else f"{row[c]:.4g}" for c in RUN_COLUMNS]
             lines.append(f"| {row['method']} | {row['seed']} | " + " | ".join(cells) + " |")
+        lines += [
+            "",
+            "Per arm: each column of the per-run table, mean over the arm's seeds [lowest, highest of its seeds] (- where "
+            "never logged). Described, not tested.",
+            "",
+            "| method | seeds | " + " | ".join(RUN_COLUMNS) + " |",
+            "|---" * (len(RUN_COLUMNS) + 2) + "|",
+        ]
+        for method, arm in arm_summaries(results["runs"]).items():
+            cells = [
+                "-" if arm[c] is None else f"{arm[c]['mean']:.4g} [{arm[c]['low']:.4g}, {arm[c]['high']:.4g}]"
+                for c in RUN_COLUMNS
+            ]
+            lines.append(f"| {method} | {arm['seeds']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def arm_summaries(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per method, its runs' count (``seeds``) and for each of :data:`RUN_COLUMNS` the mean, lowest and
+    highest value over its runs (None where no run logged it)."""
+    out: dict[str, dict[str, Any]] = {}
+    for method in dict.fromkeys(row["method"] for row in runs):
+        rows = [row for row in runs if row["method"] == method]
+        arm: dict[str, Any] = {"seeds": len(rows)}
+        for column in RUN_COLUMNS:
+            values = [row[column] for row in rows if row[column] is not None]
+            arm[column] = (
+                {"mean": float(np.mean(values)), "low": min(values), "high": max(values)} if values else None
+            )
+        out[method] = arm
+    return out
 
 
 def comparison_lines(comparisons: dict[str, dict[str, Any]]) -> list[str]:
