@@ -13,8 +13,17 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-#: metrics where a lower value is better (the uncertainties and the consensus-on-wrong guard)
-LOWER_IS_BETTER = ("u_intra", "u_inter", "u_sys", "wrong_majority", "wrong_unanimous", "unparsed_rate")
+#: metrics where a lower value is better (the uncertainties, the consensus-on-wrong guard, unparsed answers
+#: and agents that collapsed)
+LOWER_IS_BETTER = (
+    "u_intra",
+    "u_inter",
+    "u_sys",
+    "wrong_majority",
+    "wrong_unanimous",
+    "unparsed_rate",
+    "collapse_rate",
+)
 
 
 def seed_change_figure(changes: dict[str, dict[str, dict[str, Any]]]) -> Figure:
