@@ -13,17 +13,9 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
-#: metrics where a lower value is better (the uncertainties, the consensus-on-wrong guard, unparsed answers
-#: and agents that collapsed)
-LOWER_IS_BETTER = (
-    "u_intra",
-    "u_inter",
-    "u_sys",
-    "wrong_majority",
-    "wrong_unanimous",
-    "unparsed_rate",
-    "collapse_rate",
-)
+#: metrics where a higher value is better; every other one the tables analyse (the uncertainties, the
+#: consensus-on-wrong guard, unparsed answers, agents that collapsed) is better lower
+HIGHER_IS_BETTER = ("accuracy",)
 
 
 def seed_change_figure(changes: dict[str, dict[str, dict[str, Any]]]) -> Figure:
@@ -51,7 +43,7 @@ def seed_change_figure(changes: dict[str, dict[str, dict[str, Any]]]) -> Figure:
             ax.plot(c["per_seed"], [y + 0.25] * len(c["per_seed"]), "o", color="C1", ms=3.5, alpha=0.7)
             ax.plot([c["delta"]], [y], "D", color="black", ms=5)
         ax.axvline(0.0, color="0.3", lw=0.8, ls="--")
-        better = "lower is better" if metric in LOWER_IS_BETTER else "higher is better"
+        better = "higher is better" if metric in HIGHER_IS_BETTER else "lower is better"
         ax.set_title(f"{metric}\n({better})", fontsize=9)
         ax.set_xlabel("change over Standard MAD", fontsize=8)
         ax.tick_params(labelsize=8)
