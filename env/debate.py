@@ -318,22 +318,37 @@ def worst_case_prompt_tokens(
     encode: Callable[[list[dict[str, str]]], list[int]],
     reads_pool: bool = False,
 ) -> int:
-    """An upper bound on the tokens of any request of a debate of ``question``, completion included.
+    """An upper bound on the tokens of any request of a debate of ``question``, completion included: the
+    last round's (:func:`worst_case_round_tokens`)."""
+    return worst_case_round_tokens(task, question, config, encode, reads_pool)[-1]
 
-    The last round's conversation is the longest: the opening, then per earlier round the agent's own
-    answer and a message carrying the answers it reads: the n - 1 peers' latest, or with ``reads_pool``
-    (interventions) every response of every earlier round. It is rendered with empty answers (``encode``:
-    the backend's chat rendering) and each answer then counted at ``max_tokens``, plus the completion and
-    a few tokens per answer for merges at the seams.
+
+def worst_case_round_tokens(
+    task: Task,
+    question: Question,
+    config: DebateConfig,
+    encode: Callable[[list[dict[str, str]]], list[int]],
+    reads_pool: bool = False,
+) -> list[int]:
+    """Upper bounds on the tokens of each round's request of a debate of ``question``, completion included
+    (round 0 first; the most over the agents' profiles).
+
+    Round r's conversation is the opening, then per earlier round the agent's own answer and a message
+    carrying the answers it reads: the n - 1 peers' latest, or with ``reads_pool`` (interventions) every
+    response of every earlier round. It is rendered with empty answers (``encode``: the backend's chat
+    rendering) and each answer then counted at ``max_tokens``, plus the completion and a few tokens per
+    answer for merges at the seams.
     """
     n, T = config.n_agents, config.rounds
     env = DebateEnv(task, backend=None, config=config)  # type: ignore[arg-type]
-    longest, seen = 0, set()
+    widths, seen = [0] * (T + 1), set()
     for agent in config.agents or []:
         if (agent.profile, agent.sampling) in seen:
             continue
         seen.add((agent.profile, agent.sampling))
+        budget = (agent.sampling or config.sampling).max_tokens
         conv, answers = env._opening(question, agent), 1  # the completion
+        widths[0] = max(widths[0], len(encode(conv)) + answers * (budget + 4))
         for rnd in range(1, T + 1):
             if reads_pool:
                 reads = [Message(j % n, j // n, "") for j in range(n * rnd)]
@@ -342,6 +357,5 @@ def worst_case_prompt_tokens(
             conv.append({"role": "assistant", "content": ""})
             conv.append({"role": "user", "content": peer_message(task, question, reads, rnd)})
             answers += 1 + len(reads)
-        budget = (agent.sampling or config.sampling).max_tokens
-        longest = max(longest, len(encode(conv)) + answers * (budget + 4))
-    return longest
+            widths[rnd] = max(widths[rnd], len(encode(conv)) + answers * (budget + 4))
+    return widths

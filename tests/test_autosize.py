@@ -107,6 +107,11 @@ def test_the_workload_bound_of_a_config():
     # replay adds round(32 x 0.25 / 0.75) = 11 debates to size for, but no micro-batch to split into
     replay = TrainConfig(questions_per_iteration=32, n_agents=3, rounds=2, max_tokens=64, replay=True)
     assert Workload.bound(replay, world=2) == dataclasses.replace(bound, debates=22, splits=16)
+    # measured rows (the run's longest questions through its chat template) replace the fixed sizes
+    measured = Workload.bound(config, world=1, widths=[500, 1100, 1700])
+    assert measured == dataclasses.replace(bound, tokens=3300, width=1700)
+    with pytest.raises(ValueError, match="2 row widths for 3 rounds"):
+        Workload.bound(config, world=1, widths=[500, 1100])
 
 
 def test_auto_keeps_the_fixed_defaults_on_a_cpu():

@@ -284,6 +284,34 @@ def test_a_debate_that_can_outgrow_the_context_is_refused_before_the_model_loads
         Trainer(tiny_config(tokenizer_path, tmp_path / "run", **overrides))
 
 
+def test_the_context_check_measures_each_rounds_longest_row_for_the_memory_plan(tokenizer_path, tmp_path):
+    """check_context returns each round's longest request, completion included, over the run's longest
+    questions (what autosize sizes the update's rows for on a GPU): round 0 the opening through the chat
+    template plus one answer at max_tokens (+4 tokens at the seam); each later round adds the agent's own
+    answer, its two peers' and the new request."""
+    from transformers import AutoTokenizer
+
+    from udpo.config.groups import DebateArgs, ModelArgs, OptimizerArgs, RunArgs
+    from udpo.env.backends.chat import chat_prompt_ids
+    from udpo.env.debate import AgentSpec, DebateEnv
+    from udpo.training.data import agent_profiles, check_context, debate_config, load_training_data
+
+    config = tiny_config(tokenizer_path, tmp_path / "run", n_agents=3, rounds=2, max_tokens=32)
+    debate = config.group(DebateArgs)
+    data = load_training_data(debate, config.group(OptimizerArgs), config.group(RunArgs), calibrates=False)
+    widths = check_context(config.group(ModelArgs), debate, data.task, data.questions)
+    assert widths is not None and len(widths) == 3
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+    profile = agent_profiles(debate)[0]
+    agents = [AgentSpec(profile=p) for p in agent_profiles(debate)]
+    env = DebateEnv(data.task, backend=None, config=debate_config(debate, agents))  # type: ignore[arg-type]
+    openings = [
+        len(chat_prompt_ids(tokenizer, env._opening(q, AgentSpec(profile=profile)))) for q in data.questions
+    ]
+    assert widths[0] == max(openings) + 32 + 4
+    assert widths[1] - widths[0] > 3 * (32 + 4) and widths[2] - widths[1] > 3 * (32 + 4)
+
+
 def test_ablations_zero_their_terms_after_the_overrides(tiny_model, tmp_path):
     # alpha and beta calibrated on warm-up debates, then zeroed; gamma, lambda_, eta explicit
     explicit = {**EXPLICIT, "warmup_fraction": 0.1, "alpha": None, "beta": None}

@@ -20,9 +20,10 @@ The estimate counts what one micro-batch's backward finds alive, as measured ten
 Llama-type layer with LoRA adapters keeps for backward (:meth:`ModelShape.layer_bytes`), per scored token
 the fp32 copy of its logits that the log-softmax keeps, and the larger of two moments' temporaries: the
 log-softmax's backward over the busiest log-prob pass, or a layer's backward over the largest. It sizes for the worst debate
-(:meth:`Workload.bound`): every response ``max_tokens`` long and every round in a row of its own (an
-agent's rounds share a row only where the later prompt starts with the earlier round's tokens, which a
-re-tokenized history often breaks). Not counted: the allocator's slack, the optimizer's few LoRA
+(:meth:`Workload.bound`): every response ``max_tokens`` long, each round's prompt as long as the run's
+longest questions make it through the team's chat templates (measured before the model loads), and every
+round in a row of its own (an agent's rounds share a row only where the later prompt starts with the
+earlier round's tokens, which a re-tokenized history can break). Not counted: the allocator's slack, the optimizer's few LoRA
 tensors, and the logits of columns a pass scores for some rows only (see :func:`micro_batch_bytes`).
 """
 
@@ -173,16 +174,22 @@ class Workload:
     pass_rows: int = 8
 
     @classmethod
-    def bound(cls, config: Any, world: int) -> Workload:
+    def bound(cls, config: Any, world: int, widths: Sequence[int] | None = None) -> Workload:
         """The most a debate of ``config`` can hold: every round's response ``max_tokens`` long, every
-        agent reading all peers, each round in a row of its own (:func:`row_widths`), and the replayed
-        debates added to the fresh ones."""
+        agent reading all peers, each round in a row of its own, and the replayed debates added to the
+        fresh ones. ``widths``: each round's row measured on the run's longest questions with the team's
+        chat templates (:func:`udpo.training.data.check_context`); without them, :func:`row_widths`' fixed
+        prompt sizes."""
         from udpo.training.replay import replayed_count
 
         fresh = config.questions_per_iteration * config.debates_per_question
         replayed = replayed_count(fresh, config.replay_fraction) if config.replay else 0
         rounds = config.rounds + 1
-        widths = row_widths(rounds, config.n_agents, config.max_tokens)
+        if widths is not None and len(widths) != rounds:
+            raise ValueError(f"{len(widths)} row widths for {rounds} rounds")
+        widths = (
+            list(widths) if widths is not None else row_widths(rounds, config.n_agents, config.max_tokens)
+        )
         return cls(
             debates=math.ceil((fresh + replayed) / world),
             splits=max(1, fresh // world),
@@ -308,15 +315,20 @@ def decode_kept_bytes(config: Any, device: str) -> int:
 
 
 def resolve(
-    config: Any, models: Sequence[Any], world: int, device: str, share: float | None = None
+    config: Any,
+    models: Sequence[Any],
+    world: int,
+    device: str,
+    share: float | None = None,
+    widths: Sequence[int] | None = None,
 ) -> tuple[Any, UpdatePlan]:
     """``config`` with its auto update sizes filled in (a new config; explicit values untouched), and the
     plan. On a CUDA device they are sized from its free memory now (the least over the processes, which
     must split their work alike), for the largest of the team's base ``models``; with a ``share`` of the
     card (several runs on one GPU) from what is left of that share (:func:`udpo.gpu_share.usable_bytes`);
     elsewhere auto is ``CPU_DEFAULTS``. The decode buffers the rollouts keep (:func:`decode_kept_bytes`,
-    per base model) are set aside first. The resolved config is checked (:func:`check_sizes`). Every
-    process calls it."""
+    per base model) are set aside first. ``widths``: each round's row as measured for this run
+    (:meth:`Workload.bound`). The resolved config is checked (:func:`check_sizes`). Every process calls it."""
     explicit = {name: getattr(config, name) for name in CPU_DEFAULTS}
     if not device.startswith("cuda"):
         plan = UpdatePlan(
@@ -334,7 +346,7 @@ def resolve(
         shape = max((ModelShape.of(m) for m in models), key=lambda m: m.token_bytes(checkpointing=False))
         kept = len(models) * decode_kept_bytes(config, device)
         plan = dataclasses.replace(
-            plan_update(shape, Workload.bound(config, world), free, explicit, kept), share=share
+            plan_update(shape, Workload.bound(config, world, widths), free, explicit, kept), share=share
         )
     chosen = {name: getattr(plan, name) for name in CPU_DEFAULTS}
     resolved = dataclasses.replace(config, **chosen)

@@ -139,19 +139,25 @@ def debate_config(debate: DebateArgs, agents: list[AgentSpec]) -> DebateConfig:
     )
 
 
-def check_context(model: ModelArgs, debate: DebateArgs, task: Task, questions: Sequence[Question]) -> None:
+def check_context(
+    model: ModelArgs, debate: DebateArgs, task: Task, questions: Sequence[Question]
+) -> list[int] | None:
     """Refuse, before any model loads, a debate whose last round could outgrow the engine's context
-    (the prompt carries every earlier answer of the agent and its peers at up to max_tokens each)."""
+    (the prompt carries every earlier answer of the agent and its peers at up to max_tokens each). Returns
+    each round's longest request, completion included, over the longest questions and the team's tokenizers
+    (:func:`udpo.env.debate.worst_case_round_tokens`): the rows the update's memory plan sizes for; None for a
+    remote backend (no local tokenizer) or no questions."""
     from transformers import AutoConfig, AutoTokenizer
 
     from udpo.env.backends.chat import chat_prompt_ids
-    from udpo.env.debate import worst_case_prompt_tokens
+    from udpo.env.debate import worst_case_round_tokens
     from udpo.env.models import resolve_model
 
     if model.backend_capabilities.remote or not questions:
-        return  # a server's context is its own business
+        return None  # a server's context is its own business
     longest = sorted(questions, key=lambda q: len(task.prompt(q)), reverse=True)[:5]
     settings = debate_config(debate, [AgentSpec(profile=p) for p in agent_profiles(debate)])
+    widths = [0] * (debate.rounds + 1)
     for base in dict.fromkeys(model.agent_models or [model.model]):
         path = resolve_model(base)
         tokenizer = AutoTokenizer.from_pretrained(path)
@@ -162,19 +168,20 @@ def check_context(model: ModelArgs, debate: DebateArgs, task: Task, questions: S
         else:
             limit = getattr(AutoConfig.from_pretrained(path), "max_position_embeddings", None)
             name = f"{base}'s max_position_embeddings"
-        if not limit:
-            continue
         encode = partial(
             chat_prompt_ids, tokenizer, template_kwargs=mapping(debate.chat_template_kwargs) or None
         )
         for q in longest:
-            need = worst_case_prompt_tokens(
+            rounds = worst_case_round_tokens(
                 task, q, settings, encode, reads_pool=debate.protocol == "interventions"
             )
-            if need > limit:
+            widths = [max(a, b) for a, b in zip(widths, rounds, strict=True)]
+            need = rounds[-1]
+            if limit and need > limit:
                 raise ConfigError(
                     f"a debate of question {q.id} can reach {need} tokens (n_agents={debate.n_agents}, "
                     f"rounds={debate.rounds}, max_tokens={debate.max_tokens}: the last round carries every "
                     f"earlier answer), more than {name}={limit}; lower max_tokens or rounds"
                     + (", or raise vllm_max_model_len" if fixed else "")
                 )
+    return widths

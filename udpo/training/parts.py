@@ -91,7 +91,7 @@ def build_parts(
         config.group(RunArgs),
         calibrates=not config.coefficients_explicit,
     )
-    check_context(config.group(ModelArgs), config.group(DebateArgs), data.task, data.questions)
+    widths = check_context(config.group(ModelArgs), config.group(DebateArgs), data.task, data.questions)
     env.seed_initialization()  # identical initialization on every process
     policy = build_team(config, env, model, tokenizer, lora)
     critic = None
@@ -99,7 +99,7 @@ def build_parts(
         from udpo.algorithms.critic import Critic
 
         critic = Critic(policy)
-    config, plan = resolve(config, env, policy)
+    config, plan = resolve(config, env, policy, widths)
     env.seed_sampling()  # different sampling per process from here on
     updater = build_updater(config, env, data.total_iterations, policy, critic)
     rollouts = Rollouts(
@@ -175,13 +175,16 @@ def build_updater(
 
 
 def resolve(
-    config: TrainConfig, env: RunEnvironment, policy: MultiAgentPolicy
+    config: TrainConfig, env: RunEnvironment, policy: MultiAgentPolicy, widths: list[int] | None = None
 ) -> tuple[TrainConfig, autosize.UpdatePlan]:
     """``config`` resolved whole: the update's auto sizes measured on the loaded team and checked
-    (:func:`udpo.training.autosize.resolve`), announced on the main process and applied to the team; and
+    (:func:`udpo.training.autosize.resolve`; ``widths``: each round's longest row, from
+    :func:`udpo.training.data.check_context`), announced on the main process and applied to the team; and
     the plan behind the sizes."""
     models = list(policy.models.values())
-    resolved, plan = autosize.resolve(config, models, env.world, env.device, share=env.gpu_share)
+    resolved, plan = autosize.resolve(
+        config, models, env.world, env.device, share=env.gpu_share, widths=widths
+    )
     if env.main:
         auto = [k for k in autosize.CPU_DEFAULTS if getattr(config, k) is None]
         print(plan.describe(auto), file=sys.stderr)
