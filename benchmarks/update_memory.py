@@ -61,7 +61,8 @@ class Shape:
 
 SHAPES = {
     "1b": Shape(2048, 8192, 16, 32, 8, 128256, fake=True),  # Llama-3.2-1B
-    "1b-check": Shape(2048, 8192, 16, 32, 8, 2994, fake=True),  # the GPU check's (its tokenizer's vocabulary)
+    "1b-check": Shape(2048, 8192, 16, 32, 8, 1816, fake=True),  # the GPU check's vocabulary (2,994 before its
+    # tokenizer became word-level, 2026-11-28)
     "7b": Shape(4096, 11008, 32, 32, 32, 32000, tied=False, fake=True),  # Llama-2-7B
     "small-vocab": Shape(64, 256, 2, 4, 2, 32000),
     "small-layers": Shape(256, 1024, 4, 4, 2, 2000),

@@ -1,7 +1,15 @@
 """Build a model folder without the Hub: SmolLM2-135M's architecture (or Llama-3.2-1B's, ``--shape 1b``, or
-Llama-2-7B's, ``--shape 7b``) with random weights and a small BPE tokenizer trained here, with a ChatML chat
-template. The GPU check uses it on machines that hold no weights and reach no hub; its speed and memory are
-those of a 135M (1B, 7B) Llama (only the vocabulary is smaller).
+Llama-2-7B's, ``--shape 7b``) with random weights and a small word-level tokenizer trained here, with a
+ChatML chat template. The GPU check uses it on machines that hold no weights and reach no hub; its speed and
+memory are those of a 135M (1B, 7B) Llama (only the vocabulary is smaller).
+
+Word-level, so that the random model's debates have a real model's rows: any sequence of its tokens decodes
+to words separated by spaces that encode back to the same tokens, so each round's prompt starts with the
+earlier round's prompt and completion and the update scores an agent's rounds in one row. A byte-level
+BPE's random tokens do not survive decoding and re-encoding: with one, none of 288 rows packed and the
+update scored about 2.6x the positions of a real model's debates (docs/lab/measurements.md). Words outside
+the vocabulary (most of a task's prompt) read as ``unk``, an ordinary token, so they round-trip too; only
+the special tokens, dropped from a completion's text, break a round's prefix.
 
     python scripts/check_model.py OUT_DIR [--shape 135m|1b|7b] [--layers N] [--vocab 4096]
 
@@ -20,6 +28,9 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+#: the token of every word outside the vocabulary (a word, not a special token: it decodes and re-encodes as
+#: itself), and the chat roles, added to the corpus's words
+UNK, ROLES = "unk", ["system", "user", "assistant"]
 #: the architectures (LlamaConfig fields), with their number of layers; the 1B and 7B shapes are bf16
 SHAPES = {
     "135m": dict(hidden_size=576, intermediate_size=1536, num_attention_heads=9, num_key_value_heads=3),
@@ -70,19 +81,17 @@ def build_in_memory(
     tokenizer; ``folder`` gets the config and the tokenizer alone (no weights), and names the model
     (``name_or_path``), so that what reads the model's name finds its config and tokenizer there."""
     import torch
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
     from transformers import AutoModelForCausalLM, LlamaConfig, PreTrainedTokenizerFast
 
     folder = Path(folder)
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-    )
-    bpe.train_from_iterator(corpus(5000, seed), trainer=trainer)
+    words = Tokenizer(models.WordLevel(unk_token=UNK))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    trainer = trainers.WordLevelTrainer(vocab_size=vocab, special_tokens=SPECIAL)
+    # the roles and UNK as often as the corpus's most frequent words: a small vocab keeps them
+    words.train_from_iterator(corpus(5000, seed) + [" ".join([*ROLES, UNK])] * 5000, trainer=trainer)
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=bpe, bos_token="<|im_start|>", eos_token="<|im_end|>", pad_token="<|endoftext|>"
+        tokenizer_object=words, bos_token="<|im_start|>", eos_token="<|im_end|>", pad_token="<|endoftext|>"
     )
     tokenizer.chat_template = CHAT_TEMPLATE
     config = LlamaConfig(

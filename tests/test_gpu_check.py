@@ -128,6 +128,43 @@ def test_one_iteration_of_a_shape_built_in_memory_runs_on_cpu(tmp_path):
     assert "reference " in row.measured and f"{forward['passes']} log-prob passes" in row.measured
 
 
+def test_the_check_models_random_debates_pack_like_a_real_models(check_model, tmp_path):
+    """The check model's tokenizer is word-level so that any completion of the random model, decoded as the
+    hf backend decodes it (special tokens dropped) and put back into the conversation by the chat template,
+    re-encodes to the tokens generated: the next round's prompt starts with this round's prompt and
+    completion, and the update packs the rounds as it does a real model's (a byte-level BPE packed none)."""
+    import random
+
+    from udpo.env.backends.chat import chat_prompt_ids
+
+    _, tokenizer = check_model.build_in_memory(tmp_path / "m", 1, shape="135m", device="meta")
+    opening = [
+        {"role": "system", "content": "You are a careful calculator; show each step."},
+        {"role": "user", "content": "What is 417 + 385? Put the final answer in \\boxed{}."},
+    ]
+    first = chat_prompt_ids(tokenizer, opening)
+    assert tokenizer.convert_ids_to_tokens(first[:2]) == ["<|im_start|>", "system"]
+    eos = tokenizer.eos_token_id
+    specials = set(tokenizer.all_special_ids) - {eos}
+    rng = random.Random(0)
+
+    def packs(completion: list[int]) -> bool:
+        if eos in completion:  # generation stops at the end-of-turn token
+            completion = completion[: completion.index(eos) + 1]
+        text = tokenizer.decode(completion, skip_special_tokens=True)
+        reply = [
+            {"role": "assistant", "content": text},
+            {"role": "user", "content": "Others said 802. Again?"},
+        ]
+        following = chat_prompt_ids(tokenizer, opening + reply)
+        return following[: len(first) + len(completion)] == first + completion
+
+    words = [t for t in range(len(tokenizer)) if t not in specials]
+    assert all(packs(rng.choices(words, k=64)) for _ in range(200))  # no special token inside: every one
+    uniform = [packs(rng.choices(range(len(tokenizer)), k=64)) for _ in range(400)]
+    assert sum(uniform) / len(uniform) > 0.85  # a random model's: only a special token inside breaks it
+
+
 @pytest.mark.slow
 def test_a_shortened_study_plan_runs_on_two_workers_and_prints_its_wall_time(check_model, tmp_path):
     model = check_model.build(tmp_path / "model", layers=1)
