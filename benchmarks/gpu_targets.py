@@ -160,9 +160,14 @@ def profile_row(record: dict | None) -> Row:
             if "rows_per_pass" in forward
             else ""
         )
+        packed = (
+            f", {forward['rows']:,} rows for {forward['completions']:,} completions (rounds sharing a row)"
+            if forward.get("completions")
+            else ""
+        )
         parts.append(
             f"{forward['passes']} log-prob passes{limits}, {forward['positions']:,} positions "
-            f"({100 * forward['padding']:.0f}% padding)"
+            f"({100 * forward['padding']:.0f}% padding){packed}"
         )
     return Row(what, "; ".join(parts))
 

@@ -104,7 +104,8 @@ def profile_update(
         trainer.updater.scoring(),
     )  # reset by the update: its passes
     result["forward"] = {"passes": stats.passes, "positions": stats.positions, "tokens": stats.tokens,
-                         "padding": stats.padding, "empty_passes": stats.empty_passes,
+                         "padding": stats.padding, "empty_passes": stats.empty_passes, "rows": stats.rows,
+                         "completions": stats.completions,
                          "rows_per_pass": scoring["batch_size"], "positions_per_pass": scoring["token_budget"],
                          "micro_batches": trainer.updater.micro_batch_count}  # fmt: skip
     result["unprofiled_update_s"] = iteration_figures(train[1:] or train)["update"]

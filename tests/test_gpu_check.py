@@ -115,6 +115,8 @@ def test_one_iteration_of_a_shape_built_in_memory_runs_on_cpu(tmp_path):
     assert (forward["rows_per_pass"], forward["micro_batches"]) == (8, 1) and forward[
         "positions_per_pass"
     ] > 0
+    # the check model's random debates pack: fewer rows than completions (a row per completion: none shared)
+    assert 0 < forward["rows"] < forward["completions"]
     mm = next(op for op in profile["top_ops"] if op["name"] == "aten::mm")
     assert mm["count"] > 0 and mm["self_cpu_s"] > 0 and mm["self_device_s"] is None
     # a small trace comes back beside it, gzipped
@@ -251,7 +253,7 @@ def test_the_targets_table_compares_each_figure_with_its_goal_and_names_what_was
                           "update/backward/agent_0": {"host_s": 2.0, "device_s": 0.9},
                           "update/step": {"host_s": 0.05, "device_s": 0.01}},
                "forward": {"passes": 9, "positions": 150000, "tokens": 120000, "padding": 0.2, "rows_per_pass": 8,
-                           "positions_per_pass": 65536}}  # fmt: skip
+                           "positions_per_pass": 65536, "rows": 96, "completions": 288}}  # fmt: skip
     write(tmp_path, "update_profile_1b_n3", profile)
     (tmp_path / "update_7b.json").write_text("{not json")  # a file cut short: left out, not fatal
     log = (
@@ -281,7 +283,8 @@ def test_the_targets_table_compares_each_figure_with_its_goal_and_names_what_was
         "device busy 2.25 s of 9.00 s wall (75% idle; un-profiled 6.50 s); 41,000 kernel launches, "
         "1,200 host syncs (3.10 s); top op aten::mm 1.40 s (x5,200); host / device s: forward 2.50 / 0.45, "
         "backward 2.00 / 0.90, reference 0.50 / 0.30, step 0.05 / 0.01; 9 log-prob passes (at most 8 rows / "
-        "65,536 positions each), 150,000 positions (20% padding)"
+        "65,536 positions each), 150,000 positions (20% padding), 96 rows for 288 completions (rounds "
+        "sharing a row)"
     )
     failed = targets.profile_row({"error": "RuntimeError: CUPTI_ERROR_NOT_INITIALIZED"})
     assert failed.measured == "failed: RuntimeError: CUPTI_ERROR_NOT_INITIALIZED"  # the run itself is fine

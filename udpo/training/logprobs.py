@@ -21,23 +21,26 @@ MAX_PADDING = 0.1  # a row joins a log-prob forward pass only if the pass stays 
 
 @dataclass
 class ForwardStats:
-    """Log-prob forward passes so far: passes, positions computed (rows x longest row) and real tokens;
+    """Log-prob forward passes so far: passes, positions computed (rows x longest row) and real tokens,
+    rows and the completions scored in them (as many rows as completions: no round shared a row);
     empty_passes: the one-token passes run to match a busier process (``symmetric_passes``)."""
 
     passes: int = 0
     positions: int = 0
     tokens: int = 0
+    rows: int = 0
+    completions: int = 0
     empty_passes: int = 0
 
-    def add(self, positions: int, tokens: int) -> None:
-        self.passes, self.positions, self.tokens = (
-            self.passes + 1,
-            self.positions + positions,
-            self.tokens + tokens,
-        )
+    def add(self, positions: int, tokens: int, rows: int = 0, completions: int = 0) -> None:
+        self.passes += 1
+        self.positions += positions
+        self.tokens += tokens
+        self.rows += rows
+        self.completions += completions
 
     def reset(self) -> None:
-        self.passes = self.positions = self.tokens = self.empty_passes = 0
+        self.passes = self.positions = self.tokens = self.rows = self.completions = self.empty_passes = 0
 
     @property
     def padding(self) -> float:

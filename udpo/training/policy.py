@@ -395,7 +395,12 @@ class MultiAgentPolicy:
                     for (k, _, _), lp in zip([s for seq in chunk for s in seq.spans], logps, strict=True):
                         out[k] = lp
                     width = len(chunk[-1].ids)
-                    self.forward_stats.add(len(chunk) * width, sum(len(seq.ids) for seq in chunk))
+                    self.forward_stats.add(
+                        len(chunk) * width,
+                        sum(len(seq.ids) for seq in chunk),
+                        rows=len(chunk),
+                        completions=sum(len(seq.spans) for seq in chunk),
+                    )
                 # empty work: a one-token pass that adds zero to the result but takes part in backward
                 empty = PackedSequence([pad, pad], [(0, 1, 1)])
                 for _ in range(padding):
