@@ -311,18 +311,6 @@ class DebateEnv:
         )
 
 
-def worst_case_prompt_tokens(
-    task: Task,
-    question: Question,
-    config: DebateConfig,
-    encode: Callable[[list[dict[str, str]]], list[int]],
-    reads_pool: bool = False,
-) -> int:
-    """An upper bound on the tokens of any request of a debate of ``question``, completion included: the
-    last round's (:func:`worst_case_round_tokens`)."""
-    return worst_case_round_tokens(task, question, config, encode, reads_pool)[-1]
-
-
 def worst_case_round_tokens(
     task: Task,
     question: Question,
