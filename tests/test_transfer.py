@@ -4,7 +4,7 @@ plain operations they replace; the non-blocking GPU branch is checked where CUDA
 import pytest
 import torch
 
-from udpo.algorithms.transfer import host_floats, to_device
+from udpo.algorithms.transfer import host_floats, lists_to_device, to_device
 
 
 def test_host_floats_equals_item_for_each_value_and_keeps_the_order():
@@ -28,6 +28,14 @@ def test_to_device_on_the_cpu_returns_the_same_values_and_dtype():
     moved = to_device(t, "cpu")
     assert moved.dtype == torch.long and torch.equal(moved, t)
     assert torch.equal(to_device(torch.ones(2), torch.device("cpu")), torch.ones(2))
+
+
+def test_lists_to_device_gives_one_tensor_a_list_in_order_empty_ones_included():
+    out = lists_to_device([[1, 2], [], [3]], "cpu", torch.long)
+    assert [t.tolist() for t in out] == [[1, 2], [], [3]] and all(t.dtype == torch.long for t in out)
+    (half,) = lists_to_device([[0.5, -1.25]], torch.device("cpu"), torch.float32)
+    assert half.dtype == torch.float32 and half.tolist() == [0.5, -1.25]
+    assert lists_to_device([], "cpu", torch.float32) == []
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the GPU branch needs CUDA")

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from udpo.algorithms.transfer import host_floats, to_device
+from udpo.algorithms.transfer import host_floats, lists_to_device, to_device
 from udpo.config.groups import AlgorithmArgs, RewardArgs
 from udpo.env.trajectory import Trajectory, Turn
 
@@ -192,8 +192,7 @@ class RolloutBatch:
                     "log-probs; call fill_behavior_logprobs(batch, policy) before the first update"
                 )
             per_debate.append([x for lp in turns.behavior_logprobs for x in lp])
-        flat = torch.tensor([x for values in per_debate for x in values], dtype=torch.float32)
-        return list((flat if device is None else to_device(flat, device)).split([len(v) for v in per_debate]))
+        return lists_to_device(per_debate, "cpu" if device is None else device, torch.float32)
 
 
 @torch.no_grad()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from udpo.algorithms.transfer import to_device
+from udpo.algorithms.transfer import lists_to_device
 
 TOKEN_BUDGET = 4096  # default positions (rows x longest row) of one log-prob forward pass
 MAX_PADDING = 0.1  # a row joins a log-prob forward pass only if the pass stays at most this much padding
@@ -32,7 +32,7 @@ class ForwardStats:
     completions: int = 0
     empty_passes: int = 0
 
-    def add(self, positions: int, tokens: int, rows: int = 0, completions: int = 0) -> None:
+    def add(self, positions: int, tokens: int, rows: int, completions: int) -> None:
         self.passes += 1
         self.positions += positions
         self.tokens += tokens
@@ -120,7 +120,8 @@ def forward_logprobs(
     wanted = [[q for _, start, n in r.spans for q in range(start - 1, start + n - 1)] for r in rows]
     keep = sorted({q for w in wanted for q in w})
     column = {q: c for c, q in enumerate(keep)}
-    ids, keep_at, row_index, col_index, targets = index_tensors(
+    # built on the host, sent in one copy that does not block it: a pass never waits for those queued
+    ids, keep_at, row_index, col_index, targets = lists_to_device(
         [
             [tok for r in rows for tok in r.ids + [pad] * (width - len(r.ids))],
             keep,
@@ -129,6 +130,7 @@ def forward_logprobs(
             [r.ids[q + 1] for r, w in zip(rows, wanted, strict=True) for q in w],
         ],
         device,
+        torch.long,
     )
     logits = model(input_ids=ids.view(len(rows), width), logits_to_keep=keep_at, use_cache=False).logits
     picked = logits[row_index, col_index].float()
@@ -136,10 +138,3 @@ def forward_logprobs(
         picked = picked / temperature
     logp = picked.gather(-1, targets[:, None]).squeeze(-1) - torch.logsumexp(picked, dim=-1)
     return list(logp.split([n for r in rows for _, _, n in r.spans]))
-
-
-def index_tensors(lists: list[list[int]], device: str | torch.device) -> list[Tensor]:
-    """``lists`` as int64 tensors on ``device``, sent in one copy that does not block the host
-    (:func:`udpo.algorithms.transfer.to_device`): building a pass's inputs never waits for the passes queued."""
-    flat = to_device(torch.tensor([v for values in lists for v in values], dtype=torch.long), device)
-    return list(flat.split([len(values) for values in lists]))
