@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from train_helpers import start, tiny_config, write_recipe
 from udpo.cli import main
 from udpo.study.plan import CompareConfig
 from udpo.study.runner import DONE, format_progress, run_compare
-from udpo.training import run_lock
+from udpo.training import checkpointing, run_lock
 from udpo.training.run_lock import RunBusyError
 
 pytestmark = pytest.mark.slow  # each test holds a lock in another process
@@ -133,6 +134,81 @@ def test_compare_leaves_a_run_another_process_trains_to_it(tmp_path):
     assert not (config.run_dir("mappo", 0) / DONE).exists()
     assert (config.run_dir("udpo", 0) / DONE).exists() and (config.run_dir("rmaac", 0) / DONE).exists()
     assert not any("training now" in line for line in format_progress(config))
+
+
+OTHER_WORKER = """
+import json, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[2])
+from study_helpers import finished_run
+from udpo.study.plan import CompareConfig
+from udpo.study.runner import DONE, run_compare
+from udpo.training import checkpointing, run_lock
+
+def train(tc):  # the trainer's order: lock the folder, check it, train
+    with run_lock.held(tc.output_dir):
+        checkpointing.check_run_dir(tc, deepspeed=False, critic=False)
+        finished_run(Path(tc.output_dir), "udpo", [True, False], [True, True])
+        (Path(tc.output_dir) / DONE).unlink()  # the runner writes it, after the trainer
+        print("trained", flush=True)
+
+run_compare(CompareConfig(**json.loads(sys.argv[1])), train=train, progress=False)
+"""
+
+
+def test_a_run_another_worker_takes_while_this_one_loads_is_trained_once(tmp_path):
+    """Two ``udpo study`` workers reach the same run: this one has looked at it (not started, not done) and
+    is loading its trainer when the other looks. Before, the other trained the run whole in that time, and
+    this one's trainer then found a run it had not been told to resume and stopped the worker ("already
+    holds a run"; seen on the device check's 2-worker study). The look and the training are now one hold of
+    the run's lock: the other worker leaves the run to this one."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(json.dumps({"task": "arithmetic", "eval_questions": 2, "max_iterations": 1}))
+    plan = {"recipe": str(recipe), "methods": ["udpo"], "seeds": [0], "output_dir": str(tmp_path / "out")}
+    config = CompareConfig(**plan)
+    trained, other = [], []
+
+    def train(tc):  # this worker's trainer: while it loads, the other worker runs the plan
+        done = subprocess.run(
+            [sys.executable, "-c", OTHER_WORKER, json.dumps(plan), str(Path(__file__).parent)],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        other.append(done.stdout)
+        with run_lock.held(tc.output_dir):
+            checkpointing.check_run_dir(tc, deepspeed=False, critic=False)
+            trained.append(tc.resume)
+            finished_run(Path(tc.output_dir), "udpo", [True, False], [True, True])
+
+    run_compare(config, train=train, progress=False)
+    assert trained == [None] and config.recorded("udpo", 0)
+    assert "trained" not in other[0] and "left to the process that trains it" in other[0]
+    assert not run_lock.locked(config.run_dir("udpo", 0))
+
+
+def test_a_lent_lock_serves_its_own_thread_only_and_is_freed_with_the_hold(tmp_path):
+    run_dir = tmp_path / "run"
+    refused = []
+
+    def other_thread():  # flock: another open file of the same process is refused like another process
+        try:
+            run_lock.acquire(run_dir, patience=0.1).close()
+        except RunBusyError as e:
+            refused.append(str(e))
+
+    with run_lock.held(run_dir, lend=True):
+        borrowed = run_lock.acquire(run_dir, patience=0.1)  # the trainer the holder calls
+        assert isinstance(borrowed, run_lock.Borrowed)
+        borrowed.close()
+        assert run_lock.locked(run_dir)  # closing a borrowed handle keeps the hold
+        thread = threading.Thread(target=other_thread)
+        thread.start()
+        thread.join()
+        assert len(refused) == 1 and "being written by another process" in refused[0]
+    assert not run_lock.locked(run_dir)
+    # not lent: this thread's own second acquire waits like anyone's
+    with run_lock.held(run_dir), pytest.raises(RunBusyError):
+        run_lock.acquire(run_dir, patience=0.1)
 
 
 def test_compare_tables_are_written_by_one_process_at_a_time(tmp_path, monkeypatch):

@@ -33,12 +33,14 @@ def run_compare(
     records. ``train``: how one run trains (default :func:`udpo.training.trainer.train`). ``seeds``: train
     only these (e.g. one process per seed, side by side). A run with a record is done, even where its run
     folder is gone (trained on another machine). Started runs go first. Several compare processes may
-    share the work (one per core): a run another process is training (its folder is locked,
-    :mod:`udpo.training.run_lock`) is left to it. Returns the results, or None while some runs are not
-    done (other seeds, other processes) and when ``tables_when_done`` is false."""
+    share the work (one per core): a run another process holds (its folder is locked,
+    :mod:`udpo.training.run_lock`, from a worker's look at it to its record) is left to it. Returns the
+    results, or None while some runs are not done (other seeds, other processes) and when
+    ``tables_when_done`` is false."""
     from tqdm.auto import tqdm
 
     from udpo.training import checkpoint_store as ckpt
+    from udpo.training import run_lock
     from udpo.training.run_lock import RunBusyError
 
     chosen = config.seeds if seeds is None else list(seeds)
@@ -55,24 +57,29 @@ def run_compare(
     for i, (method, seed) in enumerate(bar, 1):
         run = config.run_dir(method, seed)
         bar.set_postfix_str(f"{method} seed {seed}")
-        if record_finished(config, method, seed):
+        if config.recorded(method, seed):  # (perhaps trained on another machine: no folder to lock)
             continue
-        tc = config.train_config(method, seed)
-        resumable = bool(ckpt.list_checkpoints(run))
-        if resumable:
-            tc.resume = "latest"
-        bar.write(
-            f"[{i}/{len(jobs)}] {method}, seed {seed}"
-            f"{' (resuming its latest checkpoint)' if resumable else ''}: {run}"
-        )
         try:
-            train(tc)
+            # the look at the run (done? started?), its training and its record: one hold of its lock, lent
+            # to the trainer, so that no other worker finishes or starts the run in between
+            with run_lock.held(run, lend=True, resume="the same command (it resumes the run)"):
+                if record_finished(config, method, seed):
+                    continue
+                tc = config.train_config(method, seed)
+                resumable = bool(ckpt.list_checkpoints(run))
+                if resumable:
+                    tc.resume = "latest"
+                bar.write(
+                    f"[{i}/{len(jobs)}] {method}, seed {seed}"
+                    f"{' (resuming its latest checkpoint)' if resumable else ''}: {run}"
+                )
+                train(tc)
+                last = max(eval_iterations(run), default=0)
+                write_json(run / DONE, {"method": method, "seed": seed, "final_eval": last})
+                record_finished(config, method, seed)
         except RunBusyError as e:
             bar.write(f"[{i}/{len(jobs)}] left to the process that trains it: {e}")
             continue
-        last = max(eval_iterations(run), default=0)
-        write_json(run / DONE, {"method": method, "seed": seed, "final_eval": last})
-        record_finished(config, method, seed)
         bar.write(f"[{i}/{len(jobs)}] recorded: {config.record_dir(method, seed)}")
     bar.close()
     if not config.tables_when_done or not config.all_recorded():

@@ -8,6 +8,11 @@ holder closes the file or exits, however it exits (SIGKILL included), so a kille
 stale lock behind and resumes as before. The file names its holder (pid and host) for the error and for
 ``udpo compare --status``; it stays in the folder after the run (removing it while another process may
 be opening it would let two processes lock two different files).
+
+A holder may lend its lock to what it calls in the same thread (:func:`held` with ``lend``): ``udpo
+study`` holds a run's folder from its look at the run (done? started?) to the run's record, and the trainer
+it calls inside takes the lock it was lent. So no other worker can finish or start the run between the
+look and the training.
 """
 
 from __future__ import annotations
@@ -15,26 +20,53 @@ from __future__ import annotations
 import fcntl
 import os
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO
+from typing import Protocol
 
 LOCK_FILE = ".lock"
+
+
+#: per thread, the folders whose locks it lends (:func:`held` with ``lend``), with how many holds lend each
+_lent = threading.local()
 
 
 class RunBusyError(RuntimeError):
     """Another process is writing the run folder."""
 
 
-def acquire(run_dir: str | os.PathLike, patience: float = 1.0, resume: str = "--resume latest") -> IO[str]:
+class LockHandle(Protocol):
+    """What :func:`acquire` returns: ``close()`` gives the lock back."""
+
+    def close(self) -> None: ...
+
+
+class Borrowed:
+    """A lock this thread was lent (:func:`held` with ``lend``): closing it leaves the lender's hold."""
+
+    def close(self) -> None:
+        pass
+
+
+def _lending() -> dict[Path, int]:
+    if not hasattr(_lent, "folders"):
+        _lent.folders = {}
+    return _lent.folders
+
+
+def acquire(run_dir: str | os.PathLike, patience: float = 1.0, resume: str = "--resume latest") -> LockHandle:
     """Lock ``run_dir`` (created if missing) for this process; returns the open lock file, whose
-    ``close()`` releases it. Raises :class:`RunBusyError` naming the holder when another process still
-    holds it after ``patience`` seconds (which also covers :func:`locked`'s momentary probe); ``resume``:
-    the flag that continues the holder's work, for the message."""
+    ``close()`` releases it, or a :class:`Borrowed` handle where this thread was lent the lock. Raises
+    :class:`RunBusyError` naming the holder when another process still holds it after ``patience``
+    seconds (which also covers :func:`locked`'s momentary probe); ``resume``: the flag that continues the
+    holder's work, for the message."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
+    if run_dir.resolve() in _lending():
+        return Borrowed()
     handle = (run_dir / LOCK_FILE).open("a+", encoding="utf-8")
     deadline = time.monotonic() + patience
     while True:
@@ -59,13 +91,22 @@ def acquire(run_dir: str | os.PathLike, patience: float = 1.0, resume: str = "--
 
 @contextmanager
 def held(
-    run_dir: str | os.PathLike, resume: str = "--resume latest", patience: float = 1.0
+    run_dir: str | os.PathLike, resume: str = "--resume latest", patience: float = 1.0, lend: bool = False
 ) -> Iterator[None]:
-    """Hold ``run_dir``'s lock for a block (:func:`acquire`)."""
+    """Hold ``run_dir``'s lock for a block (:func:`acquire`). ``lend``: inside the block this thread's own
+    :func:`acquire` of ``run_dir`` takes the held lock (a :class:`Borrowed` handle) instead of waiting
+    for it."""
     handle = acquire(run_dir, patience=patience, resume=resume)
+    folder, lending = Path(run_dir).resolve(), _lending()
+    if lend:
+        lending[folder] = lending.get(folder, 0) + 1
     try:
         yield
     finally:
+        if lend:
+            lending[folder] -= 1
+            if not lending[folder]:
+                del lending[folder]
         handle.close()
 
 
@@ -92,7 +133,7 @@ def holder(run_dir: str | os.PathLike) -> str | None:
     return text or None
 
 
-def acquire_on_main(run_dir: str | os.PathLike, main: bool) -> IO[str] | None:
+def acquire_on_main(run_dir: str | os.PathLike, main: bool) -> LockHandle | None:
     """The main process of a training run locks ``run_dir`` (:func:`acquire`); every process raises
     RunBusyError when another process holds it. Returns the main process's handle (None elsewhere)."""
     from udpo.training import distributed as dist
