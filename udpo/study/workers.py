@@ -1,8 +1,9 @@
 """Several processes sharing a study's runs (``udpo study PLAN --workers K``).
 
-Each worker is ``udpo study PLAN`` itself (its command line comes from the CLI): it trains the runs no other process is training (each run folder
-is locked while it trains, :mod:`udpo.training.run_lock`), records each as it finishes, and the worker that
-records the last run writes the tables. The thread count of each worker is set, not guessed: ``threads``
+Each worker is ``udpo study PLAN`` itself (its command line comes from the CLI): it trains the runs no
+other process is training (a worker locks a run's folder from its look at the run to the run's record,
+:mod:`udpo.training.run_lock`), records each as it finishes, and the worker that records the last run
+writes the tables. The thread count of each worker is set, not guessed: ``threads``
 torch threads (``UDPO_NUM_THREADS``, and ``OMP_NUM_THREADS`` for the libraries beside torch), by default
 the cores this process may use divided among the workers. When the workers' threads fit on those cores,
 worker k is pinned to cores of its own (as ``taskset`` would), so two workers never share a core; on one
