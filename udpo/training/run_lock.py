@@ -30,8 +30,14 @@ from typing import Protocol
 LOCK_FILE = ".lock"
 
 
-#: per thread, the folders whose locks it lends (:func:`held` with ``lend``), with how many holds lend each
-_lent = threading.local()
+class _Lent(threading.local):
+    """Per thread, the folders whose locks it lends (:func:`held` with ``lend``)."""
+
+    def __init__(self) -> None:
+        self.folders: set[Path] = set()
+
+
+_lent = _Lent()
 
 
 class RunBusyError(RuntimeError):
@@ -51,12 +57,6 @@ class Borrowed:
         pass
 
 
-def _lending() -> dict[Path, int]:
-    if not hasattr(_lent, "folders"):
-        _lent.folders = {}
-    return _lent.folders
-
-
 def acquire(run_dir: str | os.PathLike, patience: float = 1.0, resume: str = "--resume latest") -> LockHandle:
     """Lock ``run_dir`` (created if missing) for this process; returns the open lock file, whose
     ``close()`` releases it, or a :class:`Borrowed` handle where this thread was lent the lock. Raises
@@ -65,7 +65,7 @@ def acquire(run_dir: str | os.PathLike, patience: float = 1.0, resume: str = "--
     holder's work, for the message."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    if run_dir.resolve() in _lending():
+    if run_dir.resolve() in _lent.folders:
         return Borrowed()
     handle = (run_dir / LOCK_FILE).open("a+", encoding="utf-8")
     deadline = time.monotonic() + patience
@@ -97,16 +97,15 @@ def held(
     :func:`acquire` of ``run_dir`` takes the held lock (a :class:`Borrowed` handle) instead of waiting
     for it."""
     handle = acquire(run_dir, patience=patience, resume=resume)
-    folder, lending = Path(run_dir).resolve(), _lending()
-    if lend:
-        lending[folder] = lending.get(folder, 0) + 1
+    folder = Path(run_dir).resolve()
+    lends = lend and folder not in _lent.folders  # (a hold inside a lending one leaves the lending to it)
+    if lends:
+        _lent.folders.add(folder)
     try:
         yield
     finally:
-        if lend:
-            lending[folder] -= 1
-            if not lending[folder]:
-                del lending[folder]
+        if lends:
+            _lent.folders.discard(folder)
         handle.close()
 
 
