@@ -7,7 +7,8 @@
 One batch of ``rows`` chat prompts of about ``--prompt-tokens`` tokens, sampled at temperature 1 for
 ``--max-tokens`` new tokens through :class:`~udpo.env.backends.hf.HFBackend` (one ``generate`` call, as
 a debate round makes), once per decode path (``--paths``; see ``pick_decode``: auto is graph on CUDA,
-eager on CPU), each with ``--adapters`` random LoRA adapters (row k runs adapter k mod K: every call
+eager on CPU; ``graph_static`` is the graph with a compile per bucket shape, ``decode_shapes="static"``,
+beside the default's one compile for all), each with ``--adapters`` random LoRA adapters (row k runs adapter k mod K: every call
 mixes them) and with none. ``--bare-paths`` picks the paths also run without adapters
 (default: all of them). ``--anchor`` adds ``generate(cache_implementation="static")`` on the plain
 model (transformers compiles its decode step as a CUDA graph on GPU; on CPU it runs uncompiled), the
@@ -41,6 +42,8 @@ import check_model  # noqa: E402  (scripts/check_model.py)
 #: the trainer's default adapter shape
 LORA = {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
 ANCHOR = "generate(static)"
+#: the CUDA graph compiled per bucket shape (HFBackend's decode_shapes="static")
+STATIC_GRAPH = "graph_static"
 WORDS = [
     "what",
     "is",
@@ -85,15 +88,23 @@ def prompts(rows: int, n_tokens: int, seed: int) -> list[list[dict[str, str]]]:
     return out
 
 
-def load(model: str, dtype: torch.dtype, device: str, adapters: int, shape: str | None = None):
+def load(
+    model: str,
+    dtype: torch.dtype,
+    device: str,
+    adapters: int,
+    shape: str | None = None,
+    layers: int | None = None,
+):
     """The model, with ``adapters`` random LoRA adapters (non-zero B) named agent0, agent1, ...; the
     adapters' names. With a ``shape`` (scripts/check_model.py's), the model is that shape built in memory
-    on ``device`` (random weights; ``model``, a folder, gets its config and tokenizer alone)."""
+    on ``device`` (random weights, ``layers`` of them if given; ``model``, a folder, gets its config and
+    tokenizer alone)."""
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
     if shape is not None:
-        base = check_model.build_in_memory(model, shape=shape, device=device)[0].to(dtype).eval()
+        base = check_model.build_in_memory(model, layers, shape=shape, device=device)[0].to(dtype).eval()
     else:
         base = AutoModelForCausalLM.from_pretrained(resolve_model(model), dtype=dtype).to(device).eval()
     if not adapters:
@@ -130,7 +141,11 @@ def side_by_side(calls: dict[str, Callable[[], int]], repeats: int) -> dict[str,
 
 def backend_call(model, tokenizer, device, path, names, args) -> tuple[HFBackend, Callable[[], int]]:
     """An HFBackend decoding with ``path``, and one ``generate`` call of the batch through it (its tokens)."""
-    backend = HFBackend(model_obj=model, tokenizer=tokenizer, device=device, decode=path, max_batch=args.rows)
+    decode, shapes = ("graph", "static") if path == STATIC_GRAPH else (path, "dynamic")
+    backend = HFBackend(
+        model_obj=model, tokenizer=tokenizer, device=device, decode=decode, decode_shapes=shapes,
+        max_batch=args.rows,
+    )  # fmt: skip
     sampling = SamplingParams(temperature=1.0, max_tokens=args.max_tokens, seed=args.seed)
     slots = names or [None]
     requests = [
@@ -191,7 +206,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--adapters", type=int, default=3, help="LoRA adapters mixed over the rows (0: none)")
     parser.add_argument(
-        "--paths", default="eager,stacked", help="comma-separated: auto, eager, stacked, graph"
+        "--paths",
+        default="eager,stacked",
+        help=f"comma-separated: auto, eager, stacked, graph, {STATIC_GRAPH}",
     )
     parser.add_argument(
         "--bare-paths",

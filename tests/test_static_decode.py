@@ -238,13 +238,15 @@ def test_graph_decoding_matches_stacked_on_cuda(policy):
         model.to("cpu")
 
 
-def test_a_compiled_step_compiles_once_per_shape_across_debates_updates_evictions_and_runs(
-    policy, tokenizer_path, tmp_path
+@pytest.mark.parametrize(("shapes", "compiles"), [("dynamic", 1), ("static", 2)])
+def test_a_compiled_step_compiles_once_across_debates_updates_evictions_and_runs(
+    policy, tokenizer_path, tmp_path, shapes, compiles
 ):
     """What keeps a GPU run from recompiling (issue 50), checked with dynamo on CPU (the step compiled with
-    a counting backend: dynamo's guards are those of the CUDA-graph path): after the two bucket shapes of a
-    first debate are compiled, a second debate, an in-place adapter update, an eviction of each bucket at
-    the KV cap and its reallocation, and adapters stacked afresh all reuse the compiled code
+    a counting backend: dynamo's guards are those of the CUDA-graph path): a first debate meets two
+    buckets of other rows and columns, compiled once with dynamic shapes (the default) and once each with
+    static ones; then a second debate, an in-place adapter update, an eviction of each bucket at the KV
+    cap and its reallocation, and adapters stacked afresh all reuse the compiled code
     (``error_on_recompile``); an evicted bucket is freed (no compiled code holds it); a second run in the
     same process, after the first decoder is closed (dynamo reset), compiles afresh instead of
     recompiling against the first run's guards."""
@@ -269,14 +271,16 @@ def test_a_compiled_step_compiles_once_per_shape_across_debates_updates_eviction
     model = policy.models[policy.base_model]
     saved = [p.detach().clone() for p in policy.trainable_parameters()]
     # max_bytes 1: only the newest bucket is kept, so every change of shape evicts the other one
-    decoder = StaticDecoder(model, max_bytes=1, max_rows=8, compile_backend=count)
+    decoder = StaticDecoder(model, max_bytes=1, max_rows=8, compile_backend=count, shapes=shapes)
     try:
         debate(decoder, small)
         mask = weakref.ref(decoder.buffers[6, 64].mask)
-        debate(decoder, large)  # the second shape: compiled once, as a shape must be
+        debate(decoder, large)  # the second shape: no new compile with dynamic shapes, one with static
         gc.collect()
         assert list(decoder.buffers) == [(3, 96)] and mask() is None  # evicted, and freed
-        assert len(graphs) == 2 and len(decoder.stack.index) == 8  # the index at its largest from the start
+        assert (
+            len(graphs) == compiles and len(decoder.stack.index) == 8
+        )  # the index at its largest from the start
         with torch._dynamo.config.patch(error_on_recompile=True):
             debate(decoder, small)  # a second debate, its bucket allocated again
             with torch.no_grad():
@@ -287,16 +291,18 @@ def test_a_compiled_step_compiles_once_per_shape_across_debates_updates_eviction
             decoder.stack = None  # adapters stacked afresh (a reloaded adapter): new buffers, same shapes
             debate(decoder, large)
             debate(decoder, small, adapters=[None] * 8)  # no adapter on any row
-        assert len(graphs) == 2
+        assert len(graphs) == compiles
         decoder.close()
         # a second run in this process: another model and decoder; after the reset, no guard of the first
         # run's is left to fail, so its compile is a first one
         second = tiny_team_with_distinct_adapters(tmp_path / "second", tokenizer_path)
-        decoder = StaticDecoder(second.models[second.base_model], max_rows=8, compile_backend=count)
+        decoder = StaticDecoder(
+            second.models[second.base_model], max_rows=8, compile_backend=count, shapes=shapes
+        )
         with torch._dynamo.config.patch(error_on_recompile=True):
             debate(decoder, small)
             debate(decoder, small)
-        assert len(graphs) == 3
+        assert len(graphs) == compiles + 1
     finally:
         decoder.close()
         with torch.no_grad():
@@ -329,6 +335,28 @@ def graph_backend(tiny_model, tiny_lora_adapters, monkeypatch, error: Exception,
 
     monkeypatch.setattr(StaticDecoder, "__init__", init_as_on_cuda)
     return backend
+
+
+@pytest.mark.parametrize(("shapes", "dynamic"), [("dynamic", None), ("static", False)])
+def test_the_backends_decode_shapes_reach_the_compiled_step(tiny_model, shapes, dynamic, monkeypatch):
+    """``HFBackend(decode_shapes=...)`` (the recipe's ``hf_decode_shapes``) is how its graph step is
+    compiled: dynamic sizes where marked (``dynamic=None``), or every size specialized; a bad value is
+    refused when the backend is built, not at its first graph call."""
+    asked = []
+
+    def compile_recording(fn, **kwargs):
+        asked.append(kwargs)
+        return fn
+
+    backend = HFBackend(model=tiny_model, dtype="fp32", decode="stacked", decode_shapes=shapes)
+    backend.decode = "graph"
+    monkeypatch.setattr(torch, "compile", compile_recording)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    decoder = backend._decoder()
+    assert asked == [{"mode": "reduce-overhead", "dynamic": dynamic}]
+    assert decoder.graph and decoder.dynamic == (shapes == "dynamic")
+    with pytest.raises(ValueError, match="decode shapes must be one of dynamic, static, got 'both'"):
+        HFBackend(model="no/such-model", decode="stacked", decode_shapes="both")  # refused before loading
 
 
 def requests_for(adapters) -> list:
@@ -423,6 +451,40 @@ def test_switching_the_active_adapter_between_rollouts_recompiles_nothing(policy
         model.set_adapter(active)
 
 
+def test_a_step_compiled_with_dynamic_shapes_samples_the_eager_loops_tokens_in_every_bucket(policy):
+    """One compile (through AOTAutograd, which decomposes and functionalizes the step as inductor's
+    front end does, with the rows and KV columns symbolic) serves buckets of other rows and columns,
+    and each samples the eager loop's tokens; the cache layers report their keys' size as the mask's
+    length, the number they were built with."""
+    from torch._dynamo.backends.registry import lookup_backend
+
+    model = policy.models[policy.base_model]
+    pad = policy.tokenizer.pad_token_id
+    graphs: list = []
+
+    def aot_eager(graph, inputs):
+        graphs.append(graph)
+        return lookup_backend("aot_eager")(graph, inputs)
+
+    decoder = StaticDecoder(model, max_rows=8, compile_backend=aot_eager)
+    kwargs = dict(max_new_tokens=5, temperature=0.9, top_p=0.95, stops=set())
+    try:
+        for seed, lengths in enumerate([[4, 7, 5, 7, 3], [70, 66, 61], [9, 130], [6, 5, 4, 8, 7, 6, 5, 3]]):
+            ids, attention = batch(pad, lengths, seed=seed)
+            adapters = NAMES[: len(ids)] if len(ids) <= len(NAMES) else [*NAMES, "agent_1"]
+            assert_same(*both(model, decoder, seed, input_ids=ids, attention=attention, adapters=adapters,
+                              **kwargs))  # fmt: skip
+        assert sorted(decoder.buffers) == [(2, 192), (3, 96), (6, 64), (8, 64)]
+        assert len(graphs) == 1
+        for (rows, columns), buf in decoder.buffers.items():
+            assert {layer.get_mask_sizes(1) for layer in buf.cache.layers} == {(columns, 0)}
+            assert {(layer.keys.shape[0], layer.max_cache_len) for layer in buf.cache.layers} == {
+                (rows, columns)
+            }
+    finally:
+        decoder.close()
+
+
 def test_shape_count_by_hand():
     """Rows buckets 1, 2, 3, 4, 6 (fewest rows in each: 1, 2, 3, 4, 5) and column buckets 64, 96, 128
     (fewest columns: 1, 65, 97): 15 shapes; at most 200 positions in a call of several rows: one row any
@@ -450,8 +512,8 @@ def test_the_hf_backend_bounds_its_decoders_shapes_by_its_kv_cap(tiny_model, tin
 
 
 def test_a_shape_past_the_recompile_limit_decodes_uncompiled_and_says_so(policy, caplog):
-    """A decoder whose calls meet more bucket shapes than its recompile limit (one, here): the first shape
-    is compiled; the second meets the limit, warns once and decodes uncompiled, the same tokens as the
+    """A decoder compiling each shape on its own (``shapes="static"``) whose calls meet more bucket shapes
+    than its recompile limit (one, here): the first shape is compiled; the second meets the limit, warns once and decodes uncompiled, the same tokens as the
     eager loop; the first shape still runs its compiled code (no new graph); the limit applies to this
     step alone (dynamo's global setting is untouched)."""
     model = policy.models[policy.base_model]
@@ -462,7 +524,9 @@ def test_a_shape_past_the_recompile_limit_decodes_uncompiled_and_says_so(policy,
     small = batch(pad, [4, 7, 5, 7, 3], seed=0)  # bucket 6 x 64
     large = batch(pad, [70, 66, 61], seed=1)  # bucket 3 x 96
     limit = torch._dynamo.config.recompile_limit
-    decoder = StaticDecoder(model, max_rows=8, compile_backend=counting_backend(graphs, runs))
+    decoder = StaticDecoder(
+        model, max_rows=8, compile_backend=counting_backend(graphs, runs), shapes="static"
+    )
     assert decoder.shapes > 2
     decoder.shapes = 1
     compiled_steps = []

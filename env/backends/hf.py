@@ -25,7 +25,7 @@ from .attention import use_grouped_sdpa
 from .base import Backend, BackendError, ChatRequest, Completion, SamplingParams, ScoreRequest
 from .chat import chat_prompt_ids, prompt_ids_of
 from .decoding import RowKV, prefix_reuse_supported, sample
-from .static_decode import StaticDecoder
+from .static_decode import StaticDecoder, check_shapes
 
 log = logging.getLogger(__name__)
 
@@ -224,6 +224,9 @@ class HFBackend(Backend):
     eagerly; the choice is logged once. Where "auto" picked the graph and compiling or capturing it fails
     (a RuntimeError other than running out of memory), the call is made again stacked, uncompiled, and
     so are the later ones, with a warning naming the error (``decode="graph"`` raises it instead).
+    decode_shapes: how a compiled decode step treats the sizes of its buckets (rows, KV columns):
+    "dynamic", one compile for all of them (a new bucket records a CUDA graph), or "static", a compile
+    per bucket (:mod:`.static_decode`; ``benchmarks/decode.py`` measures both side by side).
     """
 
     name = "hf"
@@ -241,11 +244,13 @@ class HFBackend(Backend):
         chat_template_kwargs: dict | None = None,
         prefix_cache: bool = True,
         decode: str = "auto",
+        decode_shapes: str = "dynamic",
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from ..models import ModelNotFoundError, resolve_model
 
+        check_shapes(decode_shapes)  # before the model loads
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         if model_obj is None:
             path = resolve_model(model)
@@ -273,6 +278,7 @@ class HFBackend(Backend):
         self.prefix_cache = prefix_cache
         self.prefixes: PrefixStore | None = None  # inside reuse_prefixes()
         self.decode = pick_decode(decode, self.device)
+        self.decode_shapes = decode_shapes
         self._decode_auto = decode == "auto"
         self._static: StaticDecoder | None = None
         self._static_for: tuple | None = None  # (model id, adapters) the decoder was checked for
@@ -470,6 +476,7 @@ class HFBackend(Backend):
                     max_bytes=KEPT_KV_CALLS * self.kv_bytes,
                     max_rows=self.max_batch,
                     max_positions=int(self.kv_bytes // kv_bytes_per_token(self.model)),
+                    shapes=self.decode_shapes,
                 )
                 why = (
                     " (not graph: ZeRO-3 gathers the weights afresh for every rollout)"

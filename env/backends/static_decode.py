@@ -17,10 +17,15 @@ every step and changes its batch's shape as rows finish. Here a call's shapes ar
   CUDA graph and replayed; the adapters' stacked weights and the cache keep their storage, so new
   adapter weights (copied in place at each call) need no new capture. The step calls the model beneath
   the PEFT wrapper (its LoRA layers run the stacked adapters, selected by row index), so it reads no
-  ``active_adapter``: the trainer switching adapters between rollouts recompiles nothing. Each bucket
-  shape compiles once; dynamo's recompile limit is raised, for this step alone, to the number of
-  shapes the decoder can meet (:func:`shape_count`), and a shape past it decodes uncompiled with a
-  warning (:attr:`StaticDecoder.uncompiled`), never silently.
+  ``active_adapter``: the trainer switching adapters between rollouts recompiles nothing.
+- the step is compiled once for every bucket (``shapes="dynamic"``): its rows and KV columns are
+  symbolic sizes, and the cache reports its length from its keys' size (:func:`_sized`), not from the
+  integer it was built with, which dynamo would specialize on. A new bucket then records a CUDA graph
+  (a fraction of a second) instead of compiling (35-40 s at the 1B shape on an H200, and a debate's
+  rounds meet several column buckets). ``shapes="static"`` compiles each bucket's shape on its own.
+  Either way dynamo's recompile limit is raised, for this step alone, to the number of shapes the
+  decoder can meet (:func:`shape_count`), and a shape past it decodes uncompiled with a warning
+  (:attr:`StaticDecoder.uncompiled`), never silently.
 
 The prompt pass is the eager loop's (:func:`.decoding.prompt_pass`, variable shapes, not captured) with
 the stacked adapters; its keys and values are copied into the bucket's cache. Draws are the eager loop's
@@ -32,6 +37,7 @@ not the eager loop's (the hf backend seeds each call when a seed is given).
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -52,6 +58,14 @@ SYNC_EVERY = 8
 MIN_COLUMNS = 64
 #: what dynamo raises at its recompile limit when told to (``torch._dynamo.exc``; renamed in torch 2.7)
 LIMIT_ERRORS = ("FailOnRecompileLimitHit", "FailOnCacheLimitHit")
+#: how a compiled step treats the buckets' sizes (:class:`StaticDecoder`'s ``shapes``)
+SHAPES = ("dynamic", "static")
+
+
+def check_shapes(shapes: str) -> None:
+    """Raise ValueError unless ``shapes`` is one of :data:`SHAPES`."""
+    if shapes not in SHAPES:
+        raise ValueError(f"decode shapes must be one of {', '.join(SHAPES)}, got {shapes!r}")
 
 
 def bucket(n: int, smallest: int = 1) -> int:
@@ -96,6 +110,35 @@ def _cache_tensors(cache: Any) -> list[torch.Tensor]:
     return [t for layer in cache.layers for t in vars(layer).values() if isinstance(t, torch.Tensor)]
 
 
+def _sized(cache: Any) -> bool:
+    """Make each layer of a transformers ``StaticCache`` report its length (what the attention mask is
+    built for) as its keys' size, a tensor size that a compiled step can hold symbolic, instead of the
+    ``max_cache_len`` integer it was built with, equal to it, on which dynamo specializes (a compile per
+    length). Whether every layer is a plain full-attention ``StaticLayer``, the only kind changed."""
+    from transformers.cache_utils import StaticLayer
+
+    sized = _sized_layer()
+    if not all(type(layer) in (StaticLayer, sized) for layer in cache.layers):
+        return False
+    for layer in cache.layers:
+        layer.__class__ = sized
+    return True
+
+
+@functools.cache
+def _sized_layer() -> type:
+    """A ``StaticLayer`` whose mask length is its keys' size (:func:`_sized`); made on first use, so that
+    importing this module does not import transformers."""
+    from transformers.cache_utils import StaticLayer
+
+    class SizedLayer(StaticLayer):
+        def get_mask_sizes(self, *args: Any, **kwargs: Any) -> tuple[Any, int]:
+            _, offset = super().get_mask_sizes(*args, **kwargs)
+            return self.keys.shape[2], offset
+
+    return SizedLayer
+
+
 @dataclass
 class _Buffers:
     """One shape's fixed inputs: the static cache, its 0/1 mask ``[rows, columns]``, the fed tokens and
@@ -106,6 +149,19 @@ class _Buffers:
     tokens: torch.Tensor
     positions: torch.Tensor
     nbytes: int
+
+
+def _symbolic(buf: _Buffers) -> None:
+    """Mark a bucket's rows and KV columns as sizes a compiled step holds symbolic (one compile serves
+    every bucket; ``maybe_``: a size the step must specialize, a single row say, is specialized, not an
+    error)."""
+    for t in (buf.mask, buf.tokens, buf.positions):
+        torch._dynamo.maybe_mark_dynamic(t, 0)
+    torch._dynamo.maybe_mark_dynamic(buf.mask, 1)
+    for layer in buf.cache.layers:
+        for t in (layer.keys, layer.values):
+            torch._dynamo.maybe_mark_dynamic(t, 0)
+            torch._dynamo.maybe_mark_dynamic(t, 2)
 
 
 class StaticDecoder:
@@ -119,7 +175,8 @@ class StaticDecoder:
     columns a call of several rows holds (the hf backend's KV cap; None: no bound), which with
     ``max_rows`` and the model's context length bounds the shapes a compiled step compiles for
     (:attr:`shapes`, its recompile limit). A shape past that limit decodes uncompiled (listed in
-    :attr:`uncompiled`, with a warning).
+    :attr:`uncompiled`, with a warning). shapes: "dynamic" (one compile for every bucket: rows and KV
+    columns symbolic) or "static" (a compile per bucket); see the module docstring.
 
     A compiled step never recompiles for a buffer it has seen the shape of: every buffer it reads is
     marked static without an identity guard (:func:`.stacked._static`), so a bucket evicted at
@@ -135,9 +192,11 @@ class StaticDecoder:
         max_rows: int = 1,
         compile_backend: str | Callable | None = None,
         max_positions: int | None = None,
+        shapes: str = "dynamic",
     ):
         if graph and not torch.cuda.is_available():
             raise ValueError("graph decoding needs CUDA")
+        check_shapes(shapes)
         self.model = model
         # what the compiled step calls: the model beneath a PEFT wrapper (whose forward reads the active
         # adapter, which dynamo then guards on); its LoRA layers run the stacked adapters by row index
@@ -147,12 +206,15 @@ class StaticDecoder:
         self.buffers: dict[tuple[int, int], _Buffers] = {}  # (rows, columns) -> buffers, oldest first
         self.stack: StackedAdapters | None = None
         self.step: Callable[[_Buffers], torch.Tensor] = self._forward
+        # dynamic=None: the sizes marked dynamic in _buffers are symbolic, the others specialized
+        dynamic = None if shapes == "dynamic" else False
         if graph:
-            self.step = torch.compile(self._forward, mode="reduce-overhead", dynamic=False)
+            self.step = torch.compile(self._forward, mode="reduce-overhead", dynamic=dynamic)
         elif compile_backend is not None:
-            self.step = torch.compile(self._forward, backend=compile_backend, dynamic=False)
+            self.step = torch.compile(self._forward, backend=compile_backend, dynamic=dynamic)
         self.graph = graph
         self.compiled = graph or compile_backend is not None
+        self.dynamic = self.compiled and shapes == "dynamic"
         #: the bucket shapes calls can meet: the compiled step's recompile limit
         self.shapes = shape_count(max_rows, context_length(model), max_positions)
         #: shapes that met dynamo's recompile limit all the same and decode uncompiled
@@ -242,6 +304,8 @@ class StaticDecoder:
             # with torch's default guard, which differs between versions: marked again here)
             for t in (buf.mask, buf.tokens, buf.positions, *_cache_tensors(cache)):
                 _static(t)
+            if self.dynamic and _sized(cache):
+                _symbolic(buf)
         self.buffers[key] = buf  # the newest last
         while sum(b.nbytes for b in self.buffers.values()) > self.max_bytes and len(self.buffers) > 1:
             self.buffers.pop(next(iter(self.buffers)))

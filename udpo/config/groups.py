@@ -131,6 +131,12 @@ class ModelArgs:
         "batch), stacked (all rows in one fixed-shape step, adapters stacked) or graph (stacked, replayed "
         "as a CUDA graph; CUDA only).",
     )
+    hf_decode_shapes: Literal["dynamic", "static"] = _f(
+        "dynamic",
+        "hf backend, graph decoding: dynamic compiles the decode step once for every batch and KV-cache "
+        "bucket (a new bucket records a CUDA graph); static compiles each bucket's shape on its own (tens "
+        "of seconds each at 1B).",
+    )
     vllm_gpu_memory_utilization: float | None = _f(
         None,
         "vLLM: share of GPU memory for weights and KV cache (training default 0.3: the engine shares "

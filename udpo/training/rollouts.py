@@ -96,6 +96,7 @@ class Rollouts:
                 max_batch=max(debate.debate_batch_size * debate.n_agents, 1),
                 chat_template_kwargs=template_kwargs,
                 decode=cfg.hf_decode,
+                decode_shapes=cfg.hf_decode_shapes,
             )
         from udpo.env.backends import backend_from_settings
         from udpo.env.models import resolve_model
