@@ -21,8 +21,8 @@ every step and changes its batch's shape as rows finish. Here a call's shapes ar
 - the step is compiled once for every bucket (``shapes="dynamic"``): its rows and KV columns are
   symbolic sizes, and the cache reports its length from its keys' size (:func:`_sized`), not from the
   integer it was built with, which dynamo would specialize on. A new bucket then records a CUDA graph
-  (a fraction of a second) instead of compiling (35-40 s at the 1B shape on an H200, and a debate's
-  rounds meet several column buckets). ``shapes="static"`` compiles each bucket's shape on its own.
+  instead of compiling (25-40 s a bucket at the 1B shape on an H200, and a run meets several buckets of
+  rows and columns). ``shapes="static"`` compiles each bucket's shape on its own.
   Either way dynamo's recompile limit is raised, for this step alone, to the number of shapes the
   decoder can meet (:func:`shape_count`), and a shape past it decodes uncompiled with a warning
   (:attr:`StaticDecoder.uncompiled`), never silently.
@@ -112,9 +112,9 @@ def _cache_tensors(cache: Any) -> list[torch.Tensor]:
 
 def _sized(cache: Any) -> bool:
     """Make each layer of a transformers ``StaticCache`` report its length (what the attention mask is
-    built for) as its keys' size, a tensor size that a compiled step can hold symbolic, instead of the
-    ``max_cache_len`` integer it was built with, equal to it, on which dynamo specializes (a compile per
-    length). Whether every layer is a plain full-attention ``StaticLayer``, the only kind changed."""
+    built for) as its keys' size, which a compiled step can hold symbolic, instead of the same number as
+    the ``max_cache_len`` integer it was built with, on which dynamo specializes (a compile per length).
+    Returns whether every layer is a plain full-attention ``StaticLayer``, the only kind changed."""
     from transformers.cache_utils import StaticLayer
 
     sized = _sized_layer()
