@@ -198,28 +198,49 @@ def test_the_decode_path_is_picked_by_device():
         pick_decode("fast", "cpu")
 
 
-def test_backend_debates_alike_on_both_paths(tiny_model, tiny_lora_adapters):
-    """A 2-round debate through the backend (prefix cache on, shared round-0 prompts) with decode eager
-    and stacked: the same turns."""
+def test_backend_debates_alike_on_every_path(tiny_model, tiny_lora_adapters, monkeypatch):
+    """A 2-round debate of two questions through the backend (prefix cache on, shared round-0 prompts)
+    with decode eager, stacked, and stacked with its step compiled as the graph path compiles it (dynamic
+    shapes; through AOTAutograd on a CPU): the same turns, and the compiled step compiled once for the
+    debate's buckets."""
     from test_prefix_cache import debate
+    from torch._dynamo.backends.registry import lookup_backend
 
     from udpo.env.backends import SamplingParams
     from udpo.env.tasks.arithmetic import Arithmetic
 
-    runs = []
-    for mode in ("eager", "stacked"):
-        backend = HFBackend(model=tiny_model, dtype="fp32", decode=mode)
+    graphs: list = []
+
+    def aot_eager(graph, inputs):
+        graphs.append(graph)
+        return lookup_backend("aot_eager")(graph, inputs)
+
+    build = StaticDecoder.__init__
+    runs, buckets = [], []
+    for mode in ("eager", "stacked", "compiled"):
+        backend = HFBackend(model=tiny_model, dtype="fp32", decode="eager" if mode == "eager" else "stacked")
         for name, path in tiny_lora_adapters.items():
             backend.load_adapter(name, path)
         sampling = SamplingParams(temperature=0.8, top_p=0.95, max_tokens=10, seed=7)
-        runs.append(debate(backend, sampling, Arithmetic().load("test", seed=0)[:1], prefix_cache=True))
-        assert (backend._static is not None) == (mode == "stacked")
+        with monkeypatch.context() as m:
+            if mode == "compiled":
+                m.setattr(
+                    StaticDecoder,
+                    "__init__",
+                    lambda self, *a, **k: build(self, *a, **k, compile_backend=aot_eager),
+                )
+            runs.append(debate(backend, sampling, Arithmetic().load("test", seed=0)[:2], prefix_cache=True))
+        assert (backend._static is not None) == (mode != "eager")
+        if mode == "compiled":
+            buckets = list(backend._static.buffers)
         backend.close()
-    for e, s in zip(*runs, strict=True):
-        for e_turns, s_turns in zip(e.turns, s.turns, strict=True):
-            for et, st in zip(e_turns, s_turns, strict=True):
-                assert st.completion_ids == et.completion_ids
-                assert st.logprobs == pytest.approx(et.logprobs, abs=2e-5)
+    assert len(buckets) >= 2 and len(graphs) == 1  # the rounds' buckets, one compile
+    for e, *others in zip(*runs, strict=True):
+        for other in others:
+            for e_turns, o_turns in zip(e.turns, other.turns, strict=True):
+                for et, ot in zip(e_turns, o_turns, strict=True):
+                    assert ot.completion_ids == et.completion_ids
+                    assert ot.logprobs == pytest.approx(et.logprobs, abs=2e-5)
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="graph capture needs CUDA")
