@@ -59,6 +59,28 @@ def assert_same(eager, stacked) -> None:
         assert s.logprobs == pytest.approx(e.logprobs, abs=2e-5)
 
 
+def counting_backend(graphs: list, runs: list | None = None, through: str | None = None):
+    """A ``torch.compile`` backend that records each graph dynamo hands it and runs it uncompiled, or
+    compiled by the backend ``through`` names ("aot_eager": AOTAutograd's decomposed, functionalized
+    graph, the front end inductor compiles); each run of a graph appended to ``runs``: its index in
+    ``graphs``."""
+    from torch._dynamo.backends.registry import lookup_backend
+
+    def count(graph, inputs):
+        graphs.append(graph)
+        index = len(graphs) - 1
+        run = graph.forward if through is None else lookup_backend(through)(graph, inputs)
+
+        def forward(*args):
+            if runs is not None:
+                runs.append(index)
+            return run(*args)
+
+        return forward
+
+    return count
+
+
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_stacked_adapters_give_the_logits_of_peft_per_row_dispatch(request, dtype):
     """On both numeric paths, to the rounding of the dtype (:func:`tiny_models.logit_tolerance`)."""
@@ -158,12 +180,8 @@ def test_the_compiled_step_is_one_graph_across_calls_and_adapter_updates(policy)
     updated adapter weights reuse it (no recompilation, hence no recapture)."""
     model = policy.models[policy.base_model]
     pad = policy.tokenizer.pad_token_id
-    graphs = []
-
-    def count(graph, inputs):
-        graphs.append(graph)
-        return graph.forward
-
+    graphs: list = []
+    count = counting_backend(graphs)
     decoder = StaticDecoder(model)
     decoder.step = torch.compile(decoder._forward, backend=count, fullgraph=True, dynamic=False)
     kwargs = dict(max_new_tokens=5, temperature=1.0, top_p=1.0, stops=set())
@@ -204,17 +222,12 @@ def test_backend_debates_alike_on_every_path(tiny_model, tiny_lora_adapters, mon
     shapes; through AOTAutograd on a CPU): the same turns, and the compiled step compiled once for the
     debate's buckets."""
     from test_prefix_cache import debate
-    from torch._dynamo.backends.registry import lookup_backend
 
     from udpo.env.backends import SamplingParams
     from udpo.env.tasks.arithmetic import Arithmetic
 
     graphs: list = []
-
-    def aot_eager(graph, inputs):
-        graphs.append(graph)
-        return lookup_backend("aot_eager")(graph, inputs)
-
+    aot_eager = counting_backend(graphs, through="aot_eager")
     build = StaticDecoder.__init__
     runs, buckets = [], []
     for mode in ("eager", "stacked", "compiled"):
@@ -275,12 +288,8 @@ def test_a_compiled_step_compiles_once_across_debates_updates_evictions_and_runs
     import weakref
 
     pad = policy.tokenizer.pad_token_id
-    graphs = []
-
-    def count(graph, inputs):
-        graphs.append(graph)
-        return graph.forward
-
+    graphs: list = []
+    count = counting_backend(graphs)
     kwargs = dict(max_new_tokens=4, temperature=1.0, top_p=1.0, stops=set())
     small = batch(pad, [4, 7, 5, 7, 3], seed=0)  # 5 rows: bucket 6 x 64 columns
     large = batch(pad, [70, 66, 61], seed=1)  # 3 rows x 74 columns: bucket 3 x 96
@@ -430,24 +439,6 @@ def test_a_graph_asked_for_or_out_of_memory_stays_an_error(
     assert backend.decode == "graph"
 
 
-def counting_backend(graphs: list, runs: list | None = None):
-    """A ``torch.compile`` backend that records each graph dynamo hands it and runs it uncompiled (each
-    run of a compiled graph appended to ``runs``: its index in ``graphs``)."""
-
-    def count(graph, inputs):
-        graphs.append(graph)
-        index = len(graphs) - 1
-
-        def forward(*args):
-            if runs is not None:
-                runs.append(index)
-            return graph.forward(*args)
-
-        return forward
-
-    return count
-
-
 def test_switching_the_active_adapter_between_rollouts_recompiles_nothing(policy):
     """The trainer's update makes each agent's adapter the PEFT model's active one in turn
     (``MultiAgentPolicy._set_active``); the compiled decode step reads no ``active_adapter`` (on an H200
@@ -477,16 +468,10 @@ def test_a_step_compiled_with_dynamic_shapes_samples_the_eager_loops_tokens_in_e
     front end does, with the rows and KV columns symbolic) serves buckets of other rows and columns,
     and each samples the eager loop's tokens; the cache layers report their keys' size as the mask's
     length, the number they were built with."""
-    from torch._dynamo.backends.registry import lookup_backend
-
     model = policy.models[policy.base_model]
     pad = policy.tokenizer.pad_token_id
     graphs: list = []
-
-    def aot_eager(graph, inputs):
-        graphs.append(graph)
-        return lookup_backend("aot_eager")(graph, inputs)
-
+    aot_eager = counting_backend(graphs, through="aot_eager")
     decoder = StaticDecoder(model, max_rows=8, compile_backend=aot_eager)
     kwargs = dict(max_new_tokens=5, temperature=0.9, top_p=0.95, stops=set())
     try:
