@@ -8,8 +8,8 @@ One batch of ``rows`` chat prompts of about ``--prompt-tokens`` tokens, sampled 
 ``--max-tokens`` new tokens through :class:`~udpo.env.backends.hf.HFBackend` (one ``generate`` call, as
 a debate round makes), once per decode path (``--paths``; see ``pick_decode``: auto is graph on CUDA,
 eager on CPU; ``graph_static`` is the graph with a compile per bucket shape, ``decode_shapes="static"``,
-beside the default's one compile for all), each with ``--adapters`` random LoRA adapters (row k runs adapter k mod K: every call
-mixes them) and with none. ``--bare-paths`` picks the paths also run without adapters
+beside the default's one compile for all), each with ``--adapters`` random LoRA adapters (row k runs
+adapter k mod K: every call mixes them) and with none. ``--bare-paths`` picks the paths also run without adapters
 (default: all of them). ``--anchor`` adds ``generate(cache_implementation="static")`` on the plain
 model (transformers compiles its decode step as a CUDA graph on GPU; on CPU it runs uncompiled), the
 figure the GPU path is measured against.
