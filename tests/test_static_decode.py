@@ -466,8 +466,9 @@ def test_switching_the_active_adapter_between_rollouts_recompiles_nothing(policy
 def test_a_step_compiled_with_dynamic_shapes_samples_the_eager_loops_tokens_in_every_bucket(policy):
     """One compile (through AOTAutograd, which decomposes and functionalizes the step as inductor's
     front end does, with the rows and KV columns symbolic) serves buckets of other rows and columns,
-    and each samples the eager loop's tokens; the cache layers report their keys' size as the mask's
-    length, the number they were built with."""
+    and each samples the eager loop's tokens; a single row is a second compile (dynamo specializes a
+    size of 1), for any columns; the cache layers report their keys' size as the mask's length, the
+    number they were built with."""
     model = policy.models[policy.base_model]
     pad = policy.tokenizer.pad_token_id
     graphs: list = []
@@ -475,13 +476,14 @@ def test_a_step_compiled_with_dynamic_shapes_samples_the_eager_loops_tokens_in_e
     decoder = StaticDecoder(model, max_rows=8, compile_backend=aot_eager)
     kwargs = dict(max_new_tokens=5, temperature=0.9, top_p=0.95, stops=set())
     try:
-        for seed, lengths in enumerate([[4, 7, 5, 7, 3], [70, 66, 61], [9, 130], [6, 5, 4, 8, 7, 6, 5, 3]]):
+        calls = [[4, 7, 5, 7, 3], [70, 66, 61], [9, 130], [6, 5, 4, 8, 7, 6, 5, 3], [5], [70]]
+        for seed, lengths in enumerate(calls):
             ids, attention = batch(pad, lengths, seed=seed)
             adapters = NAMES[: len(ids)] if len(ids) <= len(NAMES) else [*NAMES, "agent_1"]
             assert_same(*both(model, decoder, seed, input_ids=ids, attention=attention, adapters=adapters,
                               **kwargs))  # fmt: skip
-        assert sorted(decoder.buffers) == [(2, 192), (3, 96), (6, 64), (8, 64)]
-        assert len(graphs) == 1
+        assert sorted(decoder.buffers) == [(1, 64), (1, 96), (2, 192), (3, 96), (6, 64), (8, 64)]
+        assert len(graphs) == 2
         for (rows, columns), buf in decoder.buffers.items():
             assert {layer.get_mask_sizes(1) for layer in buf.cache.layers} == {(columns, 0)}
             assert {(layer.keys.shape[0], layer.max_cache_len) for layer in buf.cache.layers} == {
