@@ -18,8 +18,8 @@ every step and changes its batch's shape as rows finish. Here a call's shapes ar
   adapter weights (copied in place at each call) need no new capture. The step calls the model beneath
   the PEFT wrapper (its LoRA layers run the stacked adapters, selected by row index), so it reads no
   ``active_adapter``: the trainer switching adapters between rollouts recompiles nothing.
-- the step is compiled once for every bucket (``shapes="dynamic"``): its rows and KV columns are
-  symbolic sizes, and the cache reports its length from its keys' size (:func:`_sized`), not from the
+- the step is compiled once for every bucket (``shapes="dynamic"``; once more for a single row, a size
+  dynamo specializes): its rows and KV columns are symbolic sizes, and the cache reports its length from its keys' size (:func:`_sized`), not from the
   integer it was built with, which dynamo would specialize on. A new bucket then records a CUDA graph
   instead of compiling (25-40 s a bucket at the 1B shape on an H200, and a run meets several buckets of
   rows and columns). ``shapes="static"`` compiles each bucket's shape on its own.
