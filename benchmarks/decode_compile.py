@@ -50,22 +50,19 @@ def timed(call, **kwargs) -> float:
 def warm_up(device: str) -> None:
     """Compile and run a small function as the step is compiled (the compiler's start-up paid here)."""
     x = torch.ones(64, 64, device=device)
-    if device == "cuda":
-        step = torch.compile(lambda t: (t @ t).relu().sum(-1), mode="reduce-overhead")
-    else:
-        step = torch.compile(lambda t: (t @ t).relu().sum(-1), backend="inductor")
+    how = {"mode": "reduce-overhead"} if device == "cuda" else {"backend": "inductor"}
+    step = torch.compile(lambda t: (t @ t).relu().sum(-1), **how)
     for _ in range(3):
         step(x)
     torch._dynamo.reset()
 
 
-def passes(model, names: list[str], args, shapes: str) -> dict:
-    """Two passes over the widths through a decoder compiling with ``shapes``: each call's seconds, and
+def passes(model, names: list[str], args, shapes: str, device: str) -> dict:
+    """Two passes over the calls through a decoder compiling with ``shapes``: each call's seconds, and
     the graphs dynamo compiled."""
     from torch._dynamo.utils import counters
 
-    cuda = torch.cuda.is_available()
-    device = "cuda" if cuda else "cpu"
+    cuda = device == "cuda"
     vocab = model.config.vocab_size
     max_rows = max(rows for rows, _ in args.calls)
     decoder = StaticDecoder(
@@ -122,7 +119,7 @@ def main() -> None:
     )
     model, names = load(tempfile.mkdtemp(), dtype, device, args.adapters, args.shape, args.layers)
     warm_up(device)
-    figures = {mode: passes(model, names, args, mode) for mode in SHAPES}
+    figures = {mode: passes(model, names, args, mode, device) for mode in SHAPES}
     print(f"\n{'mode':<8} {'call':>8} {'bucket':>9} {'first call':>10} {'second':>8}")
     for mode, f in figures.items():
         for (rows, w), first, second in zip(args.calls, f["first"], f["second"], strict=True):

@@ -117,9 +117,9 @@ def _sized(cache: Any) -> bool:
     Returns whether every layer is a plain full-attention ``StaticLayer``, the only kind changed."""
     from transformers.cache_utils import StaticLayer
 
-    sized = _sized_layer()
-    if not all(type(layer) in (StaticLayer, sized) for layer in cache.layers):
+    if not all(type(layer) is StaticLayer for layer in cache.layers):
         return False
+    sized = _sized_layer()
     for layer in cache.layers:
         layer.__class__ = sized
     return True
