@@ -272,14 +272,14 @@ def alias_home(tokenizer_path, tmp_path_factory):
     return home, checkpoint, policy
 
 
-def export_in(home: Path, checkpoint: Path, monkeypatch, *args: str) -> Path:
-    """``udpo export RUN --out team/ ARGS`` run in ``home`` (its working directory, HOME and udpo cache)."""
+def export_in(home: Path, checkpoint: Path, monkeypatch, out: str, *args: str) -> Path:
+    """``udpo export RUN --out OUT ARGS`` run in ``home`` (its working directory, HOME and udpo cache)."""
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("UDPO_CACHE", str(home / ".cache" / "udpo"))
     monkeypatch.chdir(home)
     run = checkpoint.parent.parent.relative_to(home)  # runs/quickstart
-    assert main(["export", str(run), "--out", "team/", *args]) == 0
-    return home / "team"
+    assert main(["export", str(run), "--out", out, *args]) == 0
+    return home / out
 
 
 def test_an_export_names_no_path_of_the_exporting_machine(alias_home, monkeypatch, capsys):
@@ -290,7 +290,7 @@ def test_an_export_names_no_path_of_the_exporting_machine(alias_home, monkeypatc
     home, checkpoint, policy = alias_home
     source = json.loads((checkpoint / "adapters" / "agent_0" / "adapter_config.json").read_text())
     assert Path(source["base_model_name_or_path"]).is_relative_to(home)  # what the export must not carry
-    out = export_in(home, checkpoint, monkeypatch, "--merge")
+    out = export_in(home, checkpoint, monkeypatch, "team/", "--merge")
     printed = capsys.readouterr().out
     assert (
         "agent_0: team/merged/agent_0" in printed
@@ -374,7 +374,7 @@ def test_an_export_loads_in_another_home_with_peft_alone(alias_home, tmp_path, m
     AutoPeftModelForCausalLM and PeftModel on that base load every adapter, the merged models load, and
     all give the logits of the run's own policy."""
     home, checkpoint, policy = alias_home
-    exported = export_in(home, checkpoint, monkeypatch, "--merge")
+    exported = export_in(home, checkpoint, monkeypatch, "for_a_colleague", "--merge")
     second = tmp_path / "second_home"
     shutil.copytree(exported, second / "team")
     shutil.rmtree(exported)

@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
     )
     for agent in team.agents:
         print(f"{agent.name}: {os.path.join(args.out, agent.merged or agent.adapter)}")
-    configs = {Path(team.root, a.adapter, "adapter_config.json") for a in team.agents}  # type: ignore[arg-type]
+    configs = {Path(args.out, a.adapter, "adapter_config.json") for a in team.agents}
     named = dict.fromkeys(json.loads(c.read_text())["base_model_name_or_path"] for c in sorted(configs))
     print(
         f"wrote {os.path.join(args.out, 'team.json')} ({team.n_agents} agents, base model {team.base_model}; "

@@ -64,58 +64,44 @@ vllm serve {serve_base} --enable-lora{rank} --lora-modules {adapter}=PATH/TO/ada
 then ask for the model `{adapter}` (``"model": "{adapter}"`` in a chat request); one server serves every
 agent of the team with one `--lora-modules NAME=FOLDER` each."""
     users = [a for a in team.agents if a.adapter_name == adapter]
-    return "\n".join(
-        [
-            _front_matter(base.name, library="peft", tags=["lora", f"base_model:adapter:{base.name}"]),
-            f"# `{adapter}`: a LoRA adapter of a UDPO debate team",
-            "",
-            f"One of the {team.n_agents} agents of a team trained with UDPO (uncertainty-penalized policy "
-            f"optimization for multi-agent debate): {_agents(users)} of the team below"
-            f"{', all sharing this adapter' if team.shared_adapter else ''}.",
-            "",
-            _team(team, adapter),
-            "",
-            f"Written by `{command}`.",
-            "",
-            "## Base model",
-            "",
-            _base(base, merged=False),
-            "",
-            "## Load it with PEFT",
-            "",
-            load,
-            "",
-            "## Serve it with vLLM",
-            "",
-            serve,
-            "",
-        ]
+    intro = (
+        f"One of the {team.n_agents} agents of a team trained with UDPO (uncertainty-penalized policy "
+        f"optimization for multi-agent debate): {_agents(users)} of the team below"
+        f"{', all sharing this adapter' if team.shared_adapter else ''}."
     )
+    front = _front_matter(base.name, library="peft", tags=["lora", f"base_model:adapter:{base.name}"])
+    title = f"`{adapter}`: a LoRA adapter of a UDPO debate team"
+    sections = ["## Load it with PEFT", "", load, "", "## Serve it with vLLM", "", serve, ""]
+    return _card(front, title, intro, team, adapter, command, _base(base, merged=False), sections)
 
 
 def merged_card(team: TeamManifest, adapter: str, base: ExportBase, command: str) -> str:
     """The card of ``merged/<adapter>``: the adapter folded into its base, a full model."""
     users = [a for a in team.agents if a.adapter_name == adapter]
-    return "\n".join(
-        [
-            _front_matter(base.name, library="transformers", tags=["lora", "merge"]),
-            f"# `{adapter}` merged: a UDPO debate agent as a full model",
-            "",
-            f"The LoRA adapter `adapters/{adapter}` ({_agents(users)} of a team of {team.n_agents} trained "
-            f"with UDPO) folded into its base model. It loads with "
-            f'`AutoModelForCausalLM.from_pretrained("{adapter}")` and serves with `vllm serve {adapter}`; its '
-            f"tokenizer is the one trained with.",
-            "",
-            _team(team, adapter),
-            "",
-            f"Written by `{command}`.",
-            "",
-            "## Base model",
-            "",
-            _base(base, merged=True),
-            "",
-        ]
+    intro = (
+        f"The LoRA adapter `adapters/{adapter}` ({_agents(users)} of a team of {team.n_agents} trained "
+        f"with UDPO) folded into its base model. It loads with "
+        f'`AutoModelForCausalLM.from_pretrained("{adapter}")` and serves with `vllm serve {adapter}`; its '
+        f"tokenizer is the one trained with."
     )
+    front = _front_matter(base.name, library="transformers", tags=["lora", "merge"])
+    title = f"`{adapter}` merged: a UDPO debate agent as a full model"
+    return _card(front, title, intro, team, adapter, command, _base(base, merged=True), [])
+
+
+def _card(
+    front: str,
+    title: str,
+    intro: str,
+    team: TeamManifest,
+    adapter: str,
+    command: str,
+    base: str,
+    sections: list[str],
+) -> str:
+    """A card's parts in their order: front matter, title, intro, the team, the command, the base, the rest."""
+    lines = [front, f"# {title}", "", intro, "", _team(team, adapter), "", f"Written by `{command}`.", ""]
+    return "\n".join([*lines, "## Base model", "", base, "", *sections])
 
 
 def _front_matter(base: str, library: str, tags: list[str]) -> str:
