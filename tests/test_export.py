@@ -18,6 +18,7 @@ from tiny_models import build_tiny_llama, perturb_adapters
 
 from udpo.cli import main
 from udpo.env.models import DEFAULT_MODEL, HUB_IDS, hub_revision
+from udpo.env.tasks import get_task
 from udpo.training.export import export_base, export_team, find_checkpoint
 from udpo.training.model_card import ExportBase, adapter_card
 from udpo.training.policy import LoraSettings, MultiAgentPolicy
@@ -317,6 +318,11 @@ def test_an_export_names_no_path_of_the_exporting_machine(alias_home, monkeypatc
                      f"PeftModel.from_pretrained(base, \"{name}\")", f"--enable-lora --lora-modules {name}=",
                      f"| `{name}` | `{name}` (this one) |", "task: `arithmetic`", "debate: rounds 2"):  # fmt: skip
             assert said in text, said
+        default = " ".join(get_task("arithmetic").default_profile.split())
+        assert f"| `agent_0` | `agent_0`{' (this one)' * (name == 'agent_0')} | calm |" in text
+        assert (
+            f"| `agent_1` | `agent_1`{' (this one)' * (name == 'agent_1')} | {default} |" in text
+        )  # how it was prompted
         assert front_matter(out / "merged" / name)["base_model"] == HUB_IDS[DEFAULT_MODEL]
     assert TeamManifest.load(out).base_model == DEFAULT_MODEL  # what udpo rebuilds the team on
     team = Team.from_pretrained(out, dtype="fp32")

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from udpo.env.models import ALIASES, portable_name
+from udpo.env.tasks import get_task, task_names
 from udpo.training.team import TeamManifest
 
 
@@ -47,11 +48,12 @@ def adapter_card(team: TeamManifest, adapter: str, base: ExportBase, command: st
         if base.rebuilt
         else f'AutoTokenizer.from_pretrained("{base.name}")'
     )
+    hub_note = " (the Hub's weights)" if base.stand_in else ""
     load = f"""```python
 from peft import AutoPeftModelForCausalLM, PeftModel
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-model = AutoPeftModelForCausalLM.from_pretrained("{adapter}")  # loads the base adapter_config.json names
+model = AutoPeftModelForCausalLM.from_pretrained("{adapter}")  # loads the base adapter_config.json names{hub_note}
 # or onto a base already loaded{" (the rebuilt one: see above)" if base.stand_in else ""}:
 base = AutoModelForCausalLM.from_pretrained("{serve_base}"{_revision(base)})
 model = PeftModel.from_pretrained(base, "{adapter}")
@@ -124,10 +126,12 @@ def _agents(users) -> str:
 
 
 def _team(team: TeamManifest, adapter: str) -> str:
+    task = get_task(team.task) if team.task is not None and team.task in task_names() else None
+    default = task.default_profile if task is not None else "the task's default"
     rows = ["| agent | adapter | system prompt |", "|---|---|---|"]
     for a in team.agents:
         mark = " (this one)" if a.adapter_name == adapter else ""
-        prompt = " ".join((a.profile or "the task's default").split()).replace("|", "\\|")
+        prompt = " ".join((a.profile or default).split()).replace("|", "\\|")
         rows.append(f"| `{a.name}` | `{a.adapter_name}`{mark} | {prompt} |")
     debate = ", ".join(f"{k} {v}" for k, v in team.debate.items()) or "not recorded"
     lora = ", ".join(f"{k} {', '.join(v) if isinstance(v, list) else v}" for k, v in team.lora.items())
@@ -166,9 +170,12 @@ def _base(base: ExportBase, merged: bool) -> str:
         if base.stand_in
         else f"`{base.name}` (set at export)"
     )
-    return f"""`adapter_config.json` names {named}. **The team was not trained on the Hub's weights**: its
-base is {origin}. On the Hub's weights this adapter runs but does not behave exactly as trained. The
-tokenizer trained with (converted from the same GGUF) is in this folder.
+    said = (
+        f"`adapter_config.json` names {named}. **The team was not trained on the Hub's weights**: its base is "
+        f"{origin}. On the Hub's weights this adapter runs but does not behave exactly as trained. The "
+        f"tokenizer trained with (converted from the same GGUF) is in this folder."
+    )
+    return f"""{said}
 
 Rebuild the weights trained on (FOLDER below), with udpo:
 
