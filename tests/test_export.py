@@ -466,6 +466,34 @@ def test_how_a_base_is_named_for_other_machines(tmp_path):
     assert hub_revision("org/absent", cache_dir=tmp_path / "hf" / "hub") is None
 
 
+def test_a_hub_base_is_named_with_the_commit_trained_on(checkpoint, tmp_path, monkeypatch):
+    """A team trained on a Hub id: the adapters name the id and the commit this machine's Hub cache
+    resolves it to, and the cards load it at that commit."""
+    import huggingface_hub
+
+    folder, _ = checkpoint
+    hub_team = tmp_path / "hub_team"
+    shutil.copytree(folder, hub_team)
+    manifest = json.loads((hub_team / "team.json").read_text())
+    manifest["base_model"] = "my-org/tiny-llama"
+    manifest["agents"] = [{**a, "base_model": "my-org/tiny-llama"} for a in manifest["agents"]]
+    (hub_team / "team.json").write_text(json.dumps(manifest))
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    commit = hub_cache_with(str(tmp_path / "model"), "my-org/tiny-llama", tmp_path / "hf")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    out = tmp_path / "team"
+    assert main(["export", str(hub_team), "--out", str(out)]) == 0
+    config = json.loads((out / "adapters" / "agent_0" / "adapter_config.json").read_text())
+    assert (config["base_model_name_or_path"], config["revision"]) == ("my-org/tiny-llama", commit)
+    card = (out / "adapters" / "agent_0" / "README.md").read_text()
+    assert f'from_pretrained("my-org/tiny-llama", revision="{commit}")' in card
+    assert (
+        "not trained on the Hub's weights" not in card
+        and not (out / "adapters/agent_0/tokenizer.json").exists()
+    )
+
+
 @pytest.mark.slow
 def test_the_cards_recipe_rebuilds_the_weights_trained_on(model_path):
     """The model card's recipe without udpo (transformers loading the packaged GGUF) gives the weights of
