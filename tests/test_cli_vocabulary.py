@@ -87,7 +87,9 @@ NO_COUNTERPART = {
     **dict.fromkeys(
         [("diagnose", d) for d in ("runs", "out", "labels", "baseline_run", "no_plots")], "analysis"
     ),
-    **dict.fromkeys([("export", d) for d in ("checkpoint", "out", "merge", "overwrite")], "not a run folder"),
+    **dict.fromkeys(
+        [("export", d) for d in ("checkpoint", "out", "merge", "overwrite", "base_model")], "not a run folder"
+    ),
     **dict.fromkeys([("report", d) for d in ("run", "run_b", "out")], "an HTML page"),
     **dict.fromkeys(
         [

@@ -30,7 +30,7 @@ from udpo.env.tasks import Question, Task, get_task, task_names
 from udpo.env.tasks.base import Answer
 from udpo.env.tasks.custom import DatasetTask
 from udpo.env.trajectory import Trajectory
-from udpo.training.export import export_team, find_checkpoint
+from udpo.training.export import export_team, find_checkpoint, shown
 from udpo.training.policy import MultiAgentPolicy
 from udpo.training.team import TeamManifest, save_team
 
@@ -136,11 +136,18 @@ class Team:
         return self.manifest.base_model
 
     def save_pretrained(
-        self, folder: str | os.PathLike, *, merge: bool = False, overwrite: bool = False
+        self,
+        folder: str | os.PathLike,
+        *,
+        merge: bool = False,
+        overwrite: bool = False,
+        base_model: str | Mapping[str, str] | None = None,
     ) -> Path:
-        """Write the team to ``folder`` as ``udpo export`` does (``team.json`` and ``adapters/<name>``;
-        with ``merge`` also ``merged/<name>``, full models), through the same code: a folder that holds a
-        run or anything but an earlier export is refused, and ``overwrite`` replaces only an export."""
+        """Write the team to ``folder`` as ``udpo export`` does (``team.json`` and ``adapters/<name>`` with
+        model cards; with ``merge`` also ``merged/<name>``, full models), through the same code: a folder
+        that holds a run or anything but an earlier export is refused, and ``overwrite`` replaces only an
+        export. base_model: the name the adapters give their base instead of the default (``udpo export
+        --base-model``; see :func:`udpo.training.export.export_team`)."""
         out = Path(folder)
         parent = out.resolve().parent
         parent.mkdir(parents=True, exist_ok=True)
@@ -153,7 +160,14 @@ class Team:
                 iteration=self.manifest.iteration,
                 debate=self.manifest.debate,
             )
-            export_team(written, out, merge=merge, overwrite=overwrite)
+            export_team(
+                written,
+                out,
+                merge=merge,
+                overwrite=overwrite,
+                base_models=base_model,
+                command=f"Team.save_pretrained({shown(out)!r}{', merge=True' if merge else ''})",
+            )
         return out
 
     def debate(
