@@ -13,9 +13,12 @@ Implementation notes: unparsed answers first get codes of their own (the silence
 :func:`~udpo.rewards.coding.unparsed_apart`), so every comparison below follows it. Pairwise disagreement
 is counted in N passes over the ``M x N x (T+1)`` codes. For the final round, ``c_i`` (how many agents
 share agent i's answer) gives everything else: entropy ``-mean_i ln(c_i / N)``, distinct answers
-``K = sum_i 1 / c_i``, unanimity ``max c_i = N``; the vote is the agent with the largest non-None count
-(``argmax`` takes the earliest, which is the tie rule of docs/metrics.md, "The answer matrix"), and
-removing agent k lowers the counts of the agents that share k's answer.
+``K = sum_i 1 / c_i``, unanimity ``max c_i = N``; the vote is an agent with the largest non-None count,
+and removing agent k lowers the counts of the agents that share k's answer. Ties follow the rule of
+:func:`~udpo.rewards.majority_vote` (docs/metrics.md, "The vote"): the answers in some tie (of the vote or
+of a vote without one agent) get the rank of their ``sha256(f"{key}\n{answer}")`` digest, computed once
+per distinct (question id, answer) pair of the batch, and the smallest rank among the top agents wins.
+That needs each code's answer (``values``) and each debate's question id (``keys``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from .coding import (
     check_codes,
     unparsed_apart,
 )
+from .vote import check_key, tie_digest, unordered_tie
 
 Scope = Literal["trajectory", "agent"]
 #: match(prediction, gold) -> whether a (non-None) prediction is correct; default ``==``
@@ -94,34 +98,122 @@ class DebateMetrics:
 _ARRAY_FIELDS = [f.name for f in fields(DebateMetrics) if f.name not in ("predictions", "r_task")]
 
 
-def _votes(final: np.ndarray, same: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+#: the tie rank of an answer no tie involves (never compared with a different answer)
+_UNTIED = -1
+#: the rank that keeps an agent out of a vote's choice: its answer is not at the top
+_OUT = np.iinfo(np.int64).max
+
+
+def _ties(count: np.ndarray, count_k: np.ndarray) -> np.ndarray:
+    """(M, N): whether agent i's answer is one of two or more tied answers at the top of the final round's
+    vote or of the vote without some agent k (the answers whose tie-break digest is needed).
+
+    count (M, N) and count_k (M, N, N) as in :func:`_votes`. The distinct answers at a vote's top are the
+    agents at the top divided by the top count (an answer given by c agents has c agents at count c).
+    """
+    top = count.max(axis=1)
+    at_top = (count == top[:, None]) & (count > 0)
+    tied = at_top & (at_top.sum(axis=1) > top)[:, None]
+    top_k = count_k.max(axis=2)
+    at_top_k = (count_k == top_k[..., None]) & (count_k > 0)
+    return tied | (at_top_k & (at_top_k.sum(axis=2) > top_k)[..., None]).any(axis=1)
+
+
+def _without_each(count: np.ndarray, same: np.ndarray) -> np.ndarray:
+    """count_k[m, k, j]: agents sharing agent j's answer once agent k is removed; -1 for k itself and None."""
+    n = count.shape[1]
+    count_k = count[:, None, :] - same
+    count_k[:, np.arange(n), np.arange(n)] = -1
+    return count_k
+
+
+def _tie_ranks(
+    final: np.ndarray,
+    same: np.ndarray,
+    tied: np.ndarray,
+    values: Sequence[Hashable],
+    keys: Sequence[str],
+) -> np.ndarray:
+    """(M, N) int64: where agent i's final answer is in a tie (``tied``, :func:`_ties`), its place in the
+    order of :func:`~udpo.rewards.vote.tie_digest` (key = the debate's key; smaller wins), else
+    :data:`_UNTIED`.
+
+    Digests are computed once per distinct (key, answer) pair in a tie; the places are dense ranks over
+    all those pairs of the batch (pairs of one debate share its key, so their ranks order their digests).
+    """
+    rank = np.full(final.shape, _UNTIED, dtype=np.int64)
+    where = np.nonzero(tied)
+    if not len(where[0]):
+        return rank
+    debates, at = np.unique(where[0], return_inverse=True)
+    key_ids: dict[str, int] = {}
+    debate_key = np.array([key_ids.setdefault(keys[m], len(key_ids)) for m in debates.tolist()], np.int64)
+    width = len(values)
+    unique, inverse = np.unique(debate_key[at] * width + final[where], return_inverse=True)
+    names = list(key_ids)
+    digests = [tie_digest(names[p // width], values[p % width]) for p in unique.tolist()]
+    dense = np.empty(len(digests), dtype=np.int64)
+    place, last = -1, None
+    for u in sorted(range(len(digests)), key=digests.__getitem__):
+        if digests[u] != last:
+            place, last = place + 1, digests[u]
+        dense[u] = place
+    rank[where] = dense[inverse.ravel()]
+    if place + 1 < len(digests):  # two answers read as one string: an error only if they tie in one debate
+        clash = (rank[:, :, None] == rank[:, None, :]) & (rank[:, :, None] != _UNTIED) & ~same
+        if clash.any():
+            m, i, j = (int(x) for x in np.argwhere(clash)[0])
+            raise unordered_tie(keys[m], [values[final[m, i]], values[final[m, j]]])
+    return rank
+
+
+def _votes(
+    final: np.ndarray, same: np.ndarray, values: Sequence[Hashable], keys: Sequence[str]
+) -> tuple[np.ndarray, np.ndarray]:
     """Majority vote of each debate's final round and of the round without each agent k.
 
-    final: codes (M, N), unparsed answers < 0; same[m, i, j] = final[m, i] == final[m, j]. Returns codes
-    (M,) and (M, N), :data:`NONE_CODE` where nobody answered.
+    final: codes (M, N), unparsed answers < 0; same[m, i, j] = final[m, i] == final[m, j]; values[code]:
+    the answer behind each code >= 0; keys[m]: debate m's key. Returns codes (M,) and (M, N),
+    :data:`NONE_CODE` where nobody answered. Among the agents with the top count the smallest tie rank
+    wins (:func:`_tie_ranks`; agents of one answer share it, and an untied top has one answer).
     """
     m, n = final.shape
     rows = np.arange(m)
     # count[m, i]: agents sharing agent i's answer, -1 for an abstention (None)
     count = np.where(final >= 0, same.sum(axis=2), -1)
-    best = count.argmax(axis=1)
-    vote = np.where(count[rows, best] > 0, final[rows, best], NONE_CODE)
     # without agent k: agents sharing k's answer lose one vote; agent k itself drops out
-    count_k = count[:, None, :] - same
-    count_k[:, np.arange(n), np.arange(n)] = -1
-    best_k = count_k.argmax(axis=2)
-    top_k = np.take_along_axis(count_k, best_k[..., None], axis=2)[..., 0]
+    count_k = _without_each(count, same)
+    rank = _tie_ranks(final, same, _ties(count, count_k), values, keys)
+    top = count.max(axis=1)
+    best = np.where(count == top[:, None], rank, _OUT).argmin(axis=1)
+    vote = np.where(top > 0, final[rows, best], NONE_CODE)
+    top_k = count_k.max(axis=2)
+    best_k = np.where(count_k == top_k[..., None], rank[:, None, :], _OUT).argmin(axis=2)
     vote_k = np.where(top_k > 0, np.take_along_axis(final, best_k, axis=1), NONE_CODE)
     return vote, vote_k
 
 
-def batch_uncertainty(codes: np.ndarray, lam: float = 0.5) -> DebateMetrics:
+def batch_uncertainty(
+    codes: np.ndarray,
+    lam: float = 0.5,
+    *,
+    values: Sequence[Hashable],
+    keys: Sequence[str] | None = None,
+) -> DebateMetrics:
     """Uncertainty metrics, reward terms and votes of M integer-coded debates ``M x N x (T+1)``.
 
-    Unparsed answers (:data:`NONE_CODE`) follow the silence rule (:func:`~udpo.rewards.coding.unparsed_apart`).
+    ``values[code]`` is the answer behind each code >= 0 (:func:`~udpo.rewards.encode_answers` with
+    ``return_values``), ``keys[m]`` debate m's question id (default ``""`` for every debate): the vote's
+    tie-break reads both (:func:`~udpo.rewards.majority_vote`). Unparsed answers (:data:`NONE_CODE`)
+    follow the silence rule (:func:`~udpo.rewards.coding.unparsed_apart`).
     """
     _check_lam(lam)
     x = unparsed_apart(check_codes(codes))
+    keys = _check_keys(keys, len(x))
+    if x.size and x.max() >= len(values):
+        raise ValueError(
+            f"code {x.max()} has no answer: values holds {len(values)} (codes 0..{len(values) - 1})"
+        )
     m, n, t1 = x.shape
     t_max = t1 - 1
 
@@ -159,7 +251,7 @@ def batch_uncertainty(codes: np.ndarray, lam: float = 0.5) -> DebateMetrics:
     uniform = share.min(axis=1) == share.max(axis=1)
     entropy = np.select([distinct == 1, uniform], [0.0, 1.0], np.minimum(raw_entropy, 1.0))
     disagreement = (share.max(axis=1) < n).astype(float)
-    vote, vote_k = _votes(final, same)
+    vote, vote_k = _votes(final, same, values, keys)
     agent_loo = (vote_k != vote[:, None]).astype(float) if n > 1 else np.zeros((m, n))
     loo_instability = agent_loo.mean(axis=1)
     u_sys = (entropy + disagreement + loo_instability) / 3
@@ -188,21 +280,36 @@ def batch_uncertainty(codes: np.ndarray, lam: float = 0.5) -> DebateMetrics:
     )
 
 
+def _check_keys(keys: Sequence[str] | None, total: int) -> Sequence[str]:
+    """One vote key (question id) per debate, ``""`` for each when ``keys`` is None."""
+    if keys is None:
+        return [""] * total
+    if len(keys) != total:
+        raise ValueError(f"got {len(keys)} keys (question ids) for {total} debates")
+    for m, key in enumerate(keys):
+        check_key(key, f"debate {m}")
+    return keys
+
+
 def debate_metrics(
     answer_matrices: Sequence[AnswerMatrix],
     golds: Sequence[Hashable | None] | None = None,
     lam: float = 0.5,
     match: Match | None = None,
+    keys: Sequence[str] | None = None,
 ) -> DebateMetrics:
     """Metrics of a list of debates (answer matrices N x (T+1), shapes may differ), in input order.
 
     With ``golds`` (one per debate) also ``r_task``; ``match(prediction, gold)`` overrides ``==``.
+    ``keys``: each debate's question id, the key of its votes' tie-break (default ``""`` for every debate;
+    pass the ids wherever the debates are questions: trajectories' ``question_id``).
     """
     total = len(answer_matrices)
     if total == 0:
         raise ValueError("no debates given")
     if golds is not None and len(golds) != total:
         raise ValueError(f"got {len(golds)} golds for {total} debates")
+    keys = _check_keys(keys, total)
     matrices = check_answer_matrices(answer_matrices)
     groups: dict[tuple[int, int], list[int]] = {}
     for idx, a in enumerate(matrices):
@@ -213,7 +320,8 @@ def debate_metrics(
     coder = AnswerCoder()
     out: dict[str, np.ndarray] = {}
     for members in groups.values():
-        part = batch_uncertainty(coder.encode([matrices[i] for i in members]), lam)
+        codes = coder.encode([matrices[i] for i in members])
+        part = batch_uncertainty(codes, lam, values=coder.values(), keys=[keys[i] for i in members])
         for name in _ARRAY_FIELDS:
             value = getattr(part, name)
             if name not in out:
@@ -234,12 +342,16 @@ def debate_metrics(
 
 
 def one_debate(
-    answers: AnswerMatrix, gold: Hashable | None = None, lam: float = 0.5, match: Match | None = None
+    answers: AnswerMatrix,
+    gold: Hashable | None = None,
+    lam: float = 0.5,
+    match: Match | None = None,
+    key: str = "",
 ) -> DebateMetrics:
     """:func:`debate_metrics` of one debate (a batch of one; errors name ``answers``), ``r_task`` against
-    ``gold``: where the one-debate functions read their numbers."""
+    ``gold``, ``key`` its question id: where the one-debate functions read their numbers."""
     _check_lam(lam)
-    return debate_metrics([check_answers(answers)], [gold], lam=lam, match=match)
+    return debate_metrics([check_answers(answers)], [gold], lam=lam, match=match, keys=[check_key(key)])
 
 
 def agent_rewards(
