@@ -247,7 +247,7 @@ def test_runs_on_a_tiny_model_and_diagnose(tmp_path, tokenizer_path):
     assert summary["n_items"] == len(dae) == 2 and set(summary["policies"]) == {"none", "strict", "loose"}
     for t in dae:
         assert len(t.answers) == 3 and len(t.meta["questions"]) == 3 and t.meta["rounds_run"] in (0, 1)
-        score = diverse_agent_entropy(t.answers, rounds=t.meta["rounds_run"])
+        score = diverse_agent_entropy(t.answers, rounds=t.meta["rounds_run"], key=t.question_id)
         assert t.meta["entropy"] == pytest.approx(score.entropy) and t.prediction == score.prediction
         assert t.meta["abstain"]["strict"] == score.abstains(STRICT_THRESHOLD)
         assert all(turn.completion_ids for row in t.turns for turn in row)
