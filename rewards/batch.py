@@ -38,7 +38,7 @@ from .coding import (
     check_codes,
     unparsed_apart,
 )
-from .vote import check_key, tie_digest, unordered_tie
+from .vote import check_key, tie_bytes, unordered_tie
 
 Scope = Literal["trajectory", "agent"]
 #: match(prediction, gold) -> whether a (non-None) prediction is correct; default ``==``
@@ -100,31 +100,8 @@ _ARRAY_FIELDS = [f.name for f in fields(DebateMetrics) if f.name not in ("predic
 
 #: the tie rank of an answer no tie involves (never compared with a different answer)
 _UNTIED = -1
-#: the rank that keeps an agent out of a vote's choice: its answer is not at the top
+#: the rank that keeps an agent out of a vote's choice
 _OUT = np.iinfo(np.int64).max
-
-
-def _ties(count: np.ndarray, count_k: np.ndarray) -> np.ndarray:
-    """(M, N): whether agent i's answer is one of two or more tied answers at the top of the final round's
-    vote or of the vote without some agent k (the answers whose tie-break digest is needed).
-
-    count (M, N) and count_k (M, N, N) as in :func:`_votes`. The distinct answers at a vote's top are the
-    agents at the top divided by the top count (an answer given by c agents has c agents at count c).
-    """
-    top = count.max(axis=1)
-    at_top = (count == top[:, None]) & (count > 0)
-    tied = at_top & (at_top.sum(axis=1) > top)[:, None]
-    top_k = count_k.max(axis=2)
-    at_top_k = (count_k == top_k[..., None]) & (count_k > 0)
-    return tied | (at_top_k & (at_top_k.sum(axis=2) > top_k)[..., None]).any(axis=1)
-
-
-def _without_each(count: np.ndarray, same: np.ndarray) -> np.ndarray:
-    """count_k[m, k, j]: agents sharing agent j's answer once agent k is removed; -1 for k itself and None."""
-    n = count.shape[1]
-    count_k = count[:, None, :] - same
-    count_k[:, np.arange(n), np.arange(n)] = -1
-    return count_k
 
 
 def _tie_ranks(
@@ -134,9 +111,9 @@ def _tie_ranks(
     values: Sequence[Hashable],
     keys: Sequence[str],
 ) -> np.ndarray:
-    """(M, N) int64: where agent i's final answer is in a tie (``tied``, :func:`_ties`), its place in the
-    order of :func:`~udpo.rewards.vote.tie_digest` (key = the debate's key; smaller wins), else
-    :data:`_UNTIED`.
+    """(M, N) int64: where agent i's final answer is in a tie (``tied``: the contenders of :func:`_votes`), its place in the
+    order of :func:`~udpo.rewards.vote.tie_digest` (key = the debate's key; smaller wins; compared as
+    the raw :func:`~udpo.rewards.vote.tie_bytes`, which sort the same), else :data:`_UNTIED`.
 
     Digests are computed once per distinct (key, answer) pair in a tie; the places are dense ranks over
     all those pairs of the batch (pairs of one debate share its key, so their ranks order their digests).
@@ -151,15 +128,11 @@ def _tie_ranks(
     width = len(values)
     unique, inverse = np.unique(debate_key[at] * width + final[where], return_inverse=True)
     names = list(key_ids)
-    digests = [tie_digest(names[p // width], values[p % width]) for p in unique.tolist()]
-    dense = np.empty(len(digests), dtype=np.int64)
-    place, last = -1, None
-    for u in sorted(range(len(digests)), key=digests.__getitem__):
-        if digests[u] != last:
-            place, last = place + 1, digests[u]
-        dense[u] = place
-    rank[where] = dense[inverse.ravel()]
-    if place + 1 < len(digests):  # two answers read as one string: an error only if they tie in one debate
+    pairs = zip((unique // width).tolist(), (unique % width).tolist(), strict=True)
+    digests = np.array([tie_bytes(names[k], values[v]) for k, v in pairs], dtype="S32")
+    distinct, dense = np.unique(digests, return_inverse=True)  # dense[u]: place of pair u's digest
+    rank[where] = dense.ravel()[inverse.ravel()]
+    if len(distinct) < len(digests):  # two answers read as one string: an error if both tie in one debate
         clash = (rank[:, :, None] == rank[:, None, :]) & (rank[:, :, None] != _UNTIED) & ~same
         if clash.any():
             m, i, j = (int(x) for x in np.argwhere(clash)[0])
@@ -174,23 +147,37 @@ def _votes(
 
     final: codes (M, N), unparsed answers < 0; same[m, i, j] = final[m, i] == final[m, j]; values[code]:
     the answer behind each code >= 0; keys[m]: debate m's key. Returns codes (M,) and (M, N),
-    :data:`NONE_CODE` where nobody answered. Among the agents with the top count the smallest tie rank
-    wins (:func:`_tie_ranks`; agents of one answer share it, and an untied top has one answer).
+    :data:`NONE_CODE` where nobody answered.
+
+    With c the top count of the final round and n its distinct top answers, removing agent k changes
+    only the count of k's answer, by one: if k's answer is below the top (or None) the vote stands; if it
+    is one of n > 1 top answers, the vote stands unless k gave it, and then goes to the runner-up of the top
+    answers; if it is the only top answer, it ties with the answers of count c - 1 (none when c = 1: then
+    nobody is left). So the only answers a tie can involve are the top ones and, with one top answer,
+    those of count c - 1; only they get tie ranks (:func:`_tie_ranks`), the smallest rank winning.
     """
-    m, n = final.shape
-    rows = np.arange(m)
+    rows = np.arange(len(final))
     # count[m, i]: agents sharing agent i's answer, -1 for an abstention (None)
     count = np.where(final >= 0, same.sum(axis=2), -1)
-    # without agent k: agents sharing k's answer lose one vote; agent k itself drops out
-    count_k = _without_each(count, same)
-    rank = _tie_ranks(final, same, _ties(count, count_k), values, keys)
     top = count.max(axis=1)
-    best = np.where(count == top[:, None], rank, _OUT).argmin(axis=1)
-    vote = np.where(top > 0, final[rows, best], NONE_CODE)
-    top_k = count_k.max(axis=2)
-    best_k = np.where(count_k == top_k[..., None], rank[:, None, :], _OUT).argmin(axis=2)
-    vote_k = np.where(top_k > 0, np.take_along_axis(final, best_k, axis=1), NONE_CODE)
-    return vote, vote_k
+    at_top = count == top[:, None]
+    single = at_top.sum(axis=1) == np.maximum(top, 1)  # one answer at the top
+    below = (count == (top - 1)[:, None]) & (count > 0)
+    contender = (at_top | (below & single[:, None])) & (count > 0)
+    distinct = (contender / np.maximum(count, 1)).sum(axis=1)  # an answer of count c has c agents
+    rank = _tie_ranks(final, same, contender & (distinct > 1.5)[:, None], values, keys)
+
+    first = np.where(at_top, rank, _OUT).argmin(axis=1)
+    vote = np.where(top > 0, final[rows, first], NONE_CODE)
+    # several top answers: without an agent of the vote's answer, the runner-up among them wins
+    runner_up = final[rows, np.where(at_top & (final != vote[:, None]), rank, _OUT).argmin(axis=1)]
+    # one top answer: without one of its agents it ties with the answers of count c - 1 (if any)
+    nearest = np.where(below, rank, _OUT).argmin(axis=1)
+    overtaken = below[rows, nearest] & (rank[rows, nearest] < rank[rows, first])
+    shrunk = np.where(top > 1, np.where(overtaken, final[rows, nearest], vote), NONE_CODE)
+    gave_vote = at_top & (final == vote[:, None])
+    vote_k = np.where(gave_vote, np.where(single, shrunk, runner_up)[:, None], vote[:, None])
+    return vote, np.where((top > 0)[:, None], vote_k, NONE_CODE)
 
 
 def batch_uncertainty(

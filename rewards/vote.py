@@ -20,10 +20,17 @@ from collections import Counter
 from collections.abc import Hashable, Iterable
 
 
+def tie_bytes(key: str, answer: Hashable) -> bytes:
+    """The raw sha256 of ``f"{key}\\n{answer}"`` in UTF-8 (``answer`` read as ``str(answer)``). Bytes sort
+    as their hex digests do (hex writes each byte as two digits, in order), so the vectorized votes compare
+    these (cheaper to make and to sort) where :func:`tie_digest` is the rule as written."""
+    return hashlib.sha256(f"{key}\n{answer}".encode()).digest()
+
+
 def tie_digest(key: str, answer: Hashable) -> str:
     """The tie-break digest of ``answer`` in the vote of question ``key``: the hex sha256 of
     ``f"{key}\\n{answer}"`` in UTF-8 (``answer`` read as ``str(answer)``). The smallest digest wins a tie."""
-    return hashlib.sha256(f"{key}\n{answer}".encode()).hexdigest()
+    return tie_bytes(key, answer).hex()
 
 
 def check_key(key: object, where: str = "key") -> str:
