@@ -136,7 +136,7 @@ def _tie_ranks(
         clash = (rank[:, :, None] == rank[:, None, :]) & (rank[:, :, None] != _UNTIED) & ~same
         if clash.any():
             m, i, j = (int(x) for x in np.argwhere(clash)[0])
-            raise unordered_tie(keys[m], [values[final[m, i]], values[final[m, j]]])
+            raise unordered_tie(keys[m], [values[int(final[m, i])], values[int(final[m, j])]])
     return rank
 
 
