@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 
 import pytest
+from test_debate import BoxedTask
 
 from udpo.algorithms.actor_critic import team_rewards
 from udpo.algorithms.udpo import Coefficients, compute_rewards
@@ -20,7 +20,7 @@ from udpo.analysis.results import question_metrics
 from udpo.env.backends.scripted import ScriptedBackend
 from udpo.env.debate import DebateConfig, DebateEnv
 from udpo.env.summary import summarize
-from udpo.env.tasks.base import Question, Task
+from udpo.env.tasks.base import Question
 from udpo.env.trajectory import Trajectory
 from udpo.rewards import uncertainty
 from udpo.training.replay import ReplayBuffer
@@ -83,28 +83,10 @@ def test_report_and_diagnose_read_l_under_the_question_id(tmp_path):
     assert load_run(tmp_path).metrics.u_sys.tolist() == pytest.approx(expected)
 
 
-class TwoNumbers(Task):
-    """Two questions; agents answer ``\\boxed{}``."""
-
-    name = "two_numbers"
-
-    def __init__(self):
-        self.questions = [Question(id=q, text=f"question {q}", gold="12") for q in (WINS_12, WINS_7)]
-
-    def load(self, split="test", data_path=None, limit=None, seed=0):
-        return self.questions[:limit]
-
-    def format_instruction(self, question):
-        return "Answer in \\boxed{}."
-
-    def parse(self, text, question):
-        m = re.findall(r"\\boxed\{([^}]*)\}", text)
-        return m[-1] if m else None
-
-
 @pytest.mark.parametrize("seats", [("12", "7"), ("7", "12")])
 def test_the_debate_prediction_is_the_keyed_vote_whoever_speaks_first(seats):
-    task = TwoNumbers()
+    task = BoxedTask(n=0)
+    task.questions = [Question(id=q, text=f"question {q}", gold="12") for q in (WINS_12, WINS_7)]
     backend = ScriptedBackend(lambda req, k: f"\\boxed{{{seats[k % 2]}}}")
     out = DebateEnv(task, backend, DebateConfig(n_agents=2, rounds=0)).run(task.load(), progress=False)
     assert [t.answers for t in out] == [[[seats[0]], [seats[1]]]] * 2
