@@ -111,9 +111,10 @@ def _tie_ranks(
     values: Sequence[Hashable],
     keys: Sequence[str],
 ) -> np.ndarray:
-    """(M, N) int64: where agent i's final answer is in a tie (``tied``: the contenders of :func:`_votes`), its place in the
-    order of :func:`~udpo.rewards.vote.tie_digest` (key = the debate's key; smaller wins; compared as
-    the raw :func:`~udpo.rewards.vote.tie_bytes`, which sort the same), else :data:`_UNTIED`.
+    """(M, N) int64: where agent i's final answer may meet a tie (``tied``: the contenders of
+    :func:`_votes`), its place in the order of :func:`~udpo.rewards.vote.tie_digest` (key = the debate's
+    key; smaller wins; compared as the raw :func:`~udpo.rewards.vote.tie_bytes`, which sort the same),
+    else :data:`_UNTIED`.
 
     Digests are computed once per distinct (key, answer) pair in a tie; the places are dense ranks over
     all those pairs of the batch (pairs of one debate share its key, so their ranks order their digests).
