@@ -9,8 +9,11 @@ answer over rounds). Times, measured side by side in this run:
   ``uncertainty``, ``agent_uncertainty`` and ``rewards`` in both scopes (what ``debate_metrics`` returns);
   these one-debate functions are the batch path on a batch of one, so this measures the cost of calling
   it debate by debate (the formulas written out per debate are the tests' oracle, not library code);
-- batch: ``debate_metrics(matrices)`` (validation, integer coding, and every debate- and agent-level
-  metric and reward term), and ``batch_uncertainty(codes)`` on pre-coded integers.
+- batch: ``debate_metrics(matrices, keys=ids)`` (validation, integer coding, the votes' tie-breaks by
+  question id, and every debate- and agent-level metric and reward term), and ``batch_uncertainty(codes,
+  values=..., keys=ids)`` on pre-coded integers.
+
+Every debate has a question id (``q0``, ``q1``, ...), the key of its votes' tie-break, as in training.
 
 Prints both times, the scalar/batch ratio, and checks that the two paths agree.
 """
@@ -72,18 +75,19 @@ def main() -> None:
     args = parser.parse_args()
 
     debates = random_debates(args.debates, args.agents, args.rounds, args.seed)
+    ids = [f"q{m}" for m in range(len(debates))]
     shape = f"{args.debates} debates, N={args.agents}, T={args.rounds}"
 
     start = time.perf_counter()
-    scalar = [uncertainty(a) for a in debates]
+    scalar = [uncertainty(a, key=k) for a, k in zip(debates, ids, strict=True)]
     t_scalar = time.perf_counter() - start
     start = time.perf_counter()
-    for a in debates:
-        agent_uncertainty(a), rewards(a, None), rewards(a, None, scope="agent")
+    for a, k in zip(debates, ids, strict=True):
+        agent_uncertainty(a, key=k), rewards(a, None, key=k), rewards(a, None, scope="agent", key=k)
     t_all = t_scalar + time.perf_counter() - start
-    t_batch, metrics = best_of(args.repeats, lambda: debate_metrics(debates))
-    codes = encode_answers(debates)
-    t_codes, coded = best_of(args.repeats, lambda: batch_uncertainty(codes))
+    t_batch, metrics = best_of(args.repeats, lambda: debate_metrics(debates, keys=ids))
+    codes, values = encode_answers(debates, return_values=True)
+    t_codes, coded = best_of(args.repeats, lambda: batch_uncertainty(codes, values=values, keys=ids))
 
     for name in ("u_intra", "u_inter", "u_sys"):
         reference = np.array([getattr(u, name) for u in scalar])

@@ -288,7 +288,7 @@ class DebateEnv:
 
     def _trajectory(self, state: DebateState) -> Trajectory:
         q, answers = state.question, state.answers
-        prediction = majority_vote([a[-1] for a in answers])
+        prediction = majority_vote([a[-1] for a in answers], q.id)
         meta = {
             **(
                 {"columns": q.meta["columns"]} if "columns" in q.meta else {}

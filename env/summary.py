@@ -30,7 +30,7 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
             "n_questions": 0,
             **dict.fromkeys(("accuracy", "u_intra", "u_inter", "u_sys", "wrong_majority", "wrong_unanimous")),
         }
-    metrics = debate_metrics([t.answers for t in trajectories])
+    metrics = debate_metrics([t.answers for t in trajectories], keys=[t.question_id for t in trajectories])
     guard = [wrong_consensus(t.answers, t.correct) for t in trajectories]
     return {
         "n_questions": len(trajectories),

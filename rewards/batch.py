@@ -13,9 +13,12 @@ Implementation notes: unparsed answers first get codes of their own (the silence
 :func:`~udpo.rewards.coding.unparsed_apart`), so every comparison below follows it. Pairwise disagreement
 is counted in N passes over the ``M x N x (T+1)`` codes. For the final round, ``c_i`` (how many agents
 share agent i's answer) gives everything else: entropy ``-mean_i ln(c_i / N)``, distinct answers
-``K = sum_i 1 / c_i``, unanimity ``max c_i = N``; the vote is the agent with the largest non-None count
-(``argmax`` takes the earliest, which is the tie rule of docs/metrics.md, "The answer matrix"), and
-removing agent k lowers the counts of the agents that share k's answer.
+``K = sum_i 1 / c_i``, unanimity ``max c_i = N``; the vote is an agent with the largest non-None count,
+and removing agent k lowers the counts of the agents that share k's answer. Ties follow the rule of
+:func:`~udpo.rewards.majority_vote` (docs/metrics.md, "The vote"): the answers in some tie (of the vote or
+of a vote without one agent) get the rank of their ``sha256(f"{key}\n{answer}")`` digest, computed once
+per distinct (question id, answer) pair of the batch, and the smallest rank among the top agents wins.
+That needs each code's answer (``values``) and each debate's question id (``keys``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from .coding import (
     check_codes,
     unparsed_apart,
 )
+from .vote import check_key, tie_bytes, unordered_tie
 
 Scope = Literal["trajectory", "agent"]
 #: match(prediction, gold) -> whether a (non-None) prediction is correct; default ``==``
@@ -94,34 +98,110 @@ class DebateMetrics:
 _ARRAY_FIELDS = [f.name for f in fields(DebateMetrics) if f.name not in ("predictions", "r_task")]
 
 
-def _votes(final: np.ndarray, same: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+#: the tie rank of an answer no tie involves (never compared with a different answer)
+_UNTIED = -1
+#: the rank that keeps an agent out of a vote's choice
+_OUT = np.iinfo(np.int64).max
+
+
+def _tie_ranks(
+    final: np.ndarray,
+    same: np.ndarray,
+    tied: np.ndarray,
+    values: Sequence[Hashable],
+    keys: Sequence[str],
+) -> np.ndarray:
+    """(M, N) int64: where agent i's final answer may meet a tie (``tied``: the contenders of
+    :func:`_votes`), its place in the order of :func:`~udpo.rewards.vote.tie_digest` (key = the debate's
+    key; smaller wins; compared as the raw :func:`~udpo.rewards.vote.tie_bytes`, which sort the same),
+    else :data:`_UNTIED`.
+
+    Digests are computed once per distinct (key, answer) pair in a tie; the places are dense ranks over
+    all those pairs of the batch (pairs of one debate share its key, so their ranks order their digests).
+    """
+    rank = np.full(final.shape, _UNTIED, dtype=np.int64)
+    where = np.nonzero(tied)
+    if not len(where[0]):
+        return rank
+    debates, at = np.unique(where[0], return_inverse=True)
+    key_ids: dict[str, int] = {}
+    debate_key = np.array([key_ids.setdefault(keys[m], len(key_ids)) for m in debates.tolist()], np.int64)
+    width = len(values)
+    unique, inverse = np.unique(debate_key[at] * width + final[where], return_inverse=True)
+    names = list(key_ids)
+    pairs = zip((unique // width).tolist(), (unique % width).tolist(), strict=True)
+    digests = np.array([tie_bytes(names[k], values[v]) for k, v in pairs], dtype="S32")
+    distinct, dense = np.unique(digests, return_inverse=True)  # dense[u]: place of pair u's digest
+    rank[where] = dense.ravel()[inverse.ravel()]
+    if len(distinct) < len(digests):  # two answers read as one string: an error if both tie in one debate
+        clash = (rank[:, :, None] == rank[:, None, :]) & (rank[:, :, None] != _UNTIED) & ~same
+        if clash.any():
+            m, i, j = (int(x) for x in np.argwhere(clash)[0])
+            raise unordered_tie(keys[m], [values[int(final[m, i])], values[int(final[m, j])]])
+    return rank
+
+
+def _votes(
+    final: np.ndarray, same: np.ndarray, values: Sequence[Hashable], keys: Sequence[str]
+) -> tuple[np.ndarray, np.ndarray]:
     """Majority vote of each debate's final round and of the round without each agent k.
 
-    final: codes (M, N), unparsed answers < 0; same[m, i, j] = final[m, i] == final[m, j]. Returns codes
-    (M,) and (M, N), :data:`NONE_CODE` where nobody answered.
+    final: codes (M, N), unparsed answers < 0; same[m, i, j] = final[m, i] == final[m, j]; values[code]:
+    the answer behind each code >= 0; keys[m]: debate m's key. Returns codes (M,) and (M, N),
+    :data:`NONE_CODE` where nobody answered.
+
+    With c the top count of the final round and n its distinct top answers, removing agent k changes
+    only the count of k's answer, by one: if k's answer is below the top (or None) the vote stands; if it
+    is one of n > 1 top answers, the vote stands unless k gave it, and then goes to the runner-up of the top
+    answers; if it is the only top answer, it ties with the answers of count c - 1 (none when c = 1: then
+    nobody is left). So the only answers a tie can involve are the top ones and, with one top answer,
+    those of count c - 1; only they get tie ranks (:func:`_tie_ranks`), the smallest rank winning.
     """
-    m, n = final.shape
-    rows = np.arange(m)
+    rows = np.arange(len(final))
     # count[m, i]: agents sharing agent i's answer, -1 for an abstention (None)
     count = np.where(final >= 0, same.sum(axis=2), -1)
-    best = count.argmax(axis=1)
-    vote = np.where(count[rows, best] > 0, final[rows, best], NONE_CODE)
-    # without agent k: agents sharing k's answer lose one vote; agent k itself drops out
-    count_k = count[:, None, :] - same
-    count_k[:, np.arange(n), np.arange(n)] = -1
-    best_k = count_k.argmax(axis=2)
-    top_k = np.take_along_axis(count_k, best_k[..., None], axis=2)[..., 0]
-    vote_k = np.where(top_k > 0, np.take_along_axis(final, best_k, axis=1), NONE_CODE)
-    return vote, vote_k
+    top = count.max(axis=1)
+    at_top = count == top[:, None]
+    single = at_top.sum(axis=1) == np.maximum(top, 1)  # one answer at the top
+    below = (count == (top - 1)[:, None]) & (count > 0)
+    contender = (at_top | (below & single[:, None])) & (count > 0)
+    distinct = (contender / np.maximum(count, 1)).sum(axis=1)  # an answer of count c has c agents
+    rank = _tie_ranks(final, same, contender & (distinct > 1.5)[:, None], values, keys)
+
+    first = np.where(at_top, rank, _OUT).argmin(axis=1)
+    vote = np.where(top > 0, final[rows, first], NONE_CODE)
+    # several top answers: without an agent of the vote's answer, the runner-up among them wins
+    runner_up = final[rows, np.where(at_top & (final != vote[:, None]), rank, _OUT).argmin(axis=1)]
+    # one top answer: without one of its agents it ties with the answers of count c - 1 (if any)
+    nearest = np.where(below, rank, _OUT).argmin(axis=1)
+    overtaken = below[rows, nearest] & (rank[rows, nearest] < rank[rows, first])
+    shrunk = np.where(top > 1, np.where(overtaken, final[rows, nearest], vote), NONE_CODE)
+    gave_vote = at_top & (final == vote[:, None])
+    vote_k = np.where(gave_vote, np.where(single, shrunk, runner_up)[:, None], vote[:, None])
+    return vote, np.where((top > 0)[:, None], vote_k, NONE_CODE)
 
 
-def batch_uncertainty(codes: np.ndarray, lam: float = 0.5) -> DebateMetrics:
+def batch_uncertainty(
+    codes: np.ndarray,
+    lam: float = 0.5,
+    *,
+    values: Sequence[Hashable],
+    keys: Sequence[str] | None = None,
+) -> DebateMetrics:
     """Uncertainty metrics, reward terms and votes of M integer-coded debates ``M x N x (T+1)``.
 
-    Unparsed answers (:data:`NONE_CODE`) follow the silence rule (:func:`~udpo.rewards.coding.unparsed_apart`).
+    ``values[code]`` is the answer behind each code >= 0 (:func:`~udpo.rewards.encode_answers` with
+    ``return_values``), ``keys[m]`` debate m's question id (default ``""`` for every debate): the vote's
+    tie-break reads both (:func:`~udpo.rewards.majority_vote`). Unparsed answers (:data:`NONE_CODE`)
+    follow the silence rule (:func:`~udpo.rewards.coding.unparsed_apart`).
     """
     _check_lam(lam)
     x = unparsed_apart(check_codes(codes))
+    keys = _check_keys(keys, len(x))
+    if x.size and x.max() >= len(values):
+        raise ValueError(
+            f"code {x.max()} has no answer: values holds {len(values)} (codes 0..{len(values) - 1})"
+        )
     m, n, t1 = x.shape
     t_max = t1 - 1
 
@@ -159,7 +239,7 @@ def batch_uncertainty(codes: np.ndarray, lam: float = 0.5) -> DebateMetrics:
     uniform = share.min(axis=1) == share.max(axis=1)
     entropy = np.select([distinct == 1, uniform], [0.0, 1.0], np.minimum(raw_entropy, 1.0))
     disagreement = (share.max(axis=1) < n).astype(float)
-    vote, vote_k = _votes(final, same)
+    vote, vote_k = _votes(final, same, values, keys)
     agent_loo = (vote_k != vote[:, None]).astype(float) if n > 1 else np.zeros((m, n))
     loo_instability = agent_loo.mean(axis=1)
     u_sys = (entropy + disagreement + loo_instability) / 3
@@ -188,21 +268,36 @@ def batch_uncertainty(codes: np.ndarray, lam: float = 0.5) -> DebateMetrics:
     )
 
 
+def _check_keys(keys: Sequence[str] | None, total: int) -> Sequence[str]:
+    """One vote key (question id) per debate, ``""`` for each when ``keys`` is None."""
+    if keys is None:
+        return [""] * total
+    if len(keys) != total:
+        raise ValueError(f"got {len(keys)} keys (question ids) for {total} debates")
+    for m, key in enumerate(keys):
+        check_key(key, f"debate {m}")
+    return keys
+
+
 def debate_metrics(
     answer_matrices: Sequence[AnswerMatrix],
     golds: Sequence[Hashable | None] | None = None,
     lam: float = 0.5,
     match: Match | None = None,
+    keys: Sequence[str] | None = None,
 ) -> DebateMetrics:
     """Metrics of a list of debates (answer matrices N x (T+1), shapes may differ), in input order.
 
     With ``golds`` (one per debate) also ``r_task``; ``match(prediction, gold)`` overrides ``==``.
+    ``keys``: each debate's question id, the key of its votes' tie-break (default ``""`` for every debate;
+    pass the ids wherever the debates are questions: trajectories' ``question_id``).
     """
     total = len(answer_matrices)
     if total == 0:
         raise ValueError("no debates given")
     if golds is not None and len(golds) != total:
         raise ValueError(f"got {len(golds)} golds for {total} debates")
+    keys = _check_keys(keys, total)
     matrices = check_answer_matrices(answer_matrices)
     groups: dict[tuple[int, int], list[int]] = {}
     for idx, a in enumerate(matrices):
@@ -213,7 +308,8 @@ def debate_metrics(
     coder = AnswerCoder()
     out: dict[str, np.ndarray] = {}
     for members in groups.values():
-        part = batch_uncertainty(coder.encode([matrices[i] for i in members]), lam)
+        codes = coder.encode([matrices[i] for i in members])
+        part = batch_uncertainty(codes, lam, values=coder.values(), keys=[keys[i] for i in members])
         for name in _ARRAY_FIELDS:
             value = getattr(part, name)
             if name not in out:
@@ -234,12 +330,16 @@ def debate_metrics(
 
 
 def one_debate(
-    answers: AnswerMatrix, gold: Hashable | None = None, lam: float = 0.5, match: Match | None = None
+    answers: AnswerMatrix,
+    gold: Hashable | None = None,
+    lam: float = 0.5,
+    match: Match | None = None,
+    key: str = "",
 ) -> DebateMetrics:
     """:func:`debate_metrics` of one debate (a batch of one; errors name ``answers``), ``r_task`` against
-    ``gold``: where the one-debate functions read their numbers."""
+    ``gold``, ``key`` its question id: where the one-debate functions read their numbers."""
     _check_lam(lam)
-    return debate_metrics([check_answers(answers)], [gold], lam=lam, match=match)
+    return debate_metrics([check_answers(answers)], [gold], lam=lam, match=match, keys=[check_key(key)])
 
 
 def agent_rewards(

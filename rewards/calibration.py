@@ -165,6 +165,7 @@ def calibrate(
     eta_base: float = 0.01,
     match: Match | None = None,
     correct: Sequence[bool] | None = None,
+    keys: Sequence[str] | None = None,
 ) -> Calibration:
     """Agent-tailored alpha, beta, gamma, lambda and eta from warm-up debates (all with the same N).
 
@@ -172,6 +173,7 @@ def calibrate(
     Correctness of each warm-up debate (for the Cohen's d base weights): ``correct`` when given (e.g.
     the trajectories' ``correct`` flags, judged by their task; ``golds`` may then be None), else the vote
     against ``golds`` with ``match(prediction, gold)`` (default ``==``; a None prediction is wrong).
+    ``keys``: each debate's question id, the key of its votes (:func:`~udpo.rewards.debate_metrics`).
     """
     if not kappa >= 0 or not math.isfinite(kappa):
         raise ValueError(f"kappa must be a finite number >= 0, got {kappa}")
@@ -186,7 +188,7 @@ def calibrate(
         if len(correct) != len(answer_matrices):
             raise ValueError(f"got {len(correct)} correct flags for {len(answer_matrices)} debates")
         golds = None
-    m = debate_metrics(answer_matrices, golds, lam=lam, match=match)  # validates every matrix
+    m = debate_metrics(answer_matrices, golds, lam=lam, match=match, keys=keys)  # validates every matrix
     n_agents = len(answer_matrices[0])
     for i, a in enumerate(answer_matrices):
         if len(a) != n_agents:

@@ -12,8 +12,9 @@ n agents each answer the query (each through its own varied question), then inte
   counts in ``r_j`` as a change;
 - DiverseAgentEntropy ``H = -sum_y p(y) ln p(y)`` in nats; ``normalized`` divides by ln n (0 when n = 1)
   so it lies in [0, 1] beside U_intra, U_inter and U_sys.
-- Prediction: the non-``None`` answer of highest p (ties: the one an earlier agent gave); ``None`` if
-  every final answer is ``None``.
+- Prediction: the non-``None`` answer of highest p; ties go to the tied answer the vote's tie-break
+  prefers (:func:`~udpo.rewards.majority_vote` with the question id as key: the smallest
+  ``sha256(f"{key}\n{answer}")``, never the earlier agent); ``None`` if every final answer is ``None``.
 - Abstention: abstain when H exceeds a threshold: :data:`STRICT_THRESHOLD` = H(0.6, 0.4) (a 3/2 split of
   five equal agents is still answered, anything less decided is not) or :data:`LOOSE_THRESHOLD` =
   H(0.6, 0.2, 0.2); a ``None`` prediction always abstains. "Exceeds" allows :data:`ABSTAIN_TOLERANCE` for
@@ -114,14 +115,11 @@ def answer_distribution(
     return tuple((y, m / total) for y, m in mass.values())
 
 
-def top_answer(distribution: Sequence[tuple[Answer, float]]) -> Answer:
-    """The non-None answer of highest probability (the first listed on ties), or None."""
-    best: Answer = None
-    best_p = -1.0
-    for y, p in distribution:
-        if y is not None and p > best_p:
-            best, best_p = y, p
-    return best
+def top_answer(distribution: Sequence[tuple[Answer, float]], key: str = "") -> Answer:
+    """The non-None answer of highest probability, or None; a tie goes where the vote of question ``key``
+    sends it (:func:`~udpo.rewards.majority_vote` of the tied answers, one vote each)."""
+    best_p = max((p for y, p in distribution if y is not None), default=None)
+    return majority_vote([y for y, p in distribution if y is not None and p == best_p], key)
 
 
 def abstains(score: float, threshold: float) -> bool:
@@ -151,8 +149,9 @@ class DAEScore:
         return self.prediction is None or abstains(self.entropy, threshold)
 
 
-def diverse_agent_entropy(answers: AnswerMatrix, rounds: int | None = None) -> DAEScore:
-    """DiverseAgentEntropy of an answer matrix ``a[j][t]`` (n agents x (R+1) rounds).
+def diverse_agent_entropy(answers: AnswerMatrix, rounds: int | None = None, key: str = "") -> DAEScore:
+    """DiverseAgentEntropy of an answer matrix ``a[j][t]`` (n agents x (R+1) rounds); ``key``: the
+    question id, the key of the prediction's tie-break.
 
     ``rounds`` is R, the interaction rounds actually run (default: the matrix's T). A matrix may carry
     answers forward past R (a debate that stopped early); those rounds add no changes.
@@ -166,7 +165,7 @@ def diverse_agent_entropy(answers: AnswerMatrix, rounds: int | None = None) -> D
     return DAEScore(
         entropy=h,
         normalized=_normalized(h, len(a)),
-        prediction=top_answer(dist),
+        prediction=top_answer(dist, key),
         distribution=dist,
         weights=agent_weights(changes, rounds),
         changes=changes,
@@ -192,14 +191,17 @@ class SelfConsistency:
         return self.prediction is None or abstains(self.entropy, threshold)
 
 
-def self_consistency(samples: Sequence[Answer], min_votes: int = SC_MIN_VOTES) -> SelfConsistency:
-    """Self-consistency entropy and the SC(``min_votes``/len(samples)) abstention of sampled answers."""
+def self_consistency(
+    samples: Sequence[Answer], min_votes: int = SC_MIN_VOTES, key: str = ""
+) -> SelfConsistency:
+    """Self-consistency entropy and the SC(``min_votes``/len(samples)) abstention of sampled answers;
+    ``key``: the question id, the key of the majority vote."""
     samples = list(samples)
     if not samples:
         raise ValueError("self-consistency needs at least one sample")
     dist = answer_distribution(samples)
     h = entropy([p for _, p in dist])
-    prediction = majority_vote(samples)
+    prediction = majority_vote(samples, key)
     votes = sum(s == prediction for s in samples) if prediction is not None else 0
     return SelfConsistency(
         entropy=h,
@@ -222,9 +224,11 @@ def _get(trajectory: Any, name: str, default: Any = None) -> Any:
 
 def trajectory_dae(trajectory: Any) -> DAEScore:
     """DiverseAgentEntropy of a debate trajectory (object or JSON dict): its answer matrix, with R the
-    rounds it actually ran (``meta["rounds_run"]`` when present, else T)."""
+    rounds it actually ran (``meta["rounds_run"]`` when present, else T), keyed by its question id."""
     rounds = (_get(trajectory, "meta") or {}).get("rounds_run")
-    return diverse_agent_entropy(_get(trajectory, "answers"), rounds=rounds)
+    return diverse_agent_entropy(
+        _get(trajectory, "answers"), rounds=rounds, key=_get(trajectory, "question_id", "")
+    )
 
 
 def make_dae_reward(mode: str = "certainty") -> Callable[[Any, int], float]:

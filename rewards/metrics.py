@@ -87,9 +87,10 @@ def wrong_consensus(answers: AnswerMatrix, correct: bool) -> WrongConsensus:
     )
 
 
-def uncertainty(answers: AnswerMatrix, lam: float = 0.5) -> Uncertainty:
-    """U_intra, U_inter and U_sys (with their parts) of one debate's answer matrix."""
-    m = one_debate(answers, lam=lam)
+def uncertainty(answers: AnswerMatrix, lam: float = 0.5, key: str = "") -> Uncertainty:
+    """U_intra, U_inter and U_sys (with their parts) of one debate's answer matrix; ``key``: its question
+    id, the key of the votes behind L."""
+    m = one_debate(answers, lam=lam, key=key)
     return Uncertainty(
         flip_rate=float(m.flip_rate[0]),
         revision_rate=float(m.revision_rate[0]),
@@ -103,9 +104,10 @@ def uncertainty(answers: AnswerMatrix, lam: float = 0.5) -> Uncertainty:
     )
 
 
-def agent_uncertainty(answers: AnswerMatrix, lam: float = 0.5) -> AgentUncertainty:
-    """Each agent's share of the debate's uncertainty (used by agent-scope rewards and calibration)."""
-    m = one_debate(answers, lam=lam)
+def agent_uncertainty(answers: AnswerMatrix, lam: float = 0.5, key: str = "") -> AgentUncertainty:
+    """Each agent's share of the debate's uncertainty (used by agent-scope rewards and calibration);
+    ``key``: its question id, the key of the votes behind L_i."""
+    m = one_debate(answers, lam=lam, key=key)
     return AgentUncertainty(
         flips=tuple(m.agent_flips[0].tolist()),
         u_intra=tuple(m.agent_u_intra[0].tolist()),

@@ -8,10 +8,12 @@ reference debates of N agents over rounds 0..T, gold answer :data:`RIGHT`:
 - ``unanimous_wrong``: every agent gives the same wrong answer in every round.
 - ``correct_split``: a bare majority right, each agent stable across rounds: the first ``N - d`` agents
   give the right answer in every round, the last ``d = floor((N - 1) / 2)`` one shared wrong answer (2-1 at
-  N = 3, 3-1 at N = 4, 3-2 at N = 5). The right agents come first, so removing one of them leaves either a
-  majority or a tie that the vote gives to the right answer: the vote is stable (L = 0). Two agents have no
-  bare majority short of unanimity: at N = 2 it is 1-1, a tie the vote gives to agent 0's right answer
-  (L = 1/2); at N = 1 the one agent is right.
+  N = 3, 3-1 at N = 4, 3-2 at N = 5). The reference debates are voted with the key of a bare answer list,
+  ``""``, under which a tie between :data:`RIGHT` and :data:`WRONG` goes to the right answer (the smaller
+  sha256 digest; a test checks it). So removing a right agent leaves either a majority or a tie the vote
+  gives to the right answer: the vote is stable (L = 0). Two agents have no bare majority short of
+  unanimity: at N = 2 it is 1-1, a tie the vote gives to the right answer (L = 1/2); at N = 1 the one
+  agent is right.
 - ``all_silent``: every answer unparsed (``None``) in every round.
 
 The rewards are those of the library's reward function (:func:`~udpo.rewards.debate_metrics` and
@@ -22,7 +24,7 @@ agents are the dissenters.
 The correctness floor (docs/metrics.md, "The correctness floor"; beyond the paper): ``lambda*_i``, the task
 weight above which the correct split out-earns the unanimous wrong debate for agent i, is the difference of
 the two debates' rewards with ``lambda_i = 0`` (``r_task`` is 0 and 1 in them); with scope "agent" the
-largest difference over every seating of the dissenters that keeps the vote right. The floor raises each
+largest difference over every seating of the dissenters. The floor raises each
 ``lambda_i`` to ``(1 + margin) * lambda*_i`` where it is lower.
 """
 
@@ -65,15 +67,13 @@ def _dissent(n_agents: int) -> int:
 
 
 def split_seatings(n_agents: int, rounds: int) -> list[AnswerMatrix]:
-    """``correct_split`` with its dissenters in every set of seats whose debate the vote still gives to the
-    right answer (the vote's tie rule favours early seats: at N = 2 only the reference seating is right; at
-    N = 3 a dissenter in seat 0 or 1 makes removing some right agent a tie the vote gives to the wrong answer)."""
-    seatings = [
+    """``correct_split`` with its dissenters in every set of seats. The vote never depends on the seats, so
+    every seating's vote is right, as the reference seating's is; with scope "agent" the seats decide only
+    which agents are the dissenters."""
+    return [
         [[WRONG if i in wrong else RIGHT] * (rounds + 1) for i in range(n_agents)]
         for wrong in map(set, combinations(range(n_agents), _dissent(n_agents)))
     ]
-    right = debate_metrics(seatings, [RIGHT] * len(seatings)).r_task
-    return [a for a, r in zip(seatings, right, strict=True) if r == 1]
 
 
 @dataclass(frozen=True)

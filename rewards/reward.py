@@ -40,12 +40,17 @@ class Rewards:
 
 
 def rewards(
-    answers: AnswerMatrix, gold: Hashable | None, scope: Scope = "trajectory", match: Match | None = None
+    answers: AnswerMatrix,
+    gold: Hashable | None,
+    scope: Scope = "trajectory",
+    match: Match | None = None,
+    key: str = "",
 ) -> Rewards:
-    """r_intra, r_inter, r_sys and r_task of one debate (per agent with ``scope="agent"``)."""
+    """r_intra, r_inter, r_sys and r_task of one debate (per agent with ``scope="agent"``); ``key``: its
+    question id, the key of its votes (r_task's and L's)."""
     if scope not in ("trajectory", "agent"):
         raise ValueError(f"scope must be 'trajectory' or 'agent', got {scope!r}")
-    m = one_debate(answers, gold, match=match)
+    m = one_debate(answers, gold, match=match, key=key)
     r_task = float(m.r_task[0])
     if scope == "trajectory":
         return Rewards(

@@ -3,7 +3,9 @@ SPEC's formulas (sections 1-4), one Python loop per sum.
 
 The silence rule (SPEC section 1): an unparsed answer (None) differs from every answer, another None
 included; :func:`differ` is every comparison of two answers here, and :func:`final_round_spread` counts
-each None as an answer class of its own. The vote still skips None (an abstention).
+each None as an answer class of its own. The vote still skips None (an abstention); its ties go to the
+tied answer of smallest ``sha256(f"{key}\n{answer}")`` hex digest, ``key`` the question id (SPEC section 1,
+"Majority vote"), written here with its own loop, not the library's digest helper.
 
 The library computes them once, vectorized (:mod:`udpo.rewards.batch`; ``uncertainty``,
 ``agent_uncertainty``, ``rewards`` and ``majority_vote`` are that path on a batch of one). These
@@ -13,6 +15,7 @@ cases and random matrices; nothing outside tests/ imports them.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections import Counter
 from collections.abc import Hashable, Sequence
@@ -28,24 +31,27 @@ def differ(x: Hashable | None, y: Hashable | None) -> bool:
     return x is None or y is None or x != y
 
 
-def majority_vote(answers: Sequence[Hashable | None]) -> Hashable | None:
-    """The most frequent non-None answer; ties to the tied answer seen first; None when nobody answered."""
+def majority_vote(answers: Sequence[Hashable | None], key: str = "") -> Hashable | None:
+    """The most frequent non-None answer; a tie to the tied answer whose sha256 of ``key``, a newline and
+    the answer (as text) is the smallest hex string; None when nobody answered."""
     counts: dict[Hashable, int] = {}
     for a in answers:
         if a is not None:
-            counts[a] = counts.get(a, 0) + 1  # dicts keep first-occurrence order
-    if not counts:
-        return None
-    best = max(counts.values())
-    return next(a for a, c in counts.items() if c == best)
+            counts[a] = counts.get(a, 0) + 1
+    best, best_count, best_digest = None, 0, ""
+    for a, c in counts.items():
+        digest = hashlib.sha256((key + "\n" + str(a)).encode("utf-8")).hexdigest()
+        if c > best_count or (c == best_count and digest < best_digest):
+            best, best_count, best_digest = a, c, digest
+    return best
 
 
-def loo_changes(final: tuple) -> tuple[float, ...]:
+def loo_changes(final: tuple, key: str = "") -> tuple[float, ...]:
     """Per agent: 1.0 if removing it changes the majority vote of ``final``, else 0.0 (all 0 when N = 1)."""
     if len(final) == 1:
         return (0.0,)
-    vote = majority_vote(final)
-    return tuple(float(majority_vote(final[:i] + final[i + 1 :]) != vote) for i in range(len(final)))
+    vote = majority_vote(final, key)
+    return tuple(float(majority_vote(final[:i] + final[i + 1 :], key) != vote) for i in range(len(final)))
 
 
 def final_round_spread(final: tuple) -> tuple[float, float]:
@@ -64,7 +70,7 @@ def final_round_spread(final: tuple) -> tuple[float, float]:
     return entropy, disagreement
 
 
-def uncertainty(answers, lam: float = 0.5) -> Uncertainty:
+def uncertainty(answers, lam: float = 0.5, key: str = "") -> Uncertainty:
     """U_intra, U_inter and U_sys (with their parts) of one debate's answer matrix."""
     a = check_answers(answers)
     n, t_max = len(a), len(a[0]) - 1
@@ -83,7 +89,7 @@ def uncertainty(answers, lam: float = 0.5) -> Uncertainty:
 
     final = tuple(row[t_max] for row in a)
     entropy, disagreement = final_round_spread(final)
-    loo_instability = sum(loo_changes(final)) / n
+    loo_instability = sum(loo_changes(final, key)) / n
     u_sys = (entropy + disagreement + loo_instability) / 3
     return Uncertainty(
         flip_rate=flip_rate,
@@ -98,7 +104,7 @@ def uncertainty(answers, lam: float = 0.5) -> Uncertainty:
     )
 
 
-def agent_uncertainty(answers, lam: float = 0.5) -> AgentUncertainty:
+def agent_uncertainty(answers, lam: float = 0.5, key: str = "") -> AgentUncertainty:
     """Each agent's flips (all transitions), U_intra, U_inter and leave-one-out change."""
     a = check_answers(answers)
     n, t_max = len(a), len(a[0]) - 1
@@ -114,22 +120,22 @@ def agent_uncertainty(answers, lam: float = 0.5) -> AgentUncertainty:
         else 0.0
         for i in range(n)
     )
-    loo = loo_changes(tuple(row[t_max] for row in a))
+    loo = loo_changes(tuple(row[t_max] for row in a), key)
     return AgentUncertainty(flips=flips, u_intra=tuple(u_intra), u_inter=u_inter, loo=loo)
 
 
-def rewards(answers, gold, scope: str = "trajectory", match=None) -> Rewards:
+def rewards(answers, gold, scope: str = "trajectory", match=None, key: str = "") -> Rewards:
     """r_intra, r_inter, r_sys and r_task of one debate (per agent with ``scope="agent"``)."""
     a = check_answers(answers)
     n, t_max = len(a), len(a[0]) - 1
     final = tuple(row[t_max] for row in a)
-    r_task = float(is_correct(majority_vote(final), gold, match))
+    r_task = float(is_correct(majority_vote(final, key), gold, match))
     if scope == "trajectory":
-        u = uncertainty(a)
+        u = uncertainty(a, key=key)
         flips = sum(differ(row[t], row[t + 1]) for row in a for t in range(t_max))
         r_intra = 1.0 - flips / (n * t_max) if t_max > 0 else 1.0
         return Rewards(r_intra=r_intra, r_inter=1.0 - u.u_inter, r_sys=1.0 - u.u_sys, r_task=r_task)
-    per_agent = agent_uncertainty(a)
+    per_agent = agent_uncertainty(a, key=key)
     entropy, disagreement = final_round_spread(final)
     flips = np.asarray(per_agent.flips, dtype=float)
     return Rewards(

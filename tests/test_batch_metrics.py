@@ -25,29 +25,34 @@ SCALAR_FIELDS = [
 ]
 
 
-def assert_matches_reference(metrics, matrices, golds=None, lam=0.5):
+#: question ids the vote's tie-break is keyed by
+KEYS = st.sampled_from(["", "q0", "q1", "gsm8k/test/17", "é"])
+
+
+def assert_matches_reference(metrics, matrices, golds=None, lam=0.5, keys=None):
     for m, a in enumerate(matrices):
-        u = uncertainty(a, lam=lam)
+        key = keys[m] if keys is not None else ""
+        u = uncertainty(a, lam=lam, key=key)
         for name in SCALAR_FIELDS:
             assert getattr(metrics, name)[m] == pytest.approx(getattr(u, name)), (m, name)
         t1 = len(a[0])
         assert metrics.conflict[m, :t1] == pytest.approx(u.conflict)
         assert np.isnan(metrics.conflict[m, t1:]).all()
-        p = agent_uncertainty(a, lam=lam)
+        p = agent_uncertainty(a, lam=lam, key=key)
         n = len(a)
         assert metrics.agent_flips[m, :n] == pytest.approx(p.flips)
         assert metrics.agent_u_intra[m, :n] == pytest.approx(p.u_intra)
         assert metrics.agent_u_inter[m, :n] == pytest.approx(p.u_inter)
         assert metrics.agent_loo[m, :n] == pytest.approx(p.loo)
         gold = golds[m] if golds is not None else None
-        traj, agent = rewards(a, gold), rewards(a, gold, scope="agent")
+        traj, agent = rewards(a, gold, key=key), rewards(a, gold, scope="agent", key=key)
         assert metrics.r_intra[m] == pytest.approx(traj.r_intra)
         assert metrics.r_inter[m] == pytest.approx(traj.r_inter)
         assert metrics.r_sys[m] == pytest.approx(traj.r_sys)
         assert metrics.agent_r_intra[m, :n] == pytest.approx(agent.r_intra)
         assert metrics.agent_r_inter[m, :n] == pytest.approx(agent.r_inter)
         assert metrics.agent_r_sys[m, :n] == pytest.approx(agent.r_sys)
-        assert metrics.predictions[m] == majority_vote([row[-1] for row in a])
+        assert metrics.predictions[m] == majority_vote([row[-1] for row in a], key)
         if golds is not None:
             assert metrics.r_task[m] == traj.r_task
 
@@ -58,44 +63,52 @@ def test_batch_equals_reference_on_mixed_shapes(matrices, lam, data):
     golds = data.draw(
         st.lists(st.sampled_from(["a", "b", None]), min_size=len(matrices), max_size=len(matrices))
     )
-    metrics = debate_metrics(matrices, golds, lam=lam)
+    keys = data.draw(st.lists(KEYS, min_size=len(matrices), max_size=len(matrices)))
+    metrics = debate_metrics(matrices, golds, lam=lam, keys=keys)
     assert len(metrics) == len(matrices)
-    assert_matches_reference(metrics, matrices, golds, lam)
+    assert_matches_reference(metrics, matrices, golds, lam, keys)
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.integers(1, 6), st.integers(1, 6), st.integers(1, 4), st.randoms(use_true_random=False))
-def test_batch_uncertainty_on_codes_equals_reference(n, t1, k, rnd):
-    # integer codes straight from a generator, NONE_CODE included
+@given(
+    st.integers(1, 6),
+    st.integers(1, 6),
+    st.integers(1, 4),
+    st.randoms(use_true_random=False),
+    st.lists(KEYS, min_size=5, max_size=5),
+)
+def test_batch_uncertainty_on_codes_equals_reference(n, t1, k, rnd, keys):
+    # integer codes straight from a generator, NONE_CODE included; code c stands for the answer values[c]
     codes = np.array(
         [[[rnd.randint(NONE_CODE, k - 1) for _ in range(t1)] for _ in range(n)] for _ in range(5)]
     )
-    metrics = batch_uncertainty(codes)
+    values = [f"answer {c}" for c in range(k)]
+    metrics = batch_uncertainty(codes, values=values, keys=keys)
     for m in range(len(codes)):
-        a = [[None if c == NONE_CODE else int(c) for c in row] for row in codes[m]]
-        u = uncertainty(a)
+        a = [[None if c == NONE_CODE else values[c] for c in row] for row in codes[m]]
+        u = uncertainty(a, key=keys[m])
         for name in SCALAR_FIELDS:
             assert getattr(metrics, name)[m] == pytest.approx(getattr(u, name)), name
-        vote = majority_vote([row[-1] for row in a])
-        assert metrics.vote[m] == (NONE_CODE if vote is None else vote)
+        vote = majority_vote([row[-1] for row in a], keys[m])
+        assert metrics.vote[m] == (NONE_CODE if vote is None else values.index(vote))
 
 
 @settings(max_examples=60, deadline=None)
-@given(answer_matrices(), st.floats(0, 1), st.sampled_from(["a", "b", None]))
-def test_one_debate_functions_equal_the_oracle(a, lam, gold):
-    """uncertainty, agent_uncertainty, rewards and majority_vote: the batch path on a batch of one."""
-    for name, value in library.uncertainty(a, lam=lam).to_dict().items():
-        assert value == pytest.approx(getattr(uncertainty(a, lam=lam), name)), name
-    ours, oracle = library.agent_uncertainty(a, lam=lam), agent_uncertainty(a, lam=lam)
+@given(answer_matrices(), st.floats(0, 1), st.sampled_from(["a", "b", None]), KEYS)
+def test_one_debate_functions_equal_the_oracle(a, lam, gold, key):
+    """uncertainty, agent_uncertainty, rewards and majority_vote (the scalar vote) equal the oracle."""
+    for name, value in library.uncertainty(a, lam=lam, key=key).to_dict().items():
+        assert value == pytest.approx(getattr(uncertainty(a, lam=lam, key=key), name)), name
+    ours, oracle = library.agent_uncertainty(a, lam=lam, key=key), agent_uncertainty(a, lam=lam, key=key)
     assert ours.flips == oracle.flips
     for name in ("u_intra", "u_inter", "loo"):
         assert getattr(ours, name) == pytest.approx(getattr(oracle, name)), name
     for scope in ("trajectory", "agent"):
-        ours, oracle = library.rewards(a, gold, scope=scope), rewards(a, gold, scope=scope)
+        ours, oracle = library.rewards(a, gold, scope=scope, key=key), rewards(a, gold, scope=scope, key=key)
         for name in ("r_intra", "r_inter", "r_sys", "r_task"):
             assert np.asarray(getattr(ours, name)) == pytest.approx(np.asarray(getattr(oracle, name))), name
     for t in range(len(a[0])):
-        assert library.majority_vote(row[t] for row in a) == majority_vote([row[t] for row in a])
+        assert library.majority_vote((row[t] for row in a), key) == majority_vote([row[t] for row in a], key)
 
 
 def test_uniform_split_has_entropy_exactly_one():
@@ -136,7 +149,7 @@ def test_encode_rejects_mixed_shapes_and_bad_matrices():
 )
 def test_batch_uncertainty_rejects_bad_codes(codes, message):
     with pytest.raises(ValueError, match=message):
-        batch_uncertainty(codes)
+        batch_uncertainty(codes, values=["a"])
 
 
 def test_debate_metrics_bad_input():
@@ -157,8 +170,8 @@ def test_mixed_shapes_pad_with_nan():
     metrics = debate_metrics([DEBATE, [["a"], ["b"]]], ["b", "b"])
     assert metrics.agent_loo.shape == (2, 3) and np.isnan(metrics.agent_loo[1, 2])
     assert metrics.conflict.shape == (2, 3) and np.isnan(metrics.conflict[1, 1:]).all()
-    assert metrics.predictions == ["b", "a"]
-    assert metrics.r_task.tolist() == [1.0, 0.0]
+    assert metrics.predictions == ["b", "b"]  # the 1-1 tie: sha256("\nb") < sha256("\na")
+    assert metrics.r_task.tolist() == [1.0, 1.0]
 
 
 def test_agent_rewards_combines_terms_with_per_agent_coefficients():

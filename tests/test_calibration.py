@@ -3,6 +3,7 @@ Cohen's d base weights and fallbacks."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 
@@ -18,10 +19,15 @@ from udpo.rewards.calibration import cohens_d_base_weights
 # agents 0 and 1 of PIVOT change their answer every round too (the silence rule), but only there.
 STABLE_BUT_2 = [["a", "a", "a"], ["a", "a", "a"], ["b", "c", "a"], ["a", "a", "a"]]  # final unanimous a
 PIVOT = [[None] * 3, [None] * 3, ["c", "d", "a"], ["b", "b", "b"]]  # vote a; without agent 2 it is b
+#: the question ids of these warm-up debates: under "q7" PIVOT's tie (a, b) goes to a (smaller digest)
+KEYS2, KEYS3 = ["q0", "q7"], ["q0", "q7", "q0"]
+assert hashlib.sha256(b"q7\na").hexdigest() < hashlib.sha256(b"q7\nb").hexdigest()
 
 
 def test_profile_and_coefficients_by_hand():
-    cal = calibrate([STABLE_BUT_2, PIVOT], golds=["a", "a"], kappa=2.0, base_weights=(0.5, 0.3, 0.2))
+    cal = calibrate(
+        [STABLE_BUT_2, PIVOT], golds=["a", "a"], keys=KEYS2, kappa=2.0, base_weights=(0.5, 0.3, 0.2)
+    )
     # agent 2: F = 1 (c->a, d->a), M = 1 (b->a, c->a) in both -> 1; agents 0/1: 0, and 1 in PIVOT
     # (None -> None is a change) -> 0.5; agent 3: 0
     assert cal.u_intra == pytest.approx([0.5, 0.5, 1, 0])
@@ -40,7 +46,7 @@ def test_profile_and_coefficients_by_hand():
 
 
 def test_more_uncertain_agent_gets_larger_weights_and_smaller_task_reward():
-    cal = calibrate([STABLE_BUT_2, PIVOT], golds=["a", "a"])  # all succeed: base weights 1/3 each
+    cal = calibrate([STABLE_BUT_2, PIVOT], golds=["a", "a"], keys=KEYS2)  # all succeed: base weights 1/3 each
     i = 2
     for others in range(4):
         if others == i:
@@ -117,20 +123,20 @@ def test_cohens_d_fallbacks(u, correct, reason):
 
 def test_calibrate_uses_the_cohens_d_fallback_and_reports_it():
     # every warm-up debate succeeds: no failures to compare against
-    cal = calibrate([STABLE_BUT_2, PIVOT], golds=["a", "a"])
+    cal = calibrate([STABLE_BUT_2, PIVOT], golds=["a", "a"], keys=KEYS2)
     assert cal.base.source == "fallback: no failed warm-up debates"
     assert cal.alpha == pytest.approx(1 / 3 * (1 + 1.5 * cal.u_intra))
 
 
 def test_explicit_base_weights_override_and_keep_the_d_values():
-    cal = calibrate([STABLE_BUT_2, PIVOT], golds=["a", "a"], base_weights=(1.0, 0.0, 0.0))
+    cal = calibrate([STABLE_BUT_2, PIVOT], golds=["a", "a"], keys=KEYS2, base_weights=(1.0, 0.0, 0.0))
     assert (cal.base.alpha, cal.base.beta, cal.base.gamma, cal.base.source) == (1.0, 0.0, 0.0, "explicit")
     assert cal.beta == pytest.approx([0, 0, 0, 0])
     assert set(cal.base.cohens_d) == {"u_intra", "u_inter", "u_sys"}
 
 
 def test_to_dict_is_json():
-    cal = calibrate([STABLE_BUT_2, PIVOT, STABLE_BUT_2], golds=["a", "b", "b"])
+    cal = calibrate([STABLE_BUT_2, PIVOT, STABLE_BUT_2], golds=["a", "b", "b"], keys=KEYS3)
     d = json.loads(json.dumps(cal.to_dict(), allow_nan=False))
     assert set(d) == {"coefficients", "profile", "base_weights", "settings", "warmup"}
     assert d["coefficients"]["lambda_"] == pytest.approx(cal.lambda_.tolist())
@@ -159,7 +165,7 @@ def test_calibrate_bad_input(kwargs, message):
 def test_round_trip_table_and_coefficients_feed_agent_rewards():
     from udpo.rewards import agent_rewards, calibration_from_dict, debate_metrics
 
-    cal = calibrate([STABLE_BUT_2, PIVOT, STABLE_BUT_2], golds=["a", "b", "b"])
+    cal = calibrate([STABLE_BUT_2, PIVOT, STABLE_BUT_2], golds=["a", "b", "b"], keys=KEYS3)
     again = calibration_from_dict(json.loads(json.dumps(cal.to_dict())))
     assert again.to_dict() == cal.to_dict()
     with pytest.raises(ValueError, match="not a calibration record"):
@@ -175,8 +181,10 @@ def test_round_trip_table_and_coefficients_feed_agent_rewards():
 
 def test_correct_flags_replace_golds():
     # the task judged debate 1 wrong although its vote equals the gold string (e.g. a numeric tolerance)
-    by_flags = calibrate([STABLE_BUT_2, PIVOT, STABLE_BUT_2], golds=None, correct=[True, False, False])
-    by_golds = calibrate([STABLE_BUT_2, PIVOT, STABLE_BUT_2], golds=["a", "b", "b"])
+    by_flags = calibrate(
+        [STABLE_BUT_2, PIVOT, STABLE_BUT_2], golds=None, correct=[True, False, False], keys=KEYS3
+    )
+    by_golds = calibrate([STABLE_BUT_2, PIVOT, STABLE_BUT_2], golds=["a", "b", "b"], keys=KEYS3)
     assert by_flags.to_dict() == by_golds.to_dict()
     with pytest.raises(ValueError, match="golds or correct flags"):
         calibrate([STABLE_BUT_2], golds=None)

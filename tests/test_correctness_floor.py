@@ -5,6 +5,7 @@ to ``(1 + m) lambda*_i``; the run's record keeps both values; ``udpo calibrate``
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from pathlib import Path
@@ -36,19 +37,18 @@ MODEL = "smollm2-135m-instruct"
 # N = 3, T = 2, the correct split [right, right, wrong] in rounds 0..2 (SPEC sections 2 and 3):
 #   r_intra = 1 (nobody changes);  C_t = 2/3 in every round (2 of 3 pairs disagree), so r_inter = 1/3;
 #   final answers p = (2/3, 1/3), K = 2: H = -(2/3 ln 2/3 + 1/3 ln 1/3) / ln 2 = log2(3) - 2/3;
-#   D = 1; L = 0 (removing a right agent leaves a 1-1 tie the vote gives to seat 0's right answer);
+#   D = 1; L = 0 (removing a right agent leaves a 1-1 tie the vote gives to the right answer: under the
+#   key "" of the reference debates sha256("\nright") < sha256("\nwrong"));
 #   U_sys = (H + D + L) / 3 = (1/3 + log2 3) / 3 = 1/9 + log2(3)/3 = 0.63943..., r_sys = 1 - U_sys.
 # The unanimous wrong debate is certain: r_intra = r_inter = r_sys = 1. With lambda = 0:
 #   lambda* = R0(unanimous_wrong) - R0(correct_split) = beta (1 - 1/3) + gamma U_sys
 #           = (2/3) beta + (1/9 + log2(3)/3) gamma;   alpha drops out.
 U_SYS_2_1 = 1 / 9 + math.log2(3) / 3
 # Scope agent, N = 3, T = 2: r_inter_i = 1 - (share of i's peers that disagree), L_i = [removing i flips the
-# vote]. Each agent's worst seating is either
-#   - the dissenter: both peers disagree (r_inter_i = 0), L_i = 0: lambda* = beta + U_SYS_2_1 gamma, or
-#   - a right agent in seat 0 or 1 while the dissenter sits before the other right agent ([R, W, R] for
-#     seat 0, [W, R, R] for seat 1 and 2): removing it leaves [W, R], a tie the vote gives to the wrong
-#     answer, so L_i = 1; one peer of two disagrees (r_inter_i = 1/2): 1 - r_sys_i = (H + D + 1) / 3.
-U_SYS_PIVOT = (math.log2(3) - 2 / 3 + 2) / 3
+# vote]. The vote does not depend on the seats, so L_i = 0 in every seating and each agent's worst seating
+# is the one where it is the dissenter: both peers disagree (r_inter_i = 0): lambda* = beta + U_SYS_2_1
+# gamma. (Under the old rule, ties to the earliest seat, a right agent could be pivotal: removing it left a
+# tie the vote gave to the wrong answer.)
 
 
 def coefficients(n: int, **values: float) -> dict[str, list[float]]:
@@ -95,16 +95,25 @@ def test_the_pilots_calibration_through_the_runs_calibration(tmp_path):
 
 
 def test_agent_scope_takes_the_worst_seating_of_the_dissenter():
+    assert hashlib.sha256(b"\nright").hexdigest() < hashlib.sha256(b"\nwrong").hexdigest()
     assert [[row[0] for row in a] for a in split_seatings(3, 2)] == [
         ["wrong", "right", "right"],
         ["right", "wrong", "right"],
         ["right", "right", "wrong"],
     ]
-    assert split_seatings(2, 1) == [reference_debates(2, 1)["correct_split"]]  # [W, R]'s vote is wrong
+    assert [[row[0] for row in a] for a in split_seatings(2, 1)] == [["wrong", "right"], ["right", "wrong"]]
+    for n, t in (
+        (2, 1),
+        (3, 2),
+        (5, 1),
+    ):  # every seating votes right, with L_i the same for every right agent
+        seatings = split_seatings(n, t)
+        m = debate_metrics(seatings, [RIGHT] * len(seatings))
+        assert m.r_task.tolist() == [1.0] * len(seatings)
+        assert len(set(m.loo_instability.tolist())) == 1
     for beta, gamma in [(1.0, 0.1), (0.2, 1.0)]:
         star = correctness_threshold(coefficients(3, beta=beta, gamma=gamma), rounds=2, scope="agent")
-        worst = max(beta + U_SYS_2_1 * gamma, beta / 2 + U_SYS_PIVOT * gamma)
-        assert star == pytest.approx([worst] * 3, abs=1e-9)
+        assert star == pytest.approx([beta + U_SYS_2_1 * gamma] * 3, abs=1e-9)
         # the reference seating alone would give the right agents 0 and 1 only beta / 2 + U_SYS_2_1 gamma
         assert star[0] > beta / 2 + U_SYS_2_1 * gamma + 1e-3
     # floored, the split out-earns the unanimous wrong debate for every agent in every seating

@@ -3,6 +3,7 @@ against hand computations."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import numpy as np
@@ -83,7 +84,12 @@ def test_weighted_entropy_by_hand():
     assert dict(score.distribution) == {"A": 0.5, "B": 0.5}
     assert score.entropy == pytest.approx(math.log(2))
     assert score.normalized == pytest.approx(math.log(2) / math.log(5))
-    assert score.prediction == "A"  # tie: the answer an earlier agent gave
+    # a tie: the vote's tie-break picks, whichever agents gave the answers (key "": B, key "q1": A)
+    assert hashlib.sha256(b"\nB").hexdigest() < hashlib.sha256(b"\nA").hexdigest()
+    assert hashlib.sha256(b"q1\nA").hexdigest() < hashlib.sha256(b"q1\nB").hexdigest()
+    assert score.prediction == "B"
+    assert diverse_agent_entropy(matrix, key="q1").prediction == "A"
+    assert diverse_agent_entropy(matrix[::-1], key="q1").prediction == "A"
     # without the weights it would be a 3/2 split for A
     assert entropy([0.6, 0.4]) < score.entropy
 
@@ -102,7 +108,7 @@ def test_each_none_is_a_class_of_its_own_and_never_the_prediction():
     score = diverse_agent_entropy([[None], [None], [None], ["A"], ["B"]])
     assert [y for y, _ in score.distribution] == [None, None, None, "A", "B"]
     assert [p for _, p in score.distribution] == pytest.approx([0.2] * 5)
-    assert score.normalized == pytest.approx(1.0) and score.prediction == "A"
+    assert score.normalized == pytest.approx(1.0) and score.prediction == "B"  # the tie's smaller digest
     nothing = diverse_agent_entropy([[None], [None]])
     assert nothing.entropy == pytest.approx(math.log(2)) and nothing.prediction is None
     assert nothing.abstains(LOOSE_THRESHOLD)
@@ -124,7 +130,8 @@ def test_self_consistency_and_sc_three_of_five():
     assert sc.prediction == "A" and sc.votes == 3 and not sc.abstain_majority
     assert sc.entropy == pytest.approx(-(0.6 * math.log(0.6) + 2 * 0.2 * math.log(0.2)))
     split = self_consistency(["A", "A", "B", "B", "C"])
-    assert split.prediction == "A" and split.votes == 2 and split.abstain_majority
+    assert split.prediction == "B" and split.votes == 2 and split.abstain_majority  # the smaller digest
+    assert self_consistency(["A", "A", "B", "B", "C"], key="q1").prediction == "A"
     silent = self_consistency([None] * 5)
     assert silent.abstain_majority and silent.normalized == pytest.approx(1.0)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 import pytest
@@ -78,7 +79,8 @@ def test_vote_unparsed_and_correctness():
     backend = ScriptedBackend(lambda req, k: next(outputs))
     traj = DebateEnv(task, backend, DebateConfig(n_agents=3, rounds=1)).run(task.load(), progress=False)[0]
     assert traj.answers == [["5", "0"], [None, None], ["0", "5"]]
-    # final round: "0", None, "5": a tie between 0 and 5 goes to the earliest agent (agent 0 says "0")
+    # final round: "0", None, "5": the tie goes to the answer of smaller sha256(question id, answer)
+    assert hashlib.sha256(b"q0\n0").hexdigest() < hashlib.sha256(b"q0\n5").hexdigest()
     assert traj.prediction == "0" and traj.correct
 
 

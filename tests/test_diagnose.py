@@ -36,7 +36,7 @@ def write_run(path: Path, seed: int, skill: float, n_questions: int = 60, repeat
                     p = min(0.98, max(0.05, skill - hard + 0.15 * t))
                     row.append("A" if r < p else (None if r > 0.97 else rng.choice("BC")))
                 answers.append(row)
-            pred = majority_vote([a[-1] for a in answers])
+            pred = majority_vote([a[-1] for a in answers], f"q{q}")
             lines.append(
                 {
                     "question_id": f"q{q}",
@@ -75,10 +75,12 @@ def test_summary_numbers_match_the_formulas(two_runs):
         records = read_jsonl(root / label / "trajectories.jsonl")
         correct = np.array([r["correct"] for r in records])
         u = {
-            m: np.array([getattr(uncertainty(r["answers"]), m) for r in records])
+            m: np.array([getattr(uncertainty(r["answers"], key=r["question_id"]), m) for r in records])
             for m in ("u_intra", "u_inter", "u_sys")
         }
-        u["dae"] = np.array([diverse_agent_entropy(r["answers"]).normalized for r in records])
+        u["dae"] = np.array(
+            [diverse_agent_entropy(r["answers"], key=r["question_id"]).normalized for r in records]
+        )
         s = summary["runs"][label]
         assert s["n_debates"] == len(records) == 60
         assert s["accuracy"] == pytest.approx(correct.mean())
@@ -113,7 +115,7 @@ def test_stratified_gains_use_the_mad_run_as_baseline(two_runs):
     mad = read_jsonl(root / "mad" / "trajectories.jsonl")
     udpo = {r["question_id"]: r for r in read_jsonl(root / "udpo" / "trajectories.jsonl")}
     expected = stratified_gains(
-        [uncertainty(r["answers"]).u_sys for r in mad],
+        [uncertainty(r["answers"], key=r["question_id"]).u_sys for r in mad],
         [float(r["correct"]) for r in mad],
         [float(udpo[r["question_id"]]["correct"]) for r in mad],
     )

@@ -158,12 +158,20 @@ def test_self_consistency_samples_the_query(task, items):
 
 def test_answer_clustering_by_normalized_match_and_llm_judge():
     assert normalize_answer("  The Eiffel   Tower. ") == "eiffel tower" and normalize_answer(None) is None
+    # each cluster's representative is its member that sorts first as text, wherever it came
     assert cluster_by_match(["The Paris", "paris.", "Lyon", None, "LYON"]) == [
         "The Paris",
         "The Paris",
-        "Lyon",
+        "LYON",
         None,
-        "Lyon",
+        "LYON",
+    ]
+    assert cluster_by_match(["LYON", "paris.", None, "Lyon", "The Paris"]) == [
+        "LYON",
+        "The Paris",
+        None,
+        "LYON",
+        "The Paris",
     ]
     asked = []
 
@@ -181,6 +189,9 @@ def test_answer_clustering_by_normalized_match_and_llm_judge():
     )  # 3 pairs of the first item (None is never asked), 1 of the second
     assert maps[0] == {"Paris": "Paris", "capital of France": "Paris", "Lyon": "Lyon", None: None}
     assert maps[1] == {"x": "x", "y": "y"}
+    # the same cluster given the other way round keeps the same representative
+    again = AnswerJudge(backend).merge([("Capital of France?", ["capital of France", "Paris"])])
+    assert again == [{"capital of France": "Paris", "Paris": "Paris"}]
 
 
 def test_question_filters_and_selection():
@@ -247,7 +258,7 @@ def test_runs_on_a_tiny_model_and_diagnose(tmp_path, tokenizer_path):
     assert summary["n_items"] == len(dae) == 2 and set(summary["policies"]) == {"none", "strict", "loose"}
     for t in dae:
         assert len(t.answers) == 3 and len(t.meta["questions"]) == 3 and t.meta["rounds_run"] in (0, 1)
-        score = diverse_agent_entropy(t.answers, rounds=t.meta["rounds_run"])
+        score = diverse_agent_entropy(t.answers, rounds=t.meta["rounds_run"], key=t.question_id)
         assert t.meta["entropy"] == pytest.approx(score.entropy) and t.prediction == score.prediction
         assert t.meta["abstain"]["strict"] == score.abstains(STRICT_THRESHOLD)
         assert all(turn.completion_ids for row in t.turns for turn in row)

@@ -38,7 +38,7 @@ LOAD_LIMIT_S = 3.0  # issue 15: 10,000 debates open in under 3 seconds
 # --- run folders -------------------------------------------------------------------------------
 def debate(qid: str, gold, answers: list[list], texts: list[list[str]] | None = None, **meta) -> Trajectory:
     """A debate record as udpo writes it: the vote of the last round decides ``correct``."""
-    prediction = majority_vote([row[-1] for row in answers])
+    prediction = majority_vote([row[-1] for row in answers], qid)
     turns = [
         [
             Turn(

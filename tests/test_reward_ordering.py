@@ -131,7 +131,7 @@ def warmup_debate(questions, meta) -> list[Trajectory]:
     out = []
     for k, (first, last) in enumerate(WARMUP):
         answers = [[first[i], last[i]] for i in range(2)]
-        vote = debate_metrics([answers]).predictions[0]
+        vote = debate_metrics([answers], keys=[f"w{k}"]).predictions[0]
         out.append(
             Trajectory(f"w{k}", "?", "4" if k < 2 else "3", answers, vote, vote == ("4" if k < 2 else "3"))
         )

@@ -3,6 +3,8 @@ replay"): hand cases and properties."""
 
 from __future__ import annotations
 
+import hashlib
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -34,7 +36,12 @@ def test_no_rounds_gives_full_intra_reward():
     assert r.r_intra == 1.0
     assert r.r_inter == 0.0
     assert r.r_sys == pytest.approx(1 - (1 + 1 + 0.5) / 3)
-    assert r.r_task == 1.0  # tie goes to agent 0's answer
+    # the 1-1 tie goes to the answer of smaller sha256(key + "\n" + answer): b for key "", a for "q7"
+    assert hashlib.sha256(b"\nb").hexdigest() < hashlib.sha256(b"\na").hexdigest()
+    assert r.r_task == 0.0
+    assert hashlib.sha256(b"q7\na").hexdigest() < hashlib.sha256(b"q7\nb").hexdigest()
+    assert rewards([["a"], ["b"]], gold="a", key="q7").r_task == 1.0
+    assert rewards([["b"], ["a"]], gold="a", key="q7").r_task == 1.0  # whoever says it
 
 
 def test_single_agent_one_round_hand_case():
@@ -62,8 +69,9 @@ def test_one_round_debate_trajectory_hand_case():
     assert r.r_intra == pytest.approx(1 / 3)
     # C_0 on (a, a, b): 2 of 3 pairs differ; C_1 on (b, a, c): 3 of 3 -> U_inter = (2/3 + 1) / 2 = 5/6
     assert r.r_inter == pytest.approx(1 / 6)
-    # final (b, a, c): K = 3 uniform -> H = 1; D = 1; vote b (tie, agent 0 first); without agent 0 the
-    # tie (a, c) goes to a, without agent 1 or 2 it stays b -> L = 1/3; U_sys = (1 + 1 + 1/3) / 3 = 7/9
+    # final (b, a, c): K = 3 uniform -> H = 1; D = 1; vote b (the tie's smallest digest under key "":
+    # b 5e79.., a 7361.., c a4ef..); without agent 0 the tie (a, c) goes to a, without agent 1 or 2 it
+    # stays b -> L = 1/3; U_sys = (1 + 1 + 1/3) / 3 = 7/9
     assert r.r_sys == pytest.approx(2 / 9)
     assert r.r_task == 0.0  # vote b, gold a
 
@@ -101,9 +109,14 @@ def test_agent_scope_hand_case():
     assert r.r_inter == pytest.approx([0.5, 0.5, 1 / 3])
     assert r.r_sys == pytest.approx([1.0, 1.0, 1.0])
     assert r.r_task == pytest.approx([1.0, 1.0, 1.0])
-    # final (None, None, a, b): K = 4 singletons (H = 1), D = 1, and only agent 2 is pivotal
-    pivot = rewards([[None], [None], ["a"], ["b"]], gold="a", scope="agent")
+    # final (None, None, a, b): K = 4 singletons (H = 1), D = 1; under key "q7" the tie goes to a
+    # (smaller digest), so only agent 2 is pivotal; under key "" it goes to b and agent 3 is
+    pivot = rewards([[None], [None], ["a"], ["b"]], gold="a", scope="agent", key="q7")
     assert pivot.r_sys == pytest.approx([1 / 3, 1 / 3, 0.0, 1 / 3])
+    assert pivot.r_task == pytest.approx([1.0] * 4)
+    other = rewards([[None], [None], ["a"], ["b"]], gold="a", scope="agent")
+    assert other.r_sys == pytest.approx([1 / 3, 1 / 3, 1 / 3, 0.0])
+    assert other.r_task == pytest.approx([0.0] * 4)
     assert pivot.r_intra == pytest.approx([1.0] * 4)
 
 

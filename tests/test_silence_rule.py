@@ -48,7 +48,7 @@ def test_unanimous_wrong_debate_by_hand():
 def test_correct_two_one_stable_debate_by_hand():
     r = rewards(CORRECT_2_1, "g")
     h = -(2 / 3 * np.log(2 / 3) + 1 / 3 * np.log(1 / 3)) / np.log(2)
-    # stable agents; one pair of three agrees each round; L = 0 (without agent 0 the tie goes to agent 1's g)
+    # stable agents; one pair of three agrees each round; L = 0 (without a g agent the tie goes to g: sha256("\\ng") < sha256("\\nw"))
     assert (r.r_intra, r.r_task) == (1.0, 1.0)
     assert r.r_inter == pytest.approx(1 / 3)
     assert r.r_sys == pytest.approx(1 - (h + 1) / 3)
@@ -92,7 +92,7 @@ def test_the_vote_still_abstains():
 
 def test_codes_that_repeat_none_code_follow_the_rule():
     codes = np.array([[[NONE_CODE, NONE_CODE], [NONE_CODE, NONE_CODE], [0, 0]]], dtype=np.int8)
-    m = batch_uncertainty(codes)
+    m = batch_uncertainty(codes, values=["a"])
     assert m.conflict.tolist() == [[1.0, 1.0]] and m.agent_flips.tolist() == [[1, 1, 0]]
     assert m.vote.tolist() == [0] and m.entropy.tolist() == [1.0]
     assert codes.min() == NONE_CODE  # the caller's array is left alone

@@ -8,8 +8,9 @@ clusters whose representatives it judges equivalent (:class:`AnswerJudge`, one b
 pairs of a batch; the paper clusters with an LLM, checked by hand at 98% accuracy). ``None`` (no
 answer) is its own cluster and never merged.
 
-Each answer is replaced by its cluster's representative: the first answer of the cluster in the order
-given, so clustering never invents an answer the task cannot grade.
+Each answer is replaced by its cluster's representative: the member that sorts first as text
+(:func:`text_order`), one of the answers given, so clustering never invents an answer the task cannot
+grade, and whichever agent gave which answer, the same (the vote's tie-break reads the representative).
 """
 
 from __future__ import annotations
@@ -34,10 +35,18 @@ def normalize_answer(answer: Hashable | None) -> Hashable | None:
     return re.sub(r"^(?:a|an|the)\s+", "", text)
 
 
+def text_order(answer: Hashable | None) -> tuple[str, str]:
+    """The order representatives are chosen in: ``str``, then ``repr`` (never the order answers came in)."""
+    return str(answer), repr(answer)
+
+
 def cluster_by_match(answers: Sequence[Hashable | None]) -> list[Hashable | None]:
-    """Each answer replaced by the first answer with the same normalized form."""
-    first: dict[Hashable | None, Hashable | None] = {}
-    return [first.setdefault(normalize_answer(a), a) for a in answers]
+    """Each answer replaced by the answer of the same normalized form that sorts first (:func:`text_order`)."""
+    groups: dict[Hashable | None, list[Hashable | None]] = {}
+    for a in answers:
+        groups.setdefault(normalize_answer(a), []).append(a)
+    first = {form: min(members, key=text_order) for form, members in groups.items()}
+    return [first[normalize_answer(a)] for a in answers]
 
 
 @dataclass
@@ -80,11 +89,10 @@ def _root(parent: dict, a):
 
 
 def _union(parent: dict, a, b) -> None:
-    """Join the clusters of a and b under the representative that came first (order of ``parent``)."""
+    """Join the clusters of a and b under the representative that sorts first (:func:`text_order`)."""
     ra, rb = _root(parent, a), _root(parent, b)
     if ra != rb:
-        order = list(parent)
-        keep, drop = (ra, rb) if order.index(ra) < order.index(rb) else (rb, ra)
+        keep, drop = sorted((ra, rb), key=text_order)
         parent[drop] = keep
 
 

@@ -217,7 +217,7 @@ class DiverseAgentEntropy(Procedure):
         for k, q in enumerate(questions):
             matrix = [[maps[k][a] for a in row] for row in raw[k]]
             rounds = len(partners[k])
-            score = diverse_agent_entropy(matrix, rounds=rounds)
+            score = diverse_agent_entropy(matrix, rounds=rounds, key=q.id)
             out.append(
                 self.trajectory(
                     q,
@@ -310,7 +310,7 @@ class SelfConsistency(Procedure):
         out = []
         for n, q in enumerate(questions):
             samples: list[Hashable | None] = [maps[n][a] for a in raw[n]]
-            sc = self_consistency(samples, cfg.min_votes)
+            sc = self_consistency(samples, cfg.min_votes, key=q.id)
             abstain = {f"sc_{cfg.min_votes}_of_{k}": sc.abstain_majority}
             abstain.update({name: sc.abstains(t) for name, t in THRESHOLDS.items()})
             out.append(

@@ -92,7 +92,7 @@ class ActorCriticConfig(LossSettings):
 def team_rewards(trajectories: Sequence[Trajectory], w_consensus: float) -> tuple[Tensor, dict[str, Tensor]]:
     """``R = r_task + w_consensus (1 - C_T)`` per debate [M], and the terms (``r_task``, ``consensus`` =
     ``1 - C_T``, and UDPO's ``r_intra``, ``r_inter``, ``r_sys`` for logging beside it)."""
-    metrics = debate_metrics([t.answers for t in trajectories])
+    metrics = debate_metrics([t.answers for t in trajectories], keys=[t.question_id for t in trajectories])
     final_conflict = np.array([row[np.isfinite(row)][-1] for row in metrics.conflict])
     r_task = np.array([float(t.correct) for t in trajectories])
     consensus = 1.0 - final_conflict

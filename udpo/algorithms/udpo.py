@@ -163,7 +163,7 @@ def compute_rewards(
             raise ValueError(
                 f"trajectory {k} (question {t.question_id}) has {t.n_agents} agents; coefficients have {n}"
             )
-    metrics = debate_metrics([t.answers for t in trajectories])
+    metrics = debate_metrics([t.answers for t in trajectories], keys=[t.question_id for t in trajectories])
     metrics = replace(metrics, r_task=task_rewards(trajectories, task_reward, seed))
     c = coefficients
     r = agent_rewards(metrics, c.alpha, c.beta, c.gamma, c.lambda_, scope=scope)

@@ -108,7 +108,7 @@ def load_run(path: str | os.PathLike, label: str | None = None, lam: float = 0.5
         correct=np.array(correct, dtype=bool),
         predictions=preds,
         golds=golds,
-        metrics=debate_metrics(answers, lam=lam),
+        metrics=debate_metrics(answers, lam=lam, keys=ids),
         n_agents=np.array([len(a) for a in answers]),
         n_rounds=np.array([len(a[0]) - 1 for a in answers]),
         answers=answers,

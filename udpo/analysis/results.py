@@ -15,9 +15,9 @@ from udpo.rewards import uncertainty, wrong_consensus
 #: metric name -> its value for one evaluated question (:func:`per_question`: udpo compare, learning studies)
 PER_QUESTION_METRICS: dict[str, Callable[[Trajectory], float]] = {
     "accuracy": lambda t: float(t.correct),
-    "u_intra": lambda t: uncertainty(t.answers).u_intra,
-    "u_inter": lambda t: uncertainty(t.answers).u_inter,
-    "u_sys": lambda t: uncertainty(t.answers).u_sys,
+    "u_intra": lambda t: uncertainty(t.answers, key=t.question_id).u_intra,
+    "u_inter": lambda t: uncertainty(t.answers, key=t.question_id).u_inter,
+    "u_sys": lambda t: uncertainty(t.answers, key=t.question_id).u_sys,
     "unparsed_rate": lambda t: float(np.mean([a is None for row in t.answers for a in row])),
     "wrong_majority": lambda t: wrong_consensus(t.answers, t.correct).majority,
     "wrong_unanimous": lambda t: wrong_consensus(t.answers, t.correct).unanimous,

@@ -113,6 +113,7 @@ def calibrate(
             base_weights=reward.base_weights,
             lambda_base=reward.lambda_base,
             eta_base=reward.eta_base,
+            keys=[t.question_id for t in trajectories],
         )
         record = result.to_dict()
         coefficients = dict(record["coefficients"])

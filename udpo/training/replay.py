@@ -87,7 +87,7 @@ class ReplayBuffer:
         new = list(trajectories)
         if not new:
             return
-        m = debate_metrics([t.answers for t in new])
+        m = debate_metrics([t.answers for t in new], keys=[t.question_id for t in new])
         if replace:
             fresh = {t.question_id for t in new}
             kept = [

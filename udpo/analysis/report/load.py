@@ -214,7 +214,9 @@ def load_set(file: Path, name: str, lam: float = 0.5) -> DebateSet:
     records = list(iter_records(file))
     if not records:
         raise NotARunError(f"{file}: no debates in this file (it is empty)")
-    metrics = debate_metrics([r["answers"] for r in records], lam=lam)
+    metrics = debate_metrics(
+        [r["answers"] for r in records], lam=lam, keys=[str(r["question_id"]) for r in records]
+    )
     uncertainties = zip(metrics.u_intra, metrics.u_inter, metrics.u_sys, strict=True)
     common = common_meta(r.get("meta") or {} for r in records)
     debates = [compact_debate(r, u, common) for r, u in zip(records, uncertainties, strict=True)]
