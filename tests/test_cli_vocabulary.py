@@ -85,7 +85,8 @@ NO_COUNTERPART = {
         "uncertainty estimation only",
     ),
     **dict.fromkeys(
-        [("diagnose", d) for d in ("runs", "out", "labels", "baseline_run", "no_plots")], "analysis"
+        [("diagnose", d) for d in ("runs", "out", "labels", "baseline_run", "no_plots", "regrade_forms")],
+        "analysis",
     ),
     **dict.fromkeys([("export", d) for d in ("checkpoint", "out", "merge", "overwrite")], "not a run folder"),
     **dict.fromkeys([("report", d) for d in ("run", "run_b", "out")], "an HTML page"),
