@@ -234,14 +234,8 @@ def load_set(file: Path, name: str, lam: float = 0.5) -> DebateSet:
     guard = [wrong_consensus(r["answers"], bool(r["correct"])) for r in records]
     stats["wrong_majority"] = sum(g.majority for g in guard) / len(guard)
     stats["wrong_unanimous"] = sum(g.unanimous for g in guard) / len(guard)
-    return DebateSet(
-        name=name,
-        path=file,
-        debates=debates,
-        stats=stats,
-        common_meta=common,
-        forms=agent_form_shares(records),
-    )
+    forms = agent_form_shares(records)
+    return DebateSet(name=name, path=file, debates=debates, stats=stats, common_meta=common, forms=forms)
 
 
 def compact_debate(record: dict[str, Any], u: Iterable[float], common: dict[str, Any]) -> dict[str, Any]:
