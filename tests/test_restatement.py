@@ -279,3 +279,31 @@ def test_no_reply_built_from_the_question_is_graded_right(seed, level):
             reading = task.read(reply, question)
             assert not task.is_correct(reading.answer, question), (question.text, reply, reading)
             assert reading.form in FORMS
+
+
+@pytest.mark.parametrize("name", ["truthfulqa", "commonsenseqa"])
+def test_a_letter_task_gives_no_letter_for_its_question_re_typed(name, shared_data):
+    from udpo.env.tasks import get_task
+
+    task = get_task(name)
+    split = "all" if name == "truthfulqa" else "dev"
+    for question in task.load(split, shared_data, limit=20):
+        letters = task.letters(question)
+        for reply in (question.text, " ".join(f"({x})" for x in letters), task.prompt(question)):
+            assert task.read(reply, question) == Reading(None, FORM_ALL_OPTIONS), reply
+        marked = f"{question.text}\n\nAnswer: ({question.gold})"
+        assert task.read(marked, question) == Reading(question.gold, FORM_LETTER)
+        assert task.read(f"\\boxed{{{question.gold}}}", question) == Reading(question.gold, FORM_BOX)
+
+
+def test_no_gsm8k_reference_solution_is_refused(shared_data):
+    """The rule refuses restatements only: each GSM8K test solution, its final line as a stated or a boxed
+    answer, reads its gold answer, although its computations use the question's numbers throughout."""
+    task = GSM8K()
+    for question in task.load("test", shared_data):
+        reasoning = question.meta["solution"].split("####")[0]
+        for reply in (
+            f"{reasoning} The answer is {question.gold}.",
+            f"{reasoning} \\boxed{{{question.gold}}}",
+        ):
+            assert task.parse(reply, question) == question.gold, (question.text, reply)
