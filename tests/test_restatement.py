@@ -98,6 +98,7 @@ def test_a_restated_division_is_no_answer(reply):
         ("What is 12 - 45?", "12 minus 45"),
         ("What is 2 + 3 * 4?", "2 + 3 * 4"),
         ("What is 2 + 3 * 4?", "\\boxed{2 + 3 \\times 4}"),
+        ("What is 2 * 17 - 17?", "2x17-17"),  # the 17 after the x is glued to it; the last 17 decides
     ],
 )
 def test_a_restated_operation_is_no_answer(question, reply):
@@ -251,13 +252,15 @@ WRAPPERS = [
 
 
 def restatements(question: Question, rng: random.Random) -> list[str]:
-    """Replies made of ``question``'s text alone: the question itself, and its expression in every
-    notation of its operators (each operator's notation drawn with ``rng``), in every wrapper, and as
-    fractions for a division."""
+    """Replies made of ``question``'s text alone: the question itself, and its expression in the notations
+    of its operators (every notation of a single operator; six drawn with ``rng`` for three terms), in
+    every wrapper, and as fractions for a division."""
     tokens = question.meta["expression"].split(" ")
     operands, operators = tokens[::2], tokens[1::2]
     expressions = [question.meta["expression"]]
-    for _ in range(6):
+    if len(operators) == 1:
+        expressions += [operands[0] + notation + operands[1] for notation in NOTATIONS[operators[0]]]
+    for _ in range(6 if len(operators) > 1 else 0):
         written = operands[0]
         for op, b in zip(operators, operands[1:], strict=True):
             written += rng.choice(NOTATIONS[op]) + b
@@ -267,6 +270,22 @@ def restatements(question: Question, rng: random.Random) -> list[str]:
         expressions += [f"\\{kind}{{{a}}}{{{b}}}" for kind in ("frac", "dfrac", "tfrac")]
     replies = [question.text, question.text.rstrip("?"), question.text.rstrip("?") + "."]
     return replies + [wrapper.format(e) for e in expressions for wrapper in WRAPPERS]
+
+
+def test_no_restatement_of_the_small_levels_is_graded_right():
+    """Every problem of levels 1, 3 and 6 (one-digit sums and products, exact divisions), every notation:
+    the cases where an operand is the answer (0 + 7, 7 * 1, 36 / 6) included."""
+    task = Arithmetic(1)
+    problems = [
+        (a, op, b, a + b if op == "+" else a * b) for op in "+*" for a in range(10) for b in range(10)
+    ]
+    problems += [(b * q, "/", b, q) for b in range(2, 13) for q in range(2, 51)]
+    rng = random.Random(0)
+    for a, op, b, value in problems:
+        expression = f"{a} {op} {b}"
+        question = Question("q", f"What is {expression}?", str(value), meta={"expression": expression})
+        for reply in restatements(question, rng):
+            assert not task.is_correct(task.parse(reply, question), question), (question.text, reply)
 
 
 @settings(max_examples=60, deadline=None)

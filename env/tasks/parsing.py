@@ -101,9 +101,10 @@ _OPERATOR = (
 )
 #: how far before a number an operation's first operand is looked for (operator, gaps, currency sign)
 _OPERATION_REACH = 2 * _MAX_DIGITS + 4 * _GAP + 32
-# "a op " right before the last number (its sign, if it has one, is the operator: "12 -45")
+# "a op " right before the last number (its sign, if it has one, is the operator: "12 -45"); a may be glued
+# to an operator before it ("2x17-17")
 _OPERATION_BEFORE_RE = re.compile(
-    rf"(?<![\w.])(?:\\?\$\s?)?({_NUM})\s{{0,{_GAP}}}(?:{_OPERATOR})\s{{0,{_GAP}}}(?:\\?\$\s?)?\Z"
+    rf"(?<![\d.,])(?:\\?\$\s?)?({_NUM})\s{{0,{_GAP}}}(?:{_OPERATOR})\s{{0,{_GAP}}}(?:\\?\$\s?)?\Z"
 )
 # " op b" right after it, b glued to what it follows and so not read as a number ("7x1", "7\times1")
 _OPERATION_AFTER_RE = re.compile(
