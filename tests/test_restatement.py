@@ -99,6 +99,9 @@ def test_a_restated_division_is_no_answer(reply):
         ("What is 2 + 3 * 4?", "2 + 3 * 4"),
         ("What is 2 + 3 * 4?", "\\boxed{2 + 3 \\times 4}"),
         ("What is 2 * 17 - 17?", "2x17-17"),  # the 17 after the x is glued to it; the last 17 decides
+        ("What is 36 / 6?", "(36)/(6)"),  # the quotient is an operand: brackets must not hide the echo
+        ("What is 36 / 6?", "[36] / [6]"),
+        ("What is 36 / 6?", "36 : 6"),
     ],
 )
 def test_a_restated_operation_is_no_answer(question, reply):

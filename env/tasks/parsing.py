@@ -96,19 +96,21 @@ _ANSWER_WORD_RE = re.compile(r"(?i:answer)")
 _MARKER_REACH = 4 * _GAP + 16
 # An operator between two operands, as a reply may write one: ASCII, Unicode, LaTeX or in words.
 _OPERATOR = (
-    r"(?://|\*\*|[-+*/xX\u00d7\u00f7\u00b7\u2212\u2217\u22c5]|\\(?:times|div|cdot|ast)(?![a-zA-Z])"
+    r"(?://|\*\*|[-+*/:xX\u00d7\u00f7\u00b7\u2212\u2217\u22c5]|\\(?:times|div|cdot|ast)(?![a-zA-Z])"
     rf"|(?i:plus|minus|times|over|(?:divided|multiplied)\s{{1,{_GAP}}}by))"
 )
+# what may stand between an operand and its operator: spaces and brackets ("(252) / (6)")
+_OPERATION_GAP = rf"[\s(){{}}\[\]]{{0,{_GAP}}}"
 #: how far before a number an operation's first operand is looked for (operator, gaps, currency sign)
 _OPERATION_REACH = 2 * _MAX_DIGITS + 4 * _GAP + 32
 # "a op " right before the last number (its sign, if it has one, is the operator: "12 -45"); a may be glued
 # to an operator before it ("2x17-17")
 _OPERATION_BEFORE_RE = re.compile(
-    rf"(?<![\d.,])(?:\\?\$\s?)?({_NUM})\s{{0,{_GAP}}}(?:{_OPERATOR})\s{{0,{_GAP}}}(?:\\?\$\s?)?\Z"
+    rf"(?<![\d.,])(?:\\?\$\s?)?({_NUM}){_OPERATION_GAP}(?:{_OPERATOR}){_OPERATION_GAP}(?:\\?\$\s?)?\Z"
 )
 # " op b" right after it, b glued to what it follows and so not read as a number ("7x1", "7\times1")
 _OPERATION_AFTER_RE = re.compile(
-    rf"\s{{0,{_GAP}}}(?:{_OPERATOR})\s{{0,{_GAP}}}(?:\\?\$\s?)?({_NUM})(?!\d|\.\d)"
+    rf"{_OPERATION_GAP}(?:{_OPERATOR}){_OPERATION_GAP}(?:\\?\$\s?)?({_NUM})(?!\d|\.\d)"
 )
 # a number as a question writes it: numerators and denominators count one by one
 _OPERAND_RE = re.compile(rf"(?<![\w.])(?:{_NUM})(?!\d|\.\d)")
