@@ -538,9 +538,10 @@ def read_number_answer(text: str, question: str = "") -> Reading:
        question's own numbers (:func:`question_operands`) with no result after it: the fraction
        ``252 / 6``, ``252/6``, ``\\frac{252}{6}``, ``\\boxed{252/6}``, or ``252 \\div 6``, ``7 x 1``,
        ``37 + 45``, ``2 + 3 * 4``, ``(36)/(6)`` (any of ``+ - * x / : ÷ × ·``, ``\\times \\div \\cdot``,
-       "plus", "minus", "times", "over", "divided by", "multiplied by"; brackets around the operands) for "What is 252 / 6?" and the like, the question
-       re-typed included. ``252 / 6 = 42`` states 42; a fraction whose parts are not both the question's
-       numbers (a GSM8K answer of 3/4) reads as its value. Without ``question`` nothing is refused.
+       "plus", "minus", "times", "over", "divided by", "multiplied by"; brackets around the operands)
+       for "What is 252 / 6?" and the like, the question re-typed included. ``252 / 6 = 42`` states 42;
+       a fraction whose parts are not both the question's numbers (a GSM8K answer of 3/4) reads as its
+       value. Without ``question`` nothing is refused.
 
     Only the reply's tail is read (``reply_tail``); the restatement check looks at most
     ``_OPERATION_REACH`` characters around the one number that decides.
