@@ -193,3 +193,17 @@ def test_report_shows_each_agents_forms(tmp_path):
     html = page.read_text()
     assert "Answer forms per agent" in html
     assert "<td>agent_0</td><td>1</td><td>1.000</td><td>restatement 100.0%</td>" in html
+
+
+def test_report_plots_each_agents_echo_rate_over_training():
+    from udpo.analysis.report.overview import training_plots
+
+    metrics = [
+        {"kind": kind, "iteration": k, f"{prefix}forms/agent_{i}/echo_rate": 0.1 * k * i, "reward/mean": 0.0}
+        for k in (1, 2)
+        for kind, prefix in (("train", "train/"), ("eval", ""))
+        for i in (0, 1)
+    ]
+    plots = "".join(training_plots(metrics))
+    assert "Held-out echo rate per agent" in plots and "Training echo rate per agent" in plots
+    assert "forms/agent_1/echo_rate" in plots
