@@ -232,12 +232,14 @@ class DebateEnv:
                 for s, i in speaking:
                     if (s.index, i) in done:
                         req, c = done[(s.index, i)]
+                        reading = self.task.read(c.text, s.question)
                         turn = Turn(
                             agent=i,
                             round=t,
                             messages=req.messages,
                             text=c.text,
-                            answer=self.task.parse(c.text, s.question),
+                            answer=reading.answer,
+                            form=reading.form,
                             prompt_ids=c.prompt_ids,
                             completion_ids=c.completion_ids,
                             logprobs=c.logprobs,
@@ -246,12 +248,14 @@ class DebateEnv:
                         )
                     else:
                         text = s.supplied[i]
+                        reading = self.task.read(text, s.question)
                         turn = Turn(
                             agent=i,
                             round=t,
                             messages=[dict(m) for m in convs[s.index][i]],
                             text=text,
-                            answer=self.task.parse(text, s.question),
+                            answer=reading.answer,
+                            form=reading.form,
                             adapter=self.agents[i].adapter,
                             finish_reason="injected",
                         )

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from udpo.env.answer_forms import agent_form_shares
 from udpo.env.backends.base import Backend
 from udpo.env.debate import DebateConfig, DebateEnv
 from udpo.env.progress import DebateProgress
@@ -24,11 +25,13 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
     """n_questions, accuracy, the mean U_intra / U_inter / U_sys, the unparsed rate, the collapse rate
     (the share of agents whose answers were more than half unparsed, :func:`udpo.rewards.collapse_rate`)
     and the consensus-on-wrong guard (``wrong_majority``, ``wrong_unanimous``: shares of debates ending
-    with a majority, or every agent, on a wrong answer) of a set of debates."""
+    with a majority, or every agent, on a wrong answer) of a set of debates, and ``forms``: per agent, the
+    share of each form its answers were read in and its echo rate (:mod:`udpo.env.answer_forms`)."""
     if not trajectories:
         return {
             "n_questions": 0,
             **dict.fromkeys(("accuracy", "u_intra", "u_inter", "u_sys", "wrong_majority", "wrong_unanimous")),
+            "forms": {},
         }
     metrics = debate_metrics([t.answers for t in trajectories], keys=[t.question_id for t in trajectories])
     guard = [wrong_consensus(t.answers, t.correct) for t in trajectories]
@@ -42,6 +45,7 @@ def summarize(trajectories: Sequence[Trajectory]) -> dict[str, Any]:
         "collapse_rate": collapse_rate([t.answers for t in trajectories]),
         "wrong_majority": float(np.mean([g.majority for g in guard])),
         "wrong_unanimous": float(np.mean([g.unanimous for g in guard])),
+        "forms": agent_form_shares(trajectories),
     }
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .jsonl import iter_jsonl, repair_tail
+from .tasks.parsing import FORM_UNKNOWN
 
 Answer = Any  # a normalized, JSON-serializable, hashable answer (str, float, int) or None
 
@@ -26,7 +27,9 @@ class Turn:
 
     reads: the responses the agent read before answering, as ``[agent, round]`` pairs in the order
     shown (empty in round 0). details: what the debate protocol recorded about this turn (e.g. DIGRA's
-    entropies and information-gain ratios, an injected round-0 response).
+    entropies and information-gain ratios, an injected round-0 response). form: how ``answer`` was read
+    from ``text`` (``udpo.env.tasks.parsing.FORMS``: ``box``, ``stated``, ``letter``, ``restatement``, ...);
+    ``unknown`` in a record written before forms were recorded.
     """
 
     agent: int
@@ -41,6 +44,7 @@ class Turn:
     finish_reason: str = "stop"
     reads: list[list[int]] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
+    form: str = FORM_UNKNOWN
 
 
 @dataclass

@@ -85,7 +85,8 @@ NO_COUNTERPART = {
         "uncertainty estimation only",
     ),
     **dict.fromkeys(
-        [("diagnose", d) for d in ("runs", "out", "labels", "baseline_run", "no_plots")], "analysis"
+        [("diagnose", d) for d in ("runs", "out", "labels", "baseline_run", "no_plots", "regrade_forms")],
+        "analysis",
     ),
     **dict.fromkeys(
         [("export", d) for d in ("checkpoint", "out", "merge", "overwrite", "base_model")], "not a run folder"

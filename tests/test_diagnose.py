@@ -225,7 +225,11 @@ def test_diagnose_a_real_debate_run(tmp_path, tokenizer_path, capsys):
         assert [c["k"] for c in curve] == list(range(10, 101, 10))
         assert curve[-1]["accuracy"] == pytest.approx(expected["accuracy"])  # k = 100 keeps every debate
     assert [(g["task"], g["n_agents"], g["n_rounds"]) for g in s["groups"]] == [("arithmetic", 2, 1)]
+    # the forms recorded in every turn, per agent, as the debate's own summary counted them
+    assert s["forms"] == expected["forms"]
+    assert [f["turns"] for f in s["forms"].values()] == [6, 6]
     csvs = [
+        "forms",
         "debates",
         "runs",
         "groups",

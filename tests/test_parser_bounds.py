@@ -59,9 +59,15 @@ def check_split(result, text):
     assert "".join(result.pieces) == text  # lossless
 
 
+#: a question whose numbers the degenerate outputs are made of, so the restatement check runs on them
+QUESTION = "What is 1 + 12 * 2 - 10 / 5, in 1,000 units of 0.5?"
 #: name -> (call on a text, check of its result given the text)
 PARSERS = {
     "parse_number_answer": (parse_number_answer, lambda r, t: check_number(r)),
+    "parse_number_answer of a question": (
+        lambda t: parse_number_answer(t, QUESTION),
+        lambda r, t: check_number(r),
+    ),
     "parse_choice": (lambda t: parse_choice(t, "ABCDE"), lambda r, t: check_choice(r)),
     "parse_text_answer": (parse_text_answer, lambda r, t: check_text(r)),
     "normalize_number": (normalize_number, lambda r, t: check_number(r)),
@@ -115,9 +121,12 @@ UNITS = [
     "#",
     "\u2212",
     "x2",
+    "1 + ",
+    "12 \\times ",
+    "2 divided by ",
 ]
 #: characters the parsers give meaning to, for random texts
-ALPHABET = "0123456789,.-+$%/\\{}()[]:*#`!?'\" \n\tABCDEabxfrcboxedtansw\u2212"
+ALPHABET = "0123456789,.-+$%/\\{}()[]:*#`!?'\" \n\tABCDEabxfrcboxedtansw\u2212\u00f7\u00d7"
 
 
 def best_of_three(call, text) -> tuple[float, object]:

@@ -138,6 +138,12 @@ def test_a_study_records_each_run_as_it_finishes_resumes_and_rebuilds_its_tables
     table = (tmp_path / "results" / "table.md").read_text()
     numbers = json.loads((tmp_path / "results" / "results.json").read_text())
     assert "| coin_control | collapse_rate |" in table and "| task_only | 1 | 2 |" in table
+    # each agent's answer forms, every turn of the records read again by the runs' task
+    assert {(r["method"], r["seed"]) for r in numbers["forms"]} == {
+        (m, s) for m in numbers["methods"] for s in (0, 1)
+    }
+    assert all(r["turns"] > 0 and r["unknown"] == 0 for r in numbers["forms"])
+    assert "| task_only | 1 | agent_0 |" in table and (tmp_path / "results" / "forms.csv").is_file()
     shutil.rmtree(tmp_path / "runs")  # the machine is gone; the committed folder is left
     (tmp_path / "results" / "table.md").unlink()
     assert main(["study", str(plan), "--tables-only", "--no-progress"]) == 0

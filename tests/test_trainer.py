@@ -17,6 +17,7 @@ from train_helpers import EXPLICIT, QUESTION_DIGEST, read_jsonl, tiny_config
 
 from udpo.config import ConfigError
 from udpo.env.tasks.base import Question
+from udpo.env.tasks.parsing import FORMS
 from udpo.training import checkpoint_store as ckpt
 from udpo.training.memory import reset_resident_peak
 from udpo.training.run_lock import RunBusyError
@@ -121,11 +122,18 @@ def test_run_logs_every_metric_and_file(trained):
         missing = [k for k in expected if k not in r]
         assert not missing, missing
         assert r["tokens"] > 0 and r["debates"] == 2
+        for i in (0, 1):  # each agent's answer forms over its turns of the iteration (2 debates, 2 rounds)
+            shares = [r[f"train/forms/agent_{i}/{form}"] for form in FORMS]
+            assert r[f"train/forms/agent_{i}/turns"] == 4 and sum(shares) == pytest.approx(1.0)
+            assert (
+                0 <= r[f"train/forms/agent_{i}/echo_rate"] <= 1 and r[f"train/forms/agent_{i}/unknown"] == 0
+            )
     evals = [r for r in records if r["kind"] == "eval"]
     assert [r["iteration"] for r in evals] == [0, 2]
     for r in evals:
         assert 0 <= r["accuracy"] <= 1 and {"u_intra", "u_inter", "u_sys"} <= set(r)
         assert r["count_eval/questions"] == 2 and r["count_eval/iteration"] == r["iteration"]
+        assert r["forms/agent_0/turns"] == r["forms/agent_1/turns"] == 4 and "forms/agent_1/echo_rate" in r
         attacked = {k: r[f"attack_autotransform/m1/{k}"] for k in ("accuracy", "u_intra", "u_inter", "u_sys")}
         assert all(0 <= v <= 1 for v in attacked.values()), attacked
         assert r["attack_autotransform/m1/accuracy_drop"] == pytest.approx(

@@ -184,7 +184,7 @@ class DiverseAgentEntropy(Procedure):
         )
         turns: list[list[list[Turn]]] = [[[] for _ in range(n)] for _ in questions]
         for (k, j), (req, c), (_, e) in zip(keys, replies, extracted, strict=True):
-            turns[k][j].append(make_turn(j, 0, req, c, self.task.parse(e.text, questions[k])))
+            turns[k][j].append(make_turn(j, 0, req, c, self.task.read(e.text, questions[k])))
             convs[k, j] = req.messages + [{"role": "assistant", "content": c.text}]
         partners: list[list[list[int]]] = [[] for _ in questions]
         active = [k for k in range(len(questions)) if not _settled(turns[k])]
@@ -206,7 +206,7 @@ class DiverseAgentEntropy(Procedure):
             for k in active:
                 partners[k].append([p for kk, _, p in pairs if kk == k])
             for (k, j, _), (req, c) in zip(pairs, self._call(prompts), strict=True):
-                turns[k][j].append(make_turn(j, rnd, req, c, self.task.parse(c.text, questions[k])))
+                turns[k][j].append(make_turn(j, rnd, req, c, self.task.read(c.text, questions[k])))
                 convs[k, j] = req.messages + [{"role": "assistant", "content": c.text}]
             active = [k for k in active if not _settled(turns[k])]
         raw = [[[t.answer for t in row] for row in item] for item in turns]
@@ -302,7 +302,7 @@ class SelfConsistency(Procedure):
         ]
         done = generate(self.backend, reqs)
         turns = [
-            make_turn(s, 0, r, c, self.task.parse(c.text, questions[n]))
+            make_turn(s, 0, r, c, self.task.read(c.text, questions[n]))
             for (n, s), r, c in zip(keys, reqs, done, strict=True)
         ]
         raw = [[t.answer for t in turns[n * k : (n + 1) * k]] for n in range(len(questions))]

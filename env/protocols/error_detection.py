@@ -135,7 +135,7 @@ class _Detector(Procedure):
             reqs.append(request(specs[i], chat(profile, self.task.prompt(q)), self.config.sampling))
         done = generate(self.backend, reqs)
         turns = [
-            make_turn(i, 0, r, c, self.task.parse(c.text, q))
+            make_turn(i, 0, r, c, self.task.read(c.text, q))
             for (q, i), r, c in zip(keys, reqs, done, strict=True)
         ]
         k = len(agents)
@@ -245,7 +245,7 @@ class _JudgedDebate(_Detector):
             done = generate(self.backend, reqs)
             # every turn of the round is added only after all were generated: the round is synchronous
             for (d, i), r, c in zip(keys, reqs, done, strict=True):
-                d.add(make_turn(i, rnd, r, c, self.task.parse(c.text, d.question)), sources_of(d.question))
+                d.add(make_turn(i, rnd, r, c, self.task.read(c.text, d.question)), sources_of(d.question))
 
     def judge(self, debates: list[_Debate]) -> list[Turn]:
         """The judge's verdict on each debate (one backend call)."""
@@ -254,7 +254,7 @@ class _JudgedDebate(_Detector):
         reqs = [request(self.config.judge, self.judge_prompt(d), self.judge_sampling) for d in debates]
         done = generate(self.backend, reqs)
         return [
-            make_turn(-1, self.config.rounds + 1, r, c, self.task.parse(c.text, d.question))
+            make_turn(-1, self.config.rounds + 1, r, c, self.task.read(c.text, d.question))
             for d, r, c in zip(debates, reqs, done, strict=True)
         ]
 

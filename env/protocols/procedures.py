@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 from ..backends.base import Backend, ChatRequest, Completion, SamplingParams
 from ..debate import AgentSpec
 from ..tasks.base import Question, Task
+from ..tasks.parsing import Reading
 from ..trajectory import Trajectory, TrajectoryWriter, Turn
 
 
@@ -47,14 +48,15 @@ def generate(backend: Backend, requests: Sequence[ChatRequest]) -> list[Completi
     return completions
 
 
-def make_turn(agent: int, rnd: int, req: ChatRequest, completion: Completion, answer) -> Turn:
-    """The trajectory record of one generated reply."""
+def make_turn(agent: int, rnd: int, req: ChatRequest, completion: Completion, reading: Reading) -> Turn:
+    """The trajectory record of one generated reply and its answer as the task read it."""
     return Turn(
         agent=agent,
         round=rnd,
         messages=req.messages,
         text=completion.text,
-        answer=answer,
+        answer=reading.answer,
+        form=reading.form,
         prompt_ids=completion.prompt_ids,
         completion_ids=completion.completion_ids,
         logprobs=completion.logprobs,

@@ -1,7 +1,8 @@
 """What a task is: questions with gold answers, a prompt, and a parser from model text to answer.
 
 Answers are normalized strings (numbers in canonical decimal form, option letters upper-case) or
-``None`` when nothing could be parsed, so equality, hashing and JSON all agree.
+``None`` when nothing could be parsed, so equality, hashing and JSON all agree. ``Task.read`` gives the
+answer with the form it was read in (a :class:`~udpo.env.tasks.parsing.Reading`); ``Task.parse`` is its answer.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 from typing import Any
+
+from .parsing import FORM_CUSTOM, Reading
 
 Answer = str | None
 
@@ -51,7 +54,13 @@ class Task(abc.ABC):
 
     @abc.abstractmethod
     def parse(self, text: str, question: Question) -> Answer:
-        """The normalized answer stated in ``text``, or None."""
+        """The normalized answer stated in ``text``, or None (the built-in tasks: ``read(...).answer``)."""
+
+    def read(self, text: str, question: Question) -> Reading:
+        """The answer stated in ``text`` and the form it was read in (``parsing.FORMS``). The built-in
+        tasks read here and ``parse`` returns the answer; a task that only defines ``parse`` reads in form
+        ``custom`` (``none`` without an answer)."""
+        return Reading.of(self.parse(text, question), FORM_CUSTOM)
 
     def check_split(self, split: str) -> None:
         """Raise a ValueError naming the choices when ``split`` is not one of ``splits``."""

@@ -13,9 +13,10 @@ printed once. A gold answer that ends a worked solution with ``#### <answer>`` (
 what follows the last ``####``, whatever the format.
 
 - ``number``: gold through :func:`~udpo.env.tasks.parsing.normalize_number` ("1,000" -> "1000"); replies
-  parsed by :func:`~udpo.env.tasks.parsing.parse_number_answer` (last boxed number, else last number);
+  parsed by :func:`~udpo.env.tasks.parsing.read_number_answer` (last boxed number, else last number; a
+  restatement of the question's own operation is no answer);
 - ``choice``: the question shows its options lettered (A), (B), ...; gold given as the letter, the
-  option's 0-based index or the option's text; replies parsed by :func:`~udpo.env.tasks.parsing.parse_choice`;
+  option's 0-based index or the option's text; replies parsed by :func:`~udpo.env.tasks.parsing.read_choice`;
 - ``text``: gold through :func:`~udpo.env.tasks.parsing.normalize_text` (case, spaces, surrounding
   punctuation and markdown, a leading article do not count); replies parsed by
   :func:`~udpo.env.tasks.parsing.parse_text_answer` (last ``\\boxed{}``, else "the answer is ...", else a
@@ -43,7 +44,7 @@ from typing import Any
 from .base import Answer, Question, Task
 from .data import DataError, iter_jsonl
 from .formats import ChoiceTask, NumericTask, choice_text
-from .parsing import LETTERS, normalize_number, normalize_text, parse_text_answer
+from .parsing import FORM_CUSTOM, LETTERS, Reading, normalize_number, normalize_text, read_text_answer
 
 ANSWER_FORMATS = ("number", "choice", "text")
 Records = Iterable[Mapping[str, Any]] | str | os.PathLike
@@ -262,18 +263,21 @@ class DatasetTask(Task):
         return "Reason briefly, then give your final answer, a few words, alone inside \\boxed{}."
 
     def parse(self, text: str, question: Question) -> Answer:
+        return self.read(text, question).answer
+
+    def read(self, text: str, question: Question) -> Reading:
         if self._parse is not None:
             answer = self._parse(text, question)
             if answer is not None and not isinstance(answer, str):
                 raise TypeError(
                     f"task {self.name}: parse returned {type(answer).__name__}, not a string or None"
                 )
-            return answer
+            return Reading.of(answer, FORM_CUSTOM)
         if self._answer_format() == "number":
-            return NumericTask.parse(self, text, question)
+            return NumericTask.read(self, text, question)
         if self.answer_format == "choice":
-            return ChoiceTask.parse(self, text, question)  # type: ignore[arg-type]
-        return parse_text_answer(text)
+            return ChoiceTask.read(self, text, question)  # type: ignore[arg-type]
+        return read_text_answer(text)
 
     letters = staticmethod(ChoiceTask.letters)
 

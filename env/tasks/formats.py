@@ -6,21 +6,25 @@ from collections.abc import Sequence
 
 from .base import Answer, Question, Task
 from .data import DataError
-from .parsing import LETTERS, parse_choice, parse_number_answer
+from .parsing import LETTERS, Reading, read_choice, read_number_answer
 
 
 class NumericTask(Task):
-    """Open questions whose answer is a number (gsm8k, arithmetic); parse rule in ``parse_number_answer``."""
+    """Open questions whose answer is a number (gsm8k, arithmetic, user data of numbers); parse rule in
+    ``read_number_answer``, which refuses a reply restating the question's own operation."""
 
     def format_instruction(self, question: Question) -> str:
         return "Reason step by step, then give the final answer as a number alone inside \\boxed{}, without units."
 
     def parse(self, text: str, question: Question) -> Answer:
-        return parse_number_answer(text)
+        return self.read(text, question).answer
+
+    def read(self, text: str, question: Question) -> Reading:
+        return read_number_answer(text, question.text)
 
 
 class ChoiceTask(Task):
-    """Multiple-choice questions answered by one option letter; parse rule in ``parse_choice``."""
+    """Multiple-choice questions answered by one option letter; parse rule in ``read_choice``."""
 
     default_profile = (
         "You answer multiple-choice questions with care and discuss them with other agents. "
@@ -35,7 +39,10 @@ class ChoiceTask(Task):
         )
 
     def parse(self, text: str, question: Question) -> Answer:
-        return parse_choice(text, self.letters(question))
+        return self.read(text, question).answer
+
+    def read(self, text: str, question: Question) -> Reading:
+        return read_choice(text, self.letters(question))
 
     @staticmethod
     def letters(question: Question) -> str:

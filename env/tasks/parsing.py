@@ -18,6 +18,12 @@ characters (where a final answer stands), every pattern scans in linear time, an
 that decide the answer are converted. A boundary is a point no number, fraction, LaTeX wrapper, box or
 answer marker crosses (``reply_tail``), so everything after it is read exactly as in the whole reply:
 the bound never splits a number or changes how a run of numbers pairs up.
+
+Every parser has a ``read_*`` twin that returns a :class:`Reading`: the answer and the form it was read
+in (``FORMS``), so a drift toward a form the grader favours is visible (docs/metrics.md, "Answer forms and
+echo rate"); the ``parse_*`` function is its ``.answer``. Given the question's text, the number parser
+refuses a restated question (:func:`read_number_answer`): the grader reads the answer a reply states, never
+a computation it contains.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import re
 import string
 import unicodedata
 from collections.abc import Sequence
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
@@ -87,8 +94,64 @@ _CHAINED_RE = re.compile(rf"\s?(?:{_NUM})\s?/\s?\.?\d")
 _ANSWER_WORD_RE = re.compile(r"(?i:answer)")
 #: the most characters an answer marker spans ("answer", gaps, "should be", the letter)
 _MARKER_REACH = 4 * _GAP + 16
+# An operator between two operands, as a reply may write one: ASCII, Unicode, LaTeX or in words.
+_OPERATOR = (
+    r"(?://|\*\*|[-+*/:xX\u00d7\u00f7\u00b7\u2212\u2217\u22c5]|\\(?:times|div|cdot|ast)(?![a-zA-Z])"
+    rf"|(?i:plus|minus|times|over|(?:divided|multiplied)\s{{1,{_GAP}}}by))"
+)
+# what may stand between an operand and its operator: spaces and brackets ("(252) / (6)")
+_OPERATION_GAP = rf"[\s(){{}}\[\]]{{0,{_GAP}}}"
+#: how far before a number an operation's first operand is looked for (operator, gaps, currency sign)
+_OPERATION_REACH = 2 * _MAX_DIGITS + 4 * _GAP + 32
+# "a op " right before the last number (its sign, if it has one, is the operator: "12 -45"); a may be glued
+# to an operator before it ("2x17-17")
+_OPERATION_BEFORE_RE = re.compile(
+    rf"(?<![\d.,])(?:\\?\$\s?)?({_NUM}){_OPERATION_GAP}(?:{_OPERATOR}){_OPERATION_GAP}(?:\\?\$\s?)?\Z"
+)
+# " op b" right after it, b glued to what it follows and so not read as a number ("7x1", "7\times1")
+_OPERATION_AFTER_RE = re.compile(
+    rf"{_OPERATION_GAP}(?:{_OPERATOR}){_OPERATION_GAP}(?:\\?\$\s?)?({_NUM})(?!\d|\.\d)"
+)
+# a number as a question writes it: numerators and denominators count one by one
+_OPERAND_RE = re.compile(rf"(?<![\w.])(?:{_NUM})(?!\d|\.\d)")
 # Characters a human writes around a number that carry no value (normalize_number only).
 _NUMBER_NOISE_RE = re.compile(r"[\s,$%]|\\\$|\\%")
+
+
+#: the forms a reply's answer is read in (:class:`Reading`); docs/metrics.md, "Answer forms and echo rate"
+FORM_BOX = "box"  # inside a \\boxed{} (a number, a letter or a text)
+FORM_STATED = "stated"  # stated outside a box: the last number, a marked text or the last line, a verdict
+FORM_LETTER = "letter"  # an option letter outside a box: "Answer: (C)", "(C)", "C) mall", a lone "C"
+FORM_RESTATEMENT = "restatement"  # refused: the question's own operation without a result ("252 / 6")
+FORM_ALL_OPTIONS = "all_options"  # refused: every offered option named at once ("(A) (B) (C) (D)")
+FORM_NONE = "none"  # nothing the parser reads as an answer
+FORM_CUSTOM = "custom"  # read by a parse function a user gave (a DatasetTask's parse=); its form is not known
+FORM_UNKNOWN = "unknown"  # not recorded (a trajectory written before forms were)
+FORMS = (
+    FORM_BOX,
+    FORM_STATED,
+    FORM_LETTER,
+    FORM_RESTATEMENT,
+    FORM_ALL_OPTIONS,
+    FORM_NONE,
+    FORM_CUSTOM,
+    FORM_UNKNOWN,
+)
+#: the forms that are a refused answer: the reply restated the question instead of answering it
+REFUSED_FORMS = (FORM_RESTATEMENT, FORM_ALL_OPTIONS)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """An answer (a normalized string, None when none was read) and the form it was read in (``FORMS``)."""
+
+    answer: str | None
+    form: str
+
+    @classmethod
+    def of(cls, answer: str | None, form: str) -> Reading:
+        """``Reading(answer, form)``, or ``Reading(None, "none")`` when ``answer`` is None."""
+        return cls(answer, form) if answer is not None else cls(None, FORM_NONE)
 
 
 def canonical_number(value: int | float | Fraction | Decimal | str) -> str | None:
@@ -211,11 +274,59 @@ def last_number(text: str) -> str | None:
 
 def _last_number(text: str, start: int = 0) -> str | None:
     """:func:`last_number` of all of ``text`` from ``start`` (the characters before it are context)."""
-    for m in reversed(list(_NUMBER_RE.finditer(_clean_latex(text), start))):
+    found = _last_number_match(text, start)
+    return found[2] if found else None
+
+
+def _last_number_match(text: str, start: int = 0) -> tuple[str, re.Match, str] | None:
+    """``(the text as read, the last number's match, its canonical number)``, or None without a number."""
+    cleaned = _clean_latex(text)
+    for m in reversed(list(_NUMBER_RE.finditer(cleaned, start))):
         number = _match_number(m)
         if number is not None:
-            return number
+            return cleaned, m, number
     return None
+
+
+def question_operands(question: str) -> frozenset[str]:
+    """The canonical absolute values of the numbers written in ``question``, each numerator and
+    denominator on its own ("What is 252 / 6?" gives 252 and 6): what a restatement is built from."""
+    numbers = (
+        _canonical_ratio(m.group().replace(",", ""), None)
+        for m in _OPERAND_RE.finditer(_clean_latex(question))
+    )
+    return frozenset(n for n in numbers if n is not None)
+
+
+def _restates(cleaned: str, m: re.Match, operands: frozenset[str]) -> bool:
+    """Whether the number of match ``m`` (the last one read in ``cleaned``) is an operation on the
+    question's ``operands`` with no result after it: a fraction of two operands (``252 / 6``,
+    ``\\frac{252}{6}``), or an operand joined by an operator to an operand before it (``252 \\div 6``,
+    ``2 + 3 * 4``, ``12 -45``) or glued after it (``7x1``, where the 1 is no number of its own)."""
+
+    def operand(digits: str | None) -> bool:
+        return digits is not None and _canonical_ratio(digits.replace(",", ""), None) in operands
+
+    if not operands:
+        return False
+    if m["fn"] is not None or m["d"] is not None:
+        return operand(m["fn"] or m["n"]) and operand(m["fd"] or m["d"])
+    if not operand(m["w"]):
+        return False
+    digits = m.start("w")
+    before = _OPERATION_BEFORE_RE.search(cleaned, max(0, digits - _OPERATION_REACH), digits)
+    after = _OPERATION_AFTER_RE.match(cleaned, m.end())
+    return bool(before and operand(before.group(1)) or after and operand(after.group(1)))
+
+
+def _read_number(text: str, start: int, operands: frozenset[str], form: str) -> Reading | None:
+    """The last number of ``text`` from ``start`` read in ``form``, refused as a restatement of the
+    question (:func:`_restates`); None when ``text`` holds no number."""
+    found = _last_number_match(text, start)
+    if found is None:
+        return None
+    cleaned, m, number = found
+    return Reading(None, FORM_RESTATEMENT) if _restates(cleaned, m, operands) else Reading(number, form)
 
 
 def reply_tail(text: str) -> str:
@@ -410,22 +521,38 @@ def _boxes(text: str, start: int) -> list[tuple[int, int, int, bool]]:
     return found
 
 
-def parse_number_answer(text: str) -> str | None:
-    """The numeric answer stated in ``text`` (GSM8K and arithmetic rule).
+def parse_number_answer(text: str, question: str = "") -> str | None:
+    """The numeric answer stated in ``text`` (GSM8K and arithmetic rule): :func:`read_number_answer`'s."""
+    return read_number_answer(text, question).answer
+
+
+def read_number_answer(text: str, question: str = "") -> Reading:
+    """The numeric answer stated in ``text``, a reply to ``question`` (its text), and its form.
 
     1. The last ``\\boxed{...}`` that contains a number wins; inside it the last number counts
-       (``\\boxed{x = 5}`` -> 5, ``\\boxed{18 \\text{ dollars}}`` -> 18). Empty or non-numeric boxes
-       (a model echoing "\\boxed{}") are skipped; unclosed boxes do not count.
-    2. Otherwise the last number anywhere in the text. No number at all gives None.
+       (``\\boxed{x = 5}`` -> 5, ``\\boxed{18 \\text{ dollars}}`` -> 18): form ``box``. Empty or
+       non-numeric boxes (a model echoing "\\boxed{}") are skipped; unclosed boxes do not count.
+    2. Otherwise the last number anywhere in the text: form ``stated``. No number at all gives None
+       (form ``none``).
+    3. The number so found is refused (None, form ``restatement``) when it is an operation on the
+       question's own numbers (:func:`question_operands`) with no result after it: the fraction
+       ``252 / 6``, ``252/6``, ``\\frac{252}{6}``, ``\\boxed{252/6}``, or ``252 \\div 6``, ``7 x 1``,
+       ``37 + 45``, ``2 + 3 * 4``, ``(36)/(6)`` (any of ``+ - * x / : ÷ × ·``, ``\\times \\div \\cdot``,
+       "plus", "minus", "times", "over", "divided by", "multiplied by"; brackets around the operands)
+       for "What is 252 / 6?" and the like, the question re-typed included. ``252 / 6 = 42`` states 42;
+       a fraction whose parts are not both the question's numbers (a GSM8K answer of 3/4) reads as its
+       value. Without ``question`` nothing is refused.
 
-    Only the reply's tail is read (``reply_tail``).
+    Only the reply's tail is read (``reply_tail``); the restatement check looks at most
+    ``_OPERATION_REACH`` characters around the one number that decides.
     """
+    operands = question_operands(question) if question else frozenset()
     window, start = _window(text)
     for content in reversed(_boxed_contents(window, start)):
-        number = _last_number(content)
-        if number is not None:
-            return number
-    return _last_number(window, start)
+        reading = _read_number(content, 0, operands, FORM_BOX)
+        if reading is not None:
+            return reading
+    return _read_number(window, start, operands, FORM_STATED) or Reading(None, FORM_NONE)
 
 
 # "answer is", "Answer:", "**Final answer:**", "the answer would be": what precedes a marked answer
@@ -444,7 +571,12 @@ _BOXED_LETTER_RE = re.compile(r"\(?([A-Za-z])\)?\.?")
 
 
 def parse_choice(text: str, letters: Sequence[str] | str) -> str | None:
-    """The option letter chosen in ``text``, among ``letters`` (e.g. "ABCDE"), or None.
+    """The option letter chosen in ``text``, among ``letters`` (e.g. "ABCDE"), or None: :func:`read_choice`'s."""
+    return read_choice(text, letters).answer
+
+
+def read_choice(text: str, letters: Sequence[str] | str) -> Reading:
+    """The option letter chosen in ``text``, among ``letters`` (e.g. "ABCDE"), and its form.
 
     Tiers, first that yields an offered letter wins; within a tier the last occurrence wins:
 
@@ -455,8 +587,10 @@ def parse_choice(text: str, letters: Sequence[str] | str) -> str | None:
        or an upper-case letter with a closing parenthesis opening a line ("C) mall").
 
     Bare letters in prose ("I think", "A good point") never count, and letters outside
-    ``letters`` are ignored, so "(F)" on a five-option question is not an answer. Only the reply's
-    tail is read (``reply_tail``).
+    ``letters`` are ignored, so "(F)" on a five-option question is not an answer. The form is ``box``
+    for tier 1, ``letter`` otherwise; a tier that names every offered option (of two or more), as a
+    reply listing "(A) (B) (C) (D)" or re-typing the question does, gives no letter (form
+    ``all_options``); nothing found gives form ``none``. Only the reply's tail is read (``reply_tail``).
     """
     window, start = _window(text)
     offered = set(letters)
@@ -472,11 +606,13 @@ def parse_choice(text: str, letters: Sequence[str] | str) -> str | None:
         + [m.group(1) for m in [_LONE_LETTER_RE.fullmatch(core)] if m],
         [m.group(1) or m.group(2) for m in _PAREN_LETTER_RE.finditer(window, start)],
     )
-    for found in tiers:
+    for tier, found in enumerate(tiers):
         valid = [x for x in found if x in offered]
+        if len(offered) > 1 and offered.issubset(valid):
+            return Reading(None, FORM_ALL_OPTIONS)
         if valid:
-            return valid[-1]
-    return None
+            return Reading(valid[-1], FORM_BOX if tier == 0 else FORM_LETTER)
+    return Reading(None, FORM_NONE)
 
 
 def _unpadded(text: str) -> str:
@@ -525,7 +661,13 @@ def normalize_text(text: str) -> str:
 
 
 def parse_text_answer(text: str) -> str | None:
-    """The short text answer stated in ``text``, through :func:`normalize_text`, or None.
+    """The short text answer stated in ``text``, or None: :func:`read_text_answer`'s."""
+    return read_text_answer(text).answer
+
+
+def read_text_answer(text: str) -> Reading:
+    """The short text answer stated in ``text``, through :func:`normalize_text`, and its form (``box``
+    for tier 1, ``stated`` for the others, ``none`` without an answer).
 
     Tiers, the first that yields an answer wins; within a tier the last occurrence wins:
 
@@ -545,22 +687,22 @@ def parse_text_answer(text: str) -> str | None:
     for content in reversed(_boxed_contents(window, start)):
         answer = _text_answer(content, words=None)
         if answer is not None:
-            return answer
+            return Reading(answer, FORM_BOX)
     for m in reversed(list(_MARKED_TEXT_RE.finditer(window, start))):
         phrase = m.group(1)
         end = _PHRASE_END_RE.search(phrase)
         answer = _text_answer(phrase[: end.start()] if end else phrase, words=MAX_ANSWER_WORDS)
         if answer is not None:
-            return answer
+            return Reading(answer, FORM_STATED)
     tail = window[start:].rstrip()
     last_line = tail[tail.rfind("\n") + 1 :]
     for m in reversed(list(_BOLD_RE.finditer(last_line))):
         answer = _text_answer(m.group(1), words=MAX_ANSWER_WORDS)
         if answer is not None:
-            return answer
+            return Reading(answer, FORM_STATED)
     if last_line.endswith(":"):
-        return None
-    return _text_answer(last_line, words=MAX_LINE_WORDS)
+        return Reading(None, FORM_NONE)
+    return Reading.of(_text_answer(last_line, words=MAX_LINE_WORDS), FORM_STATED)
 
 
 def _text_answer(phrase: str, words: int | None) -> str | None:

@@ -38,6 +38,7 @@ from typing import Any
 from ..jsonl import iter_jsonl_lines
 from .base import Answer, Question, Task
 from .data import DataError, HubDataset, default_data_dir, get_field, given_path, load_hub, take
+from .parsing import FORM_STATED, Reading
 
 HUB_NAME = "ryokamoi/realmistake"
 #: the zip password the authors publish with the data (also in docs/tasks.md, "realmistake")
@@ -149,6 +150,9 @@ class RealMistake(Task):
 
     def parse(self, text: str, question: Question) -> Answer:
         return parse_verdict(text)
+
+    def read(self, text: str, question: Question) -> Reading:
+        return Reading.of(parse_verdict(text), FORM_STATED)
 
     @staticmethod
     def label_text(label: Answer) -> str:

@@ -16,8 +16,10 @@ of the final answers weighted by how rarely each agent changed its answer over t
 - ``woozle`` in ``summary.json`` and ``woozle.csv``: hallucination propagation per round (the DIGRA paper's
   MA, MR, IMR, CR; with reads recorded, the share of wrong responses read and the read degree), per run
   and per (N, T, controlled-injection pattern) group, so injected runs report like the paper's Table 1.
+- ``forms`` in ``summary.json`` and ``forms.csv``: per run and agent, the share of each form its answers were
+  read in and its echo rate (docs/metrics.md, "Answer forms and echo rate"; :mod:`udpo.env.answer_forms`).
 - CSV tables: ``debates.csv`` (per-debate metrics), ``runs.csv``, ``groups.csv``, ``failure_vs_success.csv``,
-  ``correlations.csv``, ``selective_prediction.csv``, ``stratified_gains.csv``, ``woozle.csv``.
+  ``correlations.csv``, ``selective_prediction.csv``, ``stratified_gains.csv``, ``woozle.csv``, ``forms.csv``.
 - PNG plots: ``distributions_<run>.png``, ``correlation_<run>.png``, ``selective_prediction.png``,
   ``stratified_gains.png``.
 """
@@ -35,6 +37,9 @@ from typing import Any
 import numpy as np
 
 from udpo.analysis.diagnose_run import UNCERTAINTY_LABELS, Run, default_label, load_run, safe_name
+from udpo.env.answer_forms import forms_by_agent
+from udpo.env.tasks.base import Task
+from udpo.env.tasks.parsing import FORMS
 from udpo.rewards import correctness, read_flow, woozle_metrics
 from udpo.rewards.statistics import (
     COVERAGES,
@@ -116,6 +121,7 @@ def analyze_run(run: Run) -> dict[str, Any]:
             m: selective_prediction(run.values(m), run.correct, COVERAGES) for m in UNCERTAINTY_LABELS
         },
         "woozle": woozle_report(run),
+        "forms": forms_by_agent(run.forms),
     }
 
 
@@ -283,6 +289,15 @@ def write_tables(out: Path, runs: list[Run], summary: dict[str, Any]) -> list[Pa
             for rnd, value in enumerate(g[key], start=0 if key == "ma" else 1)
         ],
     )
+    table(
+        "forms.csv",
+        ["run", "agent", "turns", "echo_rate", *FORMS],
+        [
+            [lab, agent, f["turns"], f["echo_rate"], *(f[form] for form in FORMS)]
+            for lab, s in stats.items()
+            for agent, f in s["forms"].items()
+        ],
+    )
     if summary.get("stratified_gains"):
         table(
             "stratified_gains.csv",
@@ -328,10 +343,13 @@ def diagnose(
     baseline: str | None = None,
     lam: float = 0.5,
     plots: bool = True,
+    regrade: Task | None = None,
 ) -> dict[str, Any]:
     """Analyse runs and write summary.json, CSV tables and (``plots``) PNG figures to ``out_dir``.
 
-    Returns the summary (as written, NaN as None) with ``files``: every path written.
+    ``regrade``: read the answer forms again with this task's parser instead of those recorded
+    (:func:`~udpo.analysis.diagnose_run.load_run`). Returns the summary (as written, NaN as None) with
+    ``files``: every path written.
     """
     if not paths:
         raise ValueError("give at least one run folder or trajectory file")
@@ -344,7 +362,7 @@ def diagnose(
         raise ValueError(
             f"runs share the label(s) {duplicates} (as file names); name them with --labels a,b,..."
         )
-    runs = [load_run(p, label=n, lam=lam) for p, n in zip(paths, names, strict=True)]
+    runs = [load_run(p, label=n, lam=lam, regrade=regrade) for p, n in zip(paths, names, strict=True)]
     summary = summarize(runs, lam=lam, baseline=baseline)
 
     out = Path(out_dir)

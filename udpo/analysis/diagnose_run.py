@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from udpo.env.answer_forms import recorded_forms, regraded_forms
+from udpo.env.tasks.base import Task
 from udpo.env.trajectory import iter_numbered_records
 from udpo.rewards import DebateMetrics, check_answers, debate_metrics
 from udpo.rewards.diverse_agent_entropy import trajectory_dae
@@ -31,7 +33,8 @@ TRAJECTORY_FILE = "trajectories.jsonl"
 @dataclass
 class Run:
     """The debates of one run: ids, task, shape and correctness per debate, and their metrics
-    (``dae``: normalized DiverseAgentEntropy per debate)."""
+    (``dae``: normalized DiverseAgentEntropy per debate; ``forms[k][i][t]``: the form agent i's answer of
+    round t was read in, :mod:`udpo.env.answer_forms`)."""
 
     label: str
     path: Path
@@ -47,6 +50,7 @@ class Run:
     injections: list[tuple[str, ...] | None]
     reads: list[list[tuple[int, int, list[list[int]]]]]
     dae: np.ndarray
+    forms: list[list[list[str]]]
 
     def __len__(self) -> int:
         return len(self.correct)
@@ -76,11 +80,17 @@ def default_label(path: str | os.PathLike) -> str:
     return path.stem
 
 
-def load_run(path: str | os.PathLike, label: str | None = None, lam: float = 0.5) -> Run:
-    """Read a run's trajectories and compute every debate's metrics (errors name the file and line)."""
+def load_run(
+    path: str | os.PathLike, label: str | None = None, lam: float = 0.5, regrade: Task | None = None
+) -> Run:
+    """Read a run's trajectories and compute every debate's metrics (errors name the file and line).
+
+    The answer forms are those recorded in each turn, or with ``regrade`` those that task's parser reads in
+    each turn's text now (:func:`udpo.env.answer_forms.regraded_forms`): the monitor on old records."""
     file = trajectory_file(path)
     label = label or default_label(path)
     ids, tasks, correct, preds, golds, answers, injections, reads, dae = [], [], [], [], [], [], [], [], []
+    forms: list[list[list[str]]] = []
     records = tqdm(iter_numbered_records(file), desc=f"reading {label}", unit=" debates", leave=False)
     for lineno, rec in records:
         where = f"{file}:{lineno} (question_id {rec['question_id']!r})"
@@ -98,6 +108,7 @@ def load_run(path: str | os.PathLike, label: str | None = None, lam: float = 0.5
         golds.append(rec["gold"])
         injections.append(injection_pattern(rec.get("meta") or {}))
         reads.append(turn_reads(rec.get("turns") or [], where))
+        forms.append(recorded_forms(rec) if regrade is None else regraded_forms(regrade, rec))
     if not answers:
         raise ValueError(f"{file}: no debates in this file (it is empty)")
     return Run(
@@ -115,6 +126,7 @@ def load_run(path: str | os.PathLike, label: str | None = None, lam: float = 0.5
         injections=injections,
         reads=reads,
         dae=np.array(dae, dtype=float),
+        forms=forms,
     )
 
 

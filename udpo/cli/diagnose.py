@@ -7,6 +7,8 @@ import argparse
 
 from udpo.analysis.diagnose import diagnose, format_woozle
 from udpo.analysis.diagnose_run import trajectory_file
+from udpo.env.answer_forms import format_forms
+from udpo.env.tasks import TASK_NAMES, get_task
 
 from .argtypes import probability
 
@@ -17,8 +19,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="test whether uncertainty predicts failure in debate runs",
         description="Compute U_intra, U_inter, U_sys and DiverseAgentEntropy of every debate in one or more runs and write "
         "OUT/summary.json, CSV tables and PNG plots: failure-vs-success tests, correlations, selective "
-        "prediction, woozle metrics of hallucination propagation per round (MA, MR, IMR, CR) and (with several "
-        "runs) accuracy gains over the baseline by U_sys bin.",
+        "prediction, woozle metrics of hallucination propagation per round (MA, MR, IMR, CR), each agent's "
+        "answer forms and echo rate, and (with several runs) accuracy gains over the baseline by U_sys bin.",
     )
     p.add_argument(
         "runs",
@@ -42,6 +44,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--lam", type=probability, default=0.5, help="weight of the flip rate in U_intra (default: 0.5)"
     )
     p.add_argument("--no-plots", action="store_true", help="write only summary.json and the CSV tables")
+    p.add_argument(
+        "--regrade-forms",
+        default=None,
+        choices=TASK_NAMES,
+        metavar="TASK",
+        help="read each turn's answer form again from its text and question with TASK's current parser "
+        "(for records written before forms were recorded, or by an older parser) instead of the forms "
+        f"recorded; one of {', '.join(TASK_NAMES)}",
+    )
     p.set_defaults(func=run, check=check)
 
 
@@ -65,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
         baseline=args.baseline_run,
         lam=args.lam,
         plots=not args.no_plots,
+        regrade=get_task(args.regrade_forms) if args.regrade_forms else None,
     )
     print(f"{'run':<20} {'debates':>8} {'accuracy':>9} {'U_intra':>8} {'U_inter':>8} {'U_sys':>8} {'DAE':>8}")
     for label, s in summary["runs"].items():
@@ -74,5 +86,9 @@ def run(args: argparse.Namespace) -> int:
         )
     print("woozle metrics (MA: rounds 0..T; MR, IMR, CR: rounds 1..T)")
     print(format_woozle(summary))
+    regraded = " (read again by the current parser)" if args.regrade_forms else ""
+    print(f"answer forms and echo rate per agent, all rounds{regraded}")
+    for label, s in summary["runs"].items():
+        print(f"{label}\n{format_forms(s['forms'])}")
     print(f"wrote {len(summary['files'])} files to {args.out} (summary.json, CSV tables, plots)")
     return 0

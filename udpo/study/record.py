@@ -55,6 +55,7 @@ def compact(trajectory: Trajectory, iteration: int) -> dict[str, Any]:
                 "messages": [],
                 "text": turn.text,
                 "answer": turn.answer,
+                "form": turn.form,
                 "finish_reason": turn.finish_reason,
             }
             for turn in row

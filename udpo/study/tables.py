@@ -3,7 +3,9 @@
 folder rebuilds them anywhere.
 
 Written to ``results_dir``: ``results.json``, ``table.md``, ``table.csv``, ``runs.csv`` (each run's training
-diagnostics), ``budget.csv``, ``seed_changes.png`` (when the seeds share their test problems) and
+diagnostics), ``budget.csv``, ``forms.csv`` (each agent's answer forms and echo rate, every turn's text read
+again by the current parser: :func:`answer_forms`), ``seed_changes.png`` (when the seeds share their test
+problems) and
 ``diagnosis/`` (``udpo diagnose`` of the final evaluations; its pooled inputs are removed afterwards).
 The tables cover the seeds whose every trained run has a record; the others are listed as missing.
 """
@@ -20,7 +22,11 @@ from typing import Any
 import numpy as np
 
 from udpo.analysis.results import PER_QUESTION_METRICS, problems, question_metrics
+from udpo.config.groups import mapping
+from udpo.env.answer_forms import forms_by_agent, forms_used, recorded_forms, regraded_forms
 from udpo.env.jsonl import write_json
+from udpo.env.tasks import get_task
+from udpo.env.tasks.parsing import FORMS
 from udpo.env.trajectory import Trajectory
 from udpo.rewards import collapse_rate
 from udpo.study.cut import cut_summary, length_decomposition
@@ -50,6 +56,8 @@ TRAINING_DIAGNOSTICS = {
     "mismatch/abs_mean": "mismatch_abs_mean",
     "mismatch/kl": "mismatch_kl",
 }
+#: each agent's answer forms and echo rate, per method and seed (:func:`answer_forms`)
+FORMS_FILE = "forms.csv"
 #: the figure of the seeds' changes over Standard MAD (written when the seeds share their problems)
 SEED_CHANGES_PLOT = "seed_changes.png"
 #: the columns of runs.csv and of table.md's per-run table, after method and seed
@@ -186,6 +194,7 @@ def build_results(config: CompareConfig) -> tuple[dict[str, Any], Evaluated]:
         entry["n_questions"] = sum(len(q) for q in per_seed)
         results["methods"][method] = entry
     results["comparisons"] = arm_comparisons(config, runs, metrics, n)
+    results["forms"] = answer_forms(config, records, runs)
     before_cut = cut_summary(d for debates in start for d in debates)
     results["cut_answers"] = {}
     for method, rows in runs.items():
@@ -228,6 +237,49 @@ def arm_comparisons(
             for metric in TABLE_METRICS
         }
     return out
+
+
+def answer_forms(config: CompareConfig, records: Records, runs: Evaluated) -> list[dict[str, Any]]:
+    """One row per method, seed and agent: the share of each answer form and the echo rate
+    (:mod:`udpo.env.answer_forms`) over every turn of the evaluation that stands for the method, each turn's
+    text read again by the current parser of the run's task (the forms a record holds are the parser's of
+    its day, and older records hold none); a record without its config keeps the forms it recorded."""
+    rows = []
+    for method, evaluated_seeds in runs.items():
+        for seed, debates in evaluated_seeds:
+            record = records[(config.trained()[0] if METHODS[method] is None else method, seed)]
+            settings = record.config
+            if settings is None:
+                forms = [recorded_forms(d) for d in debates]
+            else:
+                task = get_task(settings["task"], **mapping(settings.get("task_options")))
+                forms = [regraded_forms(task, d) for d in debates]
+            rows += [
+                {"method": method, "seed": seed, "agent": agent, **shares}
+                for agent, shares in forms_by_agent(forms).items()
+            ]
+    return rows
+
+
+def forms_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The answer forms per method, seed and agent (:func:`answer_forms`), as a markdown table."""
+    if not rows:
+        return []
+    lines = [
+        "",
+        'Answer forms (docs/metrics.md, "Answer forms and echo rate"), every agent\'s answer in every round of '
+        "the evaluation that stands for the method, each turn read again by the current parser: the echo rate "
+        "is the share of turns refused for restating the question; the forms are those of `udpo diagnose`.",
+        "",
+        "| method | seed | agent | turns | echo rate | forms |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        echo = "-" if row["echo_rate"] is None else f"{row['echo_rate']:.3f}"
+        lines.append(
+            f"| {row['method']} | {row['seed']} | {row['agent']} | {row['turns']} | {echo} | {forms_used(row)} |"
+        )
+    return lines
 
 
 def run_row(record: RunRecord) -> dict[str, Any]:
@@ -278,6 +330,10 @@ def write_tables(config: CompareConfig) -> dict[str, Any]:
             writer = csv.DictWriter(f, fieldnames=list(rows[0]))
             writer.writeheader()
             writer.writerows(rows)
+    with (out / FORMS_FILE).open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["method", "seed", "agent", "turns", "echo_rate", *FORMS])
+        writer.writeheader()
+        writer.writerows(results["forms"])
     diagnose_gains(out / "diagnosis", runs)
     return results
 
@@ -342,6 +398,7 @@ def markdown_table(results: dict[str, Any]) -> str:
                 )
     lines += comparison_lines(results.get("comparisons") or {})
     lines += cut_lines(results.get("cut_answers") or {})
+    lines += forms_lines(results.get("forms") or [])
     if results.get("runs"):
         lines += [
             "",

@@ -49,7 +49,9 @@ class DebateSet:
     """One trajectory file's debates, compacted for the page.
 
     debates: one dict per debate (see :func:`compact_debate`). stats: n, accuracy, mean U_intra,
-    U_inter, U_sys and the unparsed rate. common_meta: the ``meta`` entries every debate shares.
+    U_inter, U_sys and the unparsed rate. common_meta: the ``meta`` entries every debate shares. forms: per
+    agent, the shares of the forms its answers were read in and its echo rate, as recorded
+    (:func:`udpo.env.answer_forms.agent_form_shares`).
     """
 
     name: str
@@ -57,6 +59,7 @@ class DebateSet:
     debates: list[dict[str, Any]]
     stats: dict[str, float | int | None]
     common_meta: dict[str, Any] = field(default_factory=dict)
+    forms: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass
@@ -208,6 +211,7 @@ def iteration_dirs(folder: Path) -> list[tuple[int, Path]]:
 
 def load_set(file: Path, name: str, lam: float = 0.5) -> DebateSet:
     """A trajectory file's debates (validated; errors name the file and line) with their uncertainties."""
+    from udpo.env.answer_forms import agent_form_shares
     from udpo.env.trajectory import iter_records
     from udpo.rewards import debate_metrics, wrong_consensus
 
@@ -232,7 +236,8 @@ def load_set(file: Path, name: str, lam: float = 0.5) -> DebateSet:
     guard = [wrong_consensus(r["answers"], bool(r["correct"])) for r in records]
     stats["wrong_majority"] = sum(g.majority for g in guard) / len(guard)
     stats["wrong_unanimous"] = sum(g.unanimous for g in guard) / len(guard)
-    return DebateSet(name=name, path=file, debates=debates, stats=stats, common_meta=common)
+    forms = agent_form_shares(records)
+    return DebateSet(name=name, path=file, debates=debates, stats=stats, common_meta=common, forms=forms)
 
 
 def compact_debate(record: dict[str, Any], u: Iterable[float], common: dict[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Sequence
 from html import escape
 from typing import Any
 
+from udpo.env.answer_forms import forms_used
+
 from .load import DebateSet, Run
 from .svg import line_plot
 
@@ -96,6 +98,7 @@ def run_overview(run: Run, tag: str = "") -> str:
         parts.extend(f'<p class="warn">skipped: {escape(note)}</p>' for note in run.skipped)
     else:
         parts.append(sets_table(run.sets))
+        parts.append(forms_table(run.sets))
     if run.attack is not None:
         parts.append(attack_table(run.attack))
     if run.kind in ("debate", "evaluation") and run.sets and run.sets[0].common_meta:
@@ -122,6 +125,25 @@ def sets_table(sets: Sequence[DebateSet]) -> str:
         '<table class="stats"><thead><tr><th>debates</th><th>n</th><th>accuracy</th><th>U_intra</th>'
         f"<th>U_inter</th><th>U_sys</th><th>unparsed rate</th><th>wrong majority</th><th>wrong unanimous</th>"
         f"</tr></thead><tbody>{rows}</tbody></table>"
+    )
+
+
+def forms_table(sets: Sequence[DebateSet]) -> str:
+    """Per debate set and agent: its turns, its echo rate (turns refused for restating the question) and
+    the forms its answers were read in (docs/metrics.md, "Answer forms and echo rate"); empty without turns."""
+    rows = "".join(
+        f"<tr><td>{escape(s.name)}</td><td>{escape(agent)}</td><td>{f['turns']}</td>"
+        f"<td>{number(f['echo_rate'])}</td><td>{escape(forms_used(f))}</td></tr>"
+        for s in sets
+        for agent, f in s.forms.items()
+        if f["turns"]
+    )
+    if not rows:
+        return ""
+    return (
+        '<table class="stats"><caption>Answer forms per agent</caption><thead><tr><th>debates</th>'
+        "<th>agent</th><th>turns</th><th>echo rate</th><th>forms</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
     )
 
 
@@ -293,6 +315,12 @@ def _agent_keys(records: Sequence[dict[str, Any]], metric: str) -> list[str]:
     return sorted(found, key=lambda k: int(k.split("/")[0].split("_")[1]))
 
 
+def _form_keys(records: Sequence[dict[str, Any]], prefix: str) -> list[str]:
+    """``<prefix>agent_i/echo_rate`` keys present in any record, by agent number."""
+    found = {k for r in records for k in r if k.startswith(prefix + "agent_") and k.endswith("/echo_rate")}
+    return sorted(found, key=lambda k: int(k[len(prefix) :].split("/")[0].split("_")[1]))
+
+
 def training_plots(metrics: Sequence[dict[str, Any]]) -> list[str]:
     """SVG plots of metrics.jsonl: reward terms, KL, clip fraction, loss, training debates, and the
     held-out evaluations' accuracy (with eval callbacks' accuracies) and uncertainty."""
@@ -305,6 +333,8 @@ def training_plots(metrics: Sequence[dict[str, Any]]) -> list[str]:
         ("Held-out accuracy", evals, ["accuracy", *callback_acc]),
         ("Held-out uncertainty", evals, ["u_intra", "u_inter", "u_sys", "unparsed_rate"]),
         ("Consensus on a wrong answer", evals, ["wrong_majority", "wrong_unanimous"]),
+        ("Held-out echo rate per agent", evals, _form_keys(evals, "forms/")),
+        ("Training echo rate per agent", train, _form_keys(train, "train/forms/")),
         (
             "Reward terms",
             train,
