@@ -66,8 +66,8 @@ def test_status_names_a_live_ray_drivers_runs_in_flight(tmp_path):
 
 def test_a_tasks_output_streams_from_its_file_descriptors(capfd):
     sent = []
-    with streamed_output(sent.append):
-        os.write(1, b"from fd 1\n")  # (what print writes to, outside pytest's capture, and C code, and children)
+    with streamed_output(sent.append):  # fd 1: print's outside pytest's capture, C code's, children's
+        os.write(1, b"from fd 1\n")
         os.write(2, b"from fd 2\n")
     os.write(1, b"after\n")
     assert "".join(sent) == "from fd 1\nfrom fd 2\n"

@@ -52,8 +52,11 @@ def cluster():
     finally:
         cluster.shutdown()
         ray_constants.ENABLE_RAY_CLUSTER = saved[1]
-        for k, v in saved[0].items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+        for name, value in saved[0].items():
+            if value is None:
+                os.environ.pop(name)
+            else:
+                os.environ[name] = value
 
 
 def ray_nodes(cluster) -> list[dict]:
@@ -143,7 +146,7 @@ def test_runs_are_placed_by_the_plans_resources_and_record_what_the_local_worker
 
 
 def test_a_killed_worker_is_retried_and_recorded_once_and_a_killed_drivers_study_picks_up(
-    cluster, tiny_model, tmp_path
+    cluster, tiny_model, tmp_path, capsys
 ):
     plan = write_plan(
         tmp_path, tiny_model, methods=["standard_mad", "task_only"], resources={"num_cpus": 2},
@@ -156,53 +159,69 @@ def test_a_killed_worker_is_retried_and_recorded_once_and_a_killed_drivers_study
         return (runs / f"seed_{seed}" / "checkpoints" / "iter_000001").is_dir()
 
     def status() -> str:
-        command = [sys.executable, "-m", "udpo.cli", "study", str(plan), "--status"]
-        return subprocess.run(command, capture_output=True, text=True, check=True).stdout
+        from udpo.cli import main
+
+        assert main(["study", str(plan), "--status"]) == 0
+        return capsys.readouterr().out
 
     first = driver(plan, cluster.address)  # 2 CPUs a run: one at a time, on the 2-CPU node
     # the first run Ray starts is killed after its first checkpoint; its next attempt resumes it
     killed = wait_for(lambda: [s for s in (0, 1) if checkpointed(s)], "a first checkpoint")[0]
     os.kill(wait_for(lambda: trainer_pid(runs / f"seed_{killed}"), "its trainer"), signal.SIGKILL)
-    wait_for(lambda: (records / f"task_only_seed{killed}" / RUN).is_file(), "its record")
-    # the driver is killed in the other run, after its first checkpoint
-    other = 1 - killed
-    wait_for(lambda: checkpointed(other), "the other run's first checkpoint")
-    live = format_progress(load_plan(plan))  # what --status prints, at once: the run is short
+    # once one run is recorded (either), the driver is killed while the other one trains
+    done = wait_for(
+        lambda: [s for s in (0, 1) if (records / f"task_only_seed{s}" / RUN).is_file()], "a record"
+    )
+    left = 1 - done[0]
+    wait_for(lambda: trainer_pid(runs / f"seed_{left}"), "the other run's trainer")
+    live = format_progress(load_plan(plan))  # what --status prints
     first.kill()  # Ray ends its job's tasks with it
-    assert live[killed] == f"task_only      seed {killed}: done"
-    assert live[other].startswith(f"task_only      seed {other}: started, latest checkpoint iter_"), live
-    assert "(training now: pid" in live[other] or "(on Ray: attempt 1 on" in live[other], live
+    assert live[1 - left] == f"task_only      seed {1 - left}: done", live
+    assert "(training now: pid" in live[left] or "(on Ray: attempt" in live[left], live
     said = first.communicate()[0]
-    wait_for(lambda: trainer_pid(runs / f"seed_{other}") is None, "the trainer to stop with its driver", 60)
-    assert f"task_only      seed {other}: started, latest checkpoint iter_" in status()
+    wait_for(lambda: trainer_pid(runs / f"seed_{left}") is None, "the trainer to stop with its driver", 60)
     assert f"task_only_seed{killed}: attempt 1 lost (WorkerCrashedError" in said, said
     assert "attempt 2 of 3 submitted" in said and said.count("recorded (") == 1, said
-    assert not (records / f"task_only_seed{other}").exists()
+    assert f"task_only      seed {left}: done" not in status()
 
     second = driver(plan, cluster.address)
     said = second.communicate(timeout=300)[0]
     assert second.returncode == 0, said
-    assert "ray: 1 run(s) to train" in said and said.count("recorded (") == 1, said  # the other run alone
+    assert "ray: 1 run(s) to train" in said and said.count("recorded (") == 1, said  # the one left alone
     for seed in (0, 1):
         metrics = untimed(records / f"task_only_seed{seed}")
         assert [r["iteration"] for r in metrics if r.get("kind") == "train"] == [1, 2, 3]  # none twice
-        log = (logs / f"task_only_seed{seed}.log").read_text()
-        # two attempts, the second resuming the first's checkpoint (the run folders are shared here)
-        assert log.count(f"== task_only_seed{seed}: attempt") == 2 and log.count("resuming its latest") == 1
-        assert log.rstrip().endswith("finished"), log
-    assert "lost (WorkerCrashedError" in (logs / f"task_only_seed{killed}.log").read_text()
-    assert f"task_only      seed {other}: done" in status()
+        assert (logs / f"task_only_seed{seed}.log").read_text().rstrip().endswith("finished")
+    log = (logs / f"task_only_seed{killed}.log").read_text()
+    # its second attempt resumed the first one's checkpoint (the run folders are shared here)
+    assert "== attempt 1 lost (WorkerCrashedError" in log and "attempt 2 on" in log, log
+    assert "resuming its latest checkpoint" in log.split("attempt 2 on")[1], log
+    assert f"task_only      seed {left}: done" in status()
 
 
-def test_a_run_out_of_attempts_is_reported_failed_with_its_log(cluster, tiny_model, tmp_path):
+def test_a_run_out_of_attempts_or_that_raises_is_reported_failed_with_its_log(
+    cluster, tiny_model, tmp_path, capsys
+):
     import threading
 
     plan = write_plan(tmp_path, tiny_model, methods=["standard_mad", "task_only"], seeds=[0])
-    run = tmp_path / "runs" / "task_only" / "seed_0"
+    run, logs = tmp_path / "runs" / "task_only" / "seed_0", tmp_path / "runs" / "logs"
     killer = threading.Thread(target=lambda: os.kill(wait_for(lambda: trainer_pid(run), "the trainer"), 9))
     killer.start()
     assert RayCluster(cluster.address, retries=0).run(load_plan(plan)) == 1
     killer.join()
-    log = (tmp_path / "runs" / "logs" / "task_only_seed0.log").read_text()
+    log = (logs / "task_only_seed0.log").read_text()
     assert "== task_only_seed0: attempt 1 on" in log and "no attempt left: failed" in log
     assert not (tmp_path / "results" / "runs").exists()
+    assert "task_only_seed0: attempt 1 lost (WorkerCrashedError" in capsys.readouterr().out
+
+    (tmp_path / "raises").mkdir()  # a run that raises is not retried: its error, in its log too
+    plan = write_plan(
+        tmp_path / "raises", str(tmp_path / "no_such_model"), methods=["standard_mad", "task_only"], seeds=[0]
+    )
+    assert RayCluster(cluster.address).run(load_plan(plan)) == 1
+    said = capsys.readouterr().out
+    assert "ray: task_only_seed0: failed (" in said and "submitted" not in said, said
+    log = (tmp_path / "raises" / "runs" / "logs" / "task_only_seed0.log").read_text()
+    assert log.count("== task_only_seed0: attempt 1 on") == 1 and "== attempt 1 failed:" in log
+    assert str(tmp_path / "no_such_model") in log.split("== attempt 1 failed:")[1], log

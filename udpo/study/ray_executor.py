@@ -90,15 +90,14 @@ class RayCluster:
         from udpo.training import run_lock
 
         jobs = [job for job in plan_jobs(config, seeds) if not config.recorded(*job)]
-        address = bootstrap_address(self.address)
-        if loopback(address):
+        if loopback(bootstrap_address(self.address)):
             hold_to_loopback()
         import ray
 
         connected = not ray.is_initialized()
-        if connected:
-            local = {"include_dashboard": False} if address == "local" else {}
-            ray.init(address=address, log_to_driver=False, **local)
+        if connected:  # (auto as given: Ray then also finds the token of a cluster started here)
+            local = {"include_dashboard": False} if self.address == "local" else {}
+            ray.init(address=self.address, log_to_driver=False, **local)
         try:
             # one driver at a time: its lock on output_dir, lent to the tables it writes at the end
             with run_lock.held(config.output_dir, resume=f"udpo study PLAN --ray {self.address}", lend=True):
