@@ -13,9 +13,9 @@ from test_study import write_plan
 
 from udpo.config import ConfigError
 from udpo.study.plan import RESOURCES, CompareConfig, check_resources
-from udpo.study.ray_executor import IN_FLIGHT, bootstrap_address, loopback, share, streamed_output, threads
+from udpo.study.ray_executor import bootstrap_address, loopback, share, streamed_output, threads
 from udpo.study.record import RUN, place_record, record_files, write_record
-from udpo.study.runner import format_progress
+from udpo.study.runner import IN_FLIGHT, format_progress
 from udpo.training import run_lock
 
 

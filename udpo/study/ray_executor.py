@@ -15,14 +15,13 @@ shared path), else it starts again from its first iteration and its log says so.
 not retried: it is reported failed with its error, in its log too. A run is recorded once: the driver
 writes a record only where there is none. The runs of a killed driver die with it (Ray ends a job's tasks
 with its driver); the same command picks up where the records stop. ``output_dir/logs/ray.json`` names
-the runs in flight and where, for ``udpo study PLAN --status`` (:func:`in_flight`).
+the runs in flight and where, for ``udpo study PLAN --status`` (:func:`udpo.study.runner.in_flight`).
 
 On one machine (``--ray local`` or a loopback address) Ray is held to 127.0.0.1 (:data:`LOOPBACK_ONLY`).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import sys
@@ -35,6 +34,7 @@ from typing import Any
 
 from udpo.study.plan import CompareConfig
 from udpo.study.record import record_name
+from udpo.study.runner import IN_FLIGHT
 
 #: how many more times a run whose worker or node was lost is submitted before it is reported failed
 RETRIES = 2
@@ -45,8 +45,6 @@ POLL = 1.0
 LOOPBACK_ONLY = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 #: seconds a finished task waits for the last of its output to be read
 READER_PATIENCE = 10.0
-#: the driver's note of the runs in flight, in ``output_dir/logs``
-IN_FLIGHT = "ray.json"
 
 
 def bootstrap_address(address: str) -> str:
@@ -218,21 +216,6 @@ class Driver:
         write_json(
             self.logs / IN_FLIGHT, {"driver": f"pid {os.getpid()} on {socket.gethostname()}", **self.where}
         )
-
-
-def in_flight(config: CompareConfig) -> dict[str, str]:
-    """The runs a live Ray driver of ``config`` has in flight, by record name, and where each is ("attempt
-    2 on node-3"); empty when no driver holds ``output_dir``."""
-    from udpo.training import run_lock
-
-    path = Path(config.output_dir) / "logs" / IN_FLIGHT
-    if not path.is_file() or not run_lock.locked(config.output_dir):
-        return {}
-    try:
-        note = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError):  # (being replaced just now)
-        return {}
-    return {k: v for k, v in note.items() if k != "driver"}
 
 
 def threads(resources: dict[str, float]) -> int:

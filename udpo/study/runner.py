@@ -18,6 +18,9 @@ from udpo.study.tables import write_tables
 
 #: written in a run folder when its run finished
 DONE = "done.json"
+#: a Ray study driver's note of its runs in flight and where (:mod:`udpo.study.ray_executor`), in
+#: ``output_dir/logs``
+IN_FLIGHT = "ray.json"
 #: seconds a process waits for another one writing the tables before giving up
 TABLES_PATIENCE = 600.0
 
@@ -139,8 +142,7 @@ def write_results(config: CompareConfig) -> dict[str, Any]:
 def format_progress(config: CompareConfig) -> Sequence[str]:
     """One line per (method, seed): done, started (with its latest checkpoint and last iteration; at
     the last one, in its final evaluation) or waiting, and which process trains it now (a Ray study's:
-    which attempt, on which node, :func:`udpo.study.ray_executor.in_flight`)."""
-    from udpo.study.ray_executor import in_flight
+    which attempt, on which node, :func:`in_flight`)."""
     from udpo.training import checkpoint_store as ckpt
     from udpo.training import run_lock
 
@@ -167,6 +169,21 @@ def format_progress(config: CompareConfig) -> Sequence[str]:
                 state += f" (on Ray: {on_ray[record_name(method, seed)]})"
             lines.append(f"{method:14s} seed {seed}: {state}")
     return lines
+
+
+def in_flight(config: CompareConfig) -> dict[str, str]:
+    """The runs a live Ray driver of ``config`` has in flight, by record name, and where each is ("attempt
+    2 on node-3"): its :data:`IN_FLIGHT` note; empty when no driver holds ``output_dir``."""
+    from udpo.training import run_lock
+
+    path = Path(config.output_dir) / "logs" / IN_FLIGHT
+    if not path.is_file() or not run_lock.locked(config.output_dir):
+        return {}
+    try:
+        note = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):  # (being replaced just now)
+        return {}
+    return {k: v for k, v in note.items() if k != "driver"}
 
 
 def last_iteration(run: Path) -> int | None:
