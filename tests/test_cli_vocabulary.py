@@ -98,6 +98,7 @@ NO_COUNTERPART = {
                 "status",
                 "tables_only",
                 "workers",
+                "ray",
                 "threads",
                 "gpu_memory_share",
                 "sample_size",
