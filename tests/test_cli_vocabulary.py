@@ -101,6 +101,7 @@ NO_COUNTERPART = {
                 "status",
                 "tables_only",
                 "workers",
+                "ray",
                 "threads",
                 "gpu_memory_share",
                 "sample_size",

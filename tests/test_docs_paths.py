@@ -157,6 +157,7 @@ GUIDES = {
     "library.md",
     "metrics.md",
     "protocols.md",
+    "ray.md",
     "report.md",
     "spec.md",
     "study.md",

@@ -48,6 +48,16 @@ def add_options(p: argparse.ArgumentParser) -> None:
         help="processes sharing the runs (default 1); each logs to OUTPUT_DIR/logs/worker_<k>.log",
     )
     p.add_argument(
+        "--ray",
+        nargs="?",
+        const="auto",
+        default=None,
+        metavar="auto|local|ADDRESS",
+        help="run each run as a Ray task on a cluster (default auto: the one running; local: start one here, "
+        "on 127.0.0.1), with the plan's resources per run; the driver writes each record as its run "
+        "returns, and the logs to OUTPUT_DIR/logs/ (docs/ray.md)",
+    )
+    p.add_argument(
         "--threads",
         type=positive_int,
         default=None,
@@ -97,8 +107,13 @@ def check(args: argparse.Namespace):
     from udpo.study import load_plan
 
     config = load_plan(args.plan, args.output_dir)
-    if args.workers > 1 and (args.status or args.tables_only or args.sample_size or args.second_stage):
-        raise ValueError("--workers trains; --status, --tables-only, --sample-size and --second-stage do not")
+    trains = "--workers" if args.workers > 1 else "--ray" if args.ray is not None else None
+    if trains and (args.status or args.tables_only or args.sample_size or args.second_stage):
+        raise ValueError(f"{trains} trains; --status, --tables-only, --sample-size and --second-stage do not")
+    if args.ray is not None and (args.workers > 1 or args.threads or args.gpu_memory_share):
+        raise ValueError(
+            "--ray places each run with the plan's resources: no --workers, --threads or --gpu-memory-share"
+        )
     if args.threads is not None and args.workers == 1:  # this process trains: set before torch starts
         os.environ[ENV] = str(args.threads)
     if args.gpu_memory_share is not None and args.workers == 1:  # this process's trainers read it
@@ -123,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
         gpu_memory_share=args.gpu_memory_share,
         seeds=args.seed,
         progress=args.progress,
+        ray=args.ray,
     )
 
 

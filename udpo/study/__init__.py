@@ -8,7 +8,9 @@ order the data flows:
   every method shares, and :func:`load_plan`, which checks a plan before anything heavy loads;
 - :mod:`udpo.study.runner`: trains the runs not yet done (:func:`run_compare`), records each as it finishes,
   shows which are done (:func:`format_progress`), writes the tables (:func:`write_results`);
-- :mod:`udpo.study.workers`: several processes sharing the runs (``--workers K``);
+- :mod:`udpo.study.executor`: what runs the runs, one interface: :mod:`udpo.study.workers`, several
+  processes sharing them on this machine (``--workers K``), or :mod:`udpo.study.ray_executor`, one Ray
+  task each on a cluster (``--ray``);
 - :mod:`udpo.study.record`: a finished run's committed record (:class:`RunRecord`);
 - :mod:`udpo.study.tables`: every table and figure from the records (``seed_changes.png`` drawn by
   :mod:`udpo.study.seed_change_plot`);

@@ -4,8 +4,8 @@ PLAN``) does with a checked plan (:func:`udpo.study.plan.load_plan`), printing w
 from __future__ import annotations
 
 from collections.abc import Sequence
-from pathlib import Path
 
+from udpo.study.executor import Executor
 from udpo.study.plan import CompareConfig
 from udpo.study.runner import format_progress, run_compare, write_results
 from udpo.study.tables import markdown_table
@@ -24,6 +24,7 @@ def study(
     gpu_memory_share: float | None = None,
     seeds: Sequence[int] | None = None,
     progress: bool = True,
+    ray: str | None = None,
 ) -> int:
     """Run one of the study's modes on ``config``; returns the exit status.
 
@@ -32,7 +33,9 @@ def study(
     plan's second-stage rule (:func:`udpo.study.sample_size.second_stage`), one line. ``workers`` > 1:
     that many processes run ``worker_command`` (the study's own command line) and share the runs
     (:mod:`udpo.study.workers`; ``threads`` and ``gpu_memory_share`` per worker), then the progress and,
-    when every run is recorded, the table. ``tables_only``: the tables from the records alone. Otherwise
+    when every run is recorded, the table. ``ray``: the runs are Ray tasks on the cluster at that address
+    (``auto``, ``local`` or ``HOST:PORT``; :mod:`udpo.study.ray_executor`), each with the plan's
+    ``resources``, then the same. ``tables_only``: the tables from the records alone. Otherwise
     this process trains the runs not yet done (only ``seeds`` when given) and prints the table once the
     last is recorded."""
     if status:
@@ -54,13 +57,21 @@ def study(
             f"{rule.seeds_per_arm} seeds per arm"
         )
         return 0
-    if workers > 1:
-        from udpo.study.workers import plan_workers, run_workers
+    executor: Executor | None = None
+    if ray is not None:
+        from udpo.study.ray_executor import RayCluster
+
+        if workers > 1:
+            raise ValueError("--ray and --workers are two executors: choose one")
+        executor = RayCluster(ray)
+    elif workers > 1:
+        from udpo.study.workers import LocalWorkers, plan_workers
 
         if not worker_command:
             raise ValueError("workers > 1 needs the command line each worker runs")
-        planned = plan_workers(workers, threads, share=gpu_memory_share)
-        code = run_workers(worker_command, planned, Path(config.output_dir) / "logs")
+        executor = LocalWorkers(worker_command, plan_workers(workers, threads, share=gpu_memory_share))
+    if executor is not None:
+        code = executor.run(config, seeds)
         print("\n".join(format_progress(config)))
         if code == 0 and config.all_recorded() and config.tables_when_done:
             print((config.results_path() / "table.md").read_text())

@@ -75,6 +75,27 @@ BUDGET_FIELDS = (
 )
 
 
+#: what one run asks of a Ray cluster unless the plan says otherwise: one core, no GPU
+RESOURCES: dict[str, float] = {"num_cpus": 1, "num_gpus": 0}
+
+
+def check_resources(resources: Any) -> dict[str, float]:
+    """A plan's ``resources`` with the defaults filled in, or a ConfigError: ``num_cpus`` > 0, ``num_gpus`` a
+    fraction in [0, 1) or a whole number of cards (as Ray places them)."""
+    if not isinstance(resources, dict) or set(resources) - set(RESOURCES):
+        raise ConfigError(f"resources: a mapping of {' and '.join(RESOURCES)}, got {resources!r}")
+    values = {**RESOURCES, **resources}
+    for name, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            raise ConfigError(f"resources.{name} must be a number >= 0, got {value!r}")
+    cpus, gpus = values["num_cpus"], values["num_gpus"]
+    if cpus <= 0:
+        raise ConfigError(f"resources.num_cpus must be > 0, got {cpus!r}")
+    if gpus >= 1 and gpus != int(gpus):
+        raise ConfigError(f"resources.num_gpus: a fraction below 1 or a whole number of GPUs, got {gpus!r}")
+    return values
+
+
 @dataclass
 class CompareConfig:
     """recipe: the training recipe every method shares (YAML, as for train_udpo.py). methods: which of
@@ -92,7 +113,10 @@ class CompareConfig:
     comparisons: pairs ``[A, B]`` of methods whose difference A - B the tables analyse seed by seed (the
     pre-registered primary comparisons). second_stage: the blind rule that sets the seeds per arm after the
     first ones are recorded (``udpo study PLAN --second-stage``): ``effect`` (the difference to detect),
-    ``fallback_effect`` (used when ``effect`` would need more than ``most_seeds``) and ``most_seeds``."""
+    ``fallback_effect`` (used when ``effect`` would need more than ``most_seeds``) and ``most_seeds``.
+    resources: what each run asks of a Ray cluster (``udpo study PLAN --ray``): ``num_cpus`` (its torch
+    threads too) and ``num_gpus`` (a fraction below 1 shares a card: that share of its memory), default
+    :data:`RESOURCES`; the local executor ignores them."""
 
     recipe: str
     methods: list[str] = field(default_factory=lambda: list(METHODS))
@@ -107,8 +131,10 @@ class CompareConfig:
     eval_seed_per_seed: bool = False
     comparisons: list[list[str]] = field(default_factory=list)
     second_stage: dict[str, Any] | None = None
+    resources: dict[str, float] = field(default_factory=lambda: dict(RESOURCES))
 
     def __post_init__(self) -> None:
+        self.resources = check_resources(self.resources)
         unknown = [m for m in [*self.methods, *self.method_settings] if m not in METHODS]
         if unknown:
             raise ConfigError(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}")

@@ -144,6 +144,29 @@ def write_record(run_dir: str | Path, folder: str | Path, method: str, seed: int
     return RunRecord.load(folder)
 
 
+def record_files(folder: str | Path) -> dict[str, bytes]:
+    """A finished record's files as bytes, by name: what a Ray worker hands the driver
+    (:mod:`udpo.study.ray_executor`), which writes them with :func:`place_record`."""
+    folder = Path(folder)
+    if not (folder / RUN).is_file():
+        raise FileNotFoundError(f"{folder} holds no finished run record ({RUN} is missing)")
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir()) if p.is_file()}
+
+
+def place_record(files: dict[str, bytes], folder: str | Path) -> RunRecord:
+    """Write a record's files (:func:`record_files`) to ``folder``, ``run.json`` last, as
+    :func:`write_record` does; returns the record."""
+    folder = Path(folder)
+    if RUN not in files or any("/" in name or name.startswith(".") for name in files):
+        raise ValueError(f"not a run record's files: {sorted(files)}")
+    (folder / RUN).unlink(missing_ok=True)
+    for name, data in files.items():
+        if name != RUN:
+            write_bytes_atomic(folder / name, data)
+    write_bytes_atomic(folder / RUN, files[RUN])
+    return RunRecord.load(folder)
+
+
 @dataclass
 class RunRecord:
     """A committed run record (see the module docstring), read back."""

@@ -13,11 +13,14 @@ from udpo.analysis.results import eval_iterations
 from udpo.config import ConfigError, TrainConfig
 from udpo.env.jsonl import write_json
 from udpo.study.plan import CompareConfig, check_budgets
-from udpo.study.record import write_record
+from udpo.study.record import record_name, write_record
 from udpo.study.tables import write_tables
 
 #: written in a run folder when its run finished
 DONE = "done.json"
+#: a Ray study driver's note of its runs in flight and where (:mod:`udpo.study.ray_executor`), in
+#: ``output_dir/logs``
+IN_FLIGHT = "ray.json"
 #: seconds a process waits for another one writing the tables before giving up
 TABLES_PATIENCE = 600.0
 
@@ -39,18 +42,10 @@ def run_compare(
     ``tables_when_done`` is false."""
     from tqdm.auto import tqdm
 
-    from udpo.training import checkpoint_store as ckpt
     from udpo.training import run_lock
     from udpo.training.run_lock import RunBusyError
 
-    chosen = config.seeds if seeds is None else list(seeds)
-    unknown = [s for s in chosen if s not in config.seeds]
-    if unknown:
-        raise ConfigError(f"seed(s) {unknown} are not among the config's seeds {config.seeds}")
-    jobs = [(m, s) for s in chosen for m in config.trained()]
-    jobs.sort(key=lambda job: not ckpt.list_checkpoints(config.run_dir(*job)))  # stable: started first
-    for seed in config.seeds:
-        check_budgets({m: config.train_config(m, seed) for m in config.trained()})
+    jobs = plan_jobs(config, seeds)
     if train is None:
         from udpo.training.trainer import train
     bar = tqdm(jobs, desc="compare", unit="run", disable=not progress)
@@ -66,16 +61,13 @@ def run_compare(
                 if record_finished(config, method, seed):
                     continue
                 tc = config.train_config(method, seed)
-                resumable = bool(ckpt.list_checkpoints(run))
-                if resumable:
-                    tc.resume = "latest"
+                resumable = resume_if_started(tc)
                 bar.write(
                     f"[{i}/{len(jobs)}] {method}, seed {seed}"
                     f"{' (resuming its latest checkpoint)' if resumable else ''}: {run}"
                 )
                 train(tc)
-                last = max(eval_iterations(run), default=0)
-                write_json(run / DONE, {"method": method, "seed": seed, "final_eval": last})
+                mark_done(run, method, seed)
                 record_finished(config, method, seed)
         except RunBusyError as e:
             bar.write(f"[{i}/{len(jobs)}] left to the process that trains it: {e}")
@@ -85,6 +77,37 @@ def run_compare(
     if not config.tables_when_done or not config.all_recorded():
         return None
     return write_results(config)
+
+
+def plan_jobs(config: CompareConfig, seeds: Sequence[int] | None = None) -> list[tuple[str, int]]:
+    """The (method, seed) runs of ``config`` to go through (only ``seeds`` when given), started ones first
+    (those whose folder here holds a checkpoint), once every seed's budgets are checked."""
+    from udpo.training import checkpoint_store as ckpt
+
+    chosen = config.seeds if seeds is None else list(seeds)
+    unknown = [s for s in chosen if s not in config.seeds]
+    if unknown:
+        raise ConfigError(f"seed(s) {unknown} are not among the config's seeds {config.seeds}")
+    for seed in config.seeds:
+        check_budgets({m: config.train_config(m, seed) for m in config.trained()})
+    jobs = [(m, s) for s in chosen for m in config.trained()]
+    return sorted(jobs, key=lambda job: not ckpt.list_checkpoints(config.run_dir(*job)))  # stable
+
+
+def resume_if_started(tc: TrainConfig) -> bool:
+    """Set ``tc`` to resume its latest checkpoint when its run folder holds one; returns whether it does."""
+    from udpo.training import checkpoint_store as ckpt
+
+    started = bool(ckpt.list_checkpoints(Path(tc.output_dir)))
+    if started:
+        tc.resume = "latest"
+    return started
+
+
+def mark_done(run: Path, method: str, seed: int) -> None:
+    """Mark the run folder finished (:data:`DONE`, naming its last evaluated iteration)."""
+    last = max(eval_iterations(run), default=0)
+    write_json(run / DONE, {"method": method, "seed": seed, "final_eval": last})
 
 
 def record_finished(config: CompareConfig, method: str, seed: int) -> bool:
@@ -118,10 +141,12 @@ def write_results(config: CompareConfig) -> dict[str, Any]:
 
 def format_progress(config: CompareConfig) -> Sequence[str]:
     """One line per (method, seed): done, started (with its latest checkpoint and last iteration; at
-    the last one, in its final evaluation) or waiting, and which process trains it now."""
+    the last one, in its final evaluation) or waiting, and which process trains it now (a Ray study's:
+    which attempt, on which node, :func:`in_flight`)."""
     from udpo.training import checkpoint_store as ckpt
     from udpo.training import run_lock
 
+    on_ray = in_flight(config)
     lines = []
     for seed in config.seeds:
         for method in config.trained():
@@ -140,8 +165,25 @@ def format_progress(config: CompareConfig) -> Sequence[str]:
                 state = "waiting"
             if state != "done" and run_lock.locked(run):
                 state += f" (training now: {run_lock.holder(run)})"
+            elif state != "done" and record_name(method, seed) in on_ray:
+                state += f" (on Ray: {on_ray[record_name(method, seed)]})"
             lines.append(f"{method:14s} seed {seed}: {state}")
     return lines
+
+
+def in_flight(config: CompareConfig) -> dict[str, str]:
+    """The runs a live Ray driver of ``config`` has in flight, by record name, and where each is ("attempt
+    2 on node-3"): its :data:`IN_FLIGHT` note; empty when no driver holds ``output_dir``."""
+    from udpo.training import run_lock
+
+    path = Path(config.output_dir) / "logs" / IN_FLIGHT
+    if not path.is_file() or not run_lock.locked(config.output_dir):
+        return {}
+    try:
+        note = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):  # (being replaced just now)
+        return {}
+    return {k: v for k, v in note.items() if k != "driver"}
 
 
 def last_iteration(run: Path) -> int | None:

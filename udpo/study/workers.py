@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from udpo import gpu_share
+from udpo.study.plan import CompareConfig
 from udpo.threads import ENV
 
 
@@ -102,3 +103,16 @@ def run_workers(command: Sequence[str], workers: Sequence[Worker], log_dir: Path
             except KeyboardInterrupt:  # the workers got the same Ctrl-C; wait for them to stop
                 continue
     return next((c for c in codes if c), 0)
+
+
+@dataclass(frozen=True)
+class LocalWorkers:
+    """The local executor (:class:`udpo.study.executor.Executor`): ``workers`` processes of ``command``
+    (the study's own command line, its seeds in it), logging to ``output_dir/logs/worker_<k>.log``; the
+    worker that records the last run writes the tables."""
+
+    command: Sequence[str]
+    workers: Sequence[Worker]
+
+    def run(self, config: CompareConfig, seeds: Sequence[int] | None = None) -> int:
+        return run_workers(self.command, self.workers, Path(config.output_dir) / "logs")
