@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The GPU path on one CUDA machine: the issue-42 targets measured side by side, then every training path
-# (bf16 in one process, DDP and DeepSpeed ZeRO-2/3 over the GPUs it has), an export and a reload of the
-# exported team. Needs no Hub: it builds its models (scripts/check_model.py: SmolLM2-135M's shape, and on a
+# The GPU path on one CUDA machine: its targets (benchmarks/gpu_targets.py) measured side by side, then
+# every training path (bf16 in one process, DDP and DeepSpeed ZeRO-2/3 over the GPUs it has), an export
+# and a reload of the exported team. Needs no Hub: it builds its models (scripts/check_model.py: SmolLM2-135M's shape, and on a
 # GPU Llama-3.2-1B's and Llama-2-7B's, random weights) unless --model names one.
 #
 #   bash scripts/gpu_check.sh [--model PATH] [--out DIR] [--report DIR] [--wheels DIR] [--quick]
@@ -40,8 +40,8 @@
 # --wheels DIR: install what is missing (trl, deepspeed and their wheels) from DIR, offline.
 # --quick: a 2-layer model, 16 tokens, 2 iterations: checks the script itself (with GPU_CHECK_ALLOW_CPU=1
 # on a machine without CUDA), measures nothing worth recording.
-# On a lent device machine: scripts/device_check.sh (wheels from scripts/gpu_wheels.sh). Record the summary,
-# with the machine's name, in docs/lab/measurements.md.
+# On a machine without a package index: scripts/device_check.sh (wheels from scripts/gpu_wheels.sh). Record
+# the summary, with the machine's name, in docs/lab/measurements.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model="" out=runs/gpu_check report="" wheels="" layers=30 tokens=64 iterations=4 per_process=8 rows=96 quick=0
@@ -54,7 +54,7 @@ while [ $# -gt 0 ]; do
     --report) report=$2; shift 2 ;;
     --parts) parts=$2; shift 2 ;;
     --budget) budget=$2; shift 2 ;;
-    --rerun) rerun=$2; shift 2 ;;  # the command that runs the parts left (device_check.sh names its own)
+    --rerun) rerun=$2; shift 2 ;;  # the command that runs the parts left (device_check.sh names itself)
     --wheels) wheels=$2; shift 2 ;;
     --quick) layers=2 tokens=16 iterations=2 per_process=2 rows=8 quick=1; shift ;;
     *) echo "gpu_check.sh: unknown argument $1" >&2; exit 2 ;;
@@ -112,9 +112,7 @@ failed="" left=""
 # bucket, 25-35 s each (since then one compile serves every bucket; not yet measured on a GPU, so the
 # estimates stand); decode1b 50 s more for its graph_static path, whose one compile took 41 s at that
 # shape; with --quick on a CPU core or two);
-# a part that would end past the budget is left out. The default budget of 540 s fits the first two
-# parts (19 s of setup, then 96 + 50 and 215 + 30 s as the first check timed them); decode (the 135M
-# shape, measured there at its target) is then left for the command the summary names (a second call).
+# a part that would end past the budget is left out, and the summary names the command that runs it.
 estimate() {
   local given
   given=$(tr ',' '\n' <<< "${GPU_CHECK_EXPECT:-}" | sed -n "s/^$1=//p")
@@ -171,6 +169,8 @@ run_part() {
   rc=$?
   for pid in $refresher $watchdog; do kill -- -"$pid" 2>/dev/null; wait "$pid" 2>/dev/null; done
   set -e +m
+  # torch's logs name the source files by absolute path: the figures keep them relative to the checkout
+  for log in "$figures"/*.torch.log; do [ -f "$log" ] && sed -i "s#$PWD/##g" "$log"; done
   local took=$(( $(date +%s) - start - spent ))
   if { [ "$rc" = 143 ] || [ "$rc" = 137 ]; } && [ "$cap" -gt 0 ] && [ "$took" -ge "$(( cap > 10 ? cap - 5 : cap ))" ]; then
     echo "== $name: STOPPED at the budget (${took} s); what it finished is kept"
@@ -258,8 +258,8 @@ iteration() {
 }
 part_iteration1b() {
   echo "   the 1B shape built on the GPU, N = 3, $iterations iterations (the first compiles the decode step);"
-  echo "   TORCH_LOGS=recompiles,graph_breaks in $figures/iteration_1b_n3.torch.log; then the last update"
-  echo "   once more under torch.profiler: $figures/update_profile_1b_n3.json"
+  echo "   TORCH_LOGS=recompiles,graph_breaks in figures/iteration_1b_n3.torch.log; then the last update"
+  echo "   once more under torch.profiler: figures/update_profile_1b_n3.json"
   rm -f "$figures/iteration_1b_n3.torch.log" "$figures"/update_profile_1b_n3.*
   TORCH_LOGS=recompiles,graph_breaks TORCH_LOGS_OUT="$figures/iteration_1b_n3.torch.log" \
     iteration iteration_1b_n3 "$iterations" --profile-update "$figures/update_profile_1b_n3.json"
@@ -332,7 +332,7 @@ run_part 7b gpu
 run_part iteration1b_n10 gpu
 run_part update1b gpu
 run_part paths
-echo "== the targets (issues 42 and 50), as measured here ($report/summary.md)"
+echo "== the targets, as measured here (summary.md beside figures/)"
 summary
 if [ -n "$left" ]; then
   echo "parts left out: ${left#,}; run them with:"
