@@ -14,7 +14,7 @@
 #                   bucket shape), graph_static (compiled per bucket shape; GPU), stacked and eager, with
 #                   3 adapters, beside transformers' generate(cache_implementation="static"), compiled on
 #                   a GPU, without adapters
-#   iteration1b     the 1B shape, the issue's recipe (32 questions x 3 agents x 2 rounds, 64 tokens, default
+#   iteration1b     the 1B shape, the targets' recipe (32 questions x 3 agents x 2 rounds, 64 tokens, default
 #                   sizes), 4 iterations: the iteration split, peak memory against the update's plan, and
 #                   TORCH_LOGS=recompiles,graph_breaks written to REPORT/figures/iteration_1b_n3.torch.log;
 #                   then the last update once more under torch.profiler, outside the timed figures: where
@@ -24,7 +24,7 @@
 #   study           the proof study plan, shortened, on 2 workers sharing the GPU: its wall time and each
 #                   run's peak against its share (GPU)
 #   7b              Llama-2-7B's shape built on the GPU (nothing written to disk), N = 3, 2 iterations (GPU)
-#   iteration1b_n10 the 1B shape, the issue's recipe at N = 10, 2 iterations (GPU)
+#   iteration1b_n10 the 1B shape, the targets' recipe at N = 10, 2 iterations (GPU)
 #   update1b        the 1B shape: the update against a bare PEFT forward + backward over the same rows (GPU)
 #   paths           the 135M shape trained by one process, DDP (several GPUs) and ZeRO-2/3 (deepspeed
 #                   installed), N = 10 (CPU and --quick only: the 1B parts measure it on a GPU), vLLM rollouts
@@ -170,7 +170,9 @@ run_part() {
   for pid in $refresher $watchdog; do kill -- -"$pid" 2>/dev/null; wait "$pid" 2>/dev/null; done
   set -e +m
   # torch's logs name the source files by absolute path: the figures keep them relative to the checkout
-  for log in "$figures"/*.torch.log; do [ -f "$log" ] && sed -i "s#$PWD/##g" "$log"; done
+  for log in "$figures"/*.torch.log; do
+    if [ -f "$log" ]; then sed -i "s#$PWD/##g" "$log"; fi
+  done
   local took=$(( $(date +%s) - start - spent ))
   if { [ "$rc" = 143 ] || [ "$rc" = 137 ]; } && [ "$cap" -gt 0 ] && [ "$took" -ge "$(( cap > 10 ? cap - 5 : cap ))" ]; then
     echo "== $name: STOPPED at the budget (${took} s); what it finished is kept"
@@ -224,11 +226,11 @@ gamma: [0.3]
 lambda_: [1.0]
 eta: [0.01]
 YAML
-# the issue's recipe: 32 questions x N agents x 2 rounds, 64 tokens, every update size auto
-issue=(rounds 2 questions_per_iteration 32 debate_batch_size 32 max_tokens 64)
+# the targets' recipe: 32 questions x N agents x 2 rounds, 64 tokens, every update size auto
+settings=(rounds 2 questions_per_iteration 32 debate_batch_size 32 max_tokens 64)
 repeats=2 shape1b=(--shape 1b)
 if [ "$quick" = 1 ]; then  # the same steps on the check model, small enough for a CPU
-  issue=(rounds 2 questions_per_iteration 2 debate_batch_size 2 max_tokens "$tokens")
+  settings=(rounds 2 questions_per_iteration 2 debate_batch_size 2 max_tokens "$tokens")
   repeats=1 shape1b=(--shape 135m --layers "$layers")
 fi
 # decode.py on the 1B shape built in memory (with --quick: the check model)
@@ -249,12 +251,12 @@ part_decode() {
   build_model
   decode decode_135m auto,stacked,eager --model "$model"
 }
-# iteration NAME ITERATIONS [KEY VALUE ...]: the issue's recipe on the 1B shape, built on the device
+# iteration NAME ITERATIONS [KEY VALUE ...]: the targets' recipe on the 1B shape, built on the device
 iteration() {
   local name=$1 n=$2; shift 2
   rm -rf "$out/$name"
   UDPO_GPU_MEMORY_SHARE=$card80 python benchmarks/iteration.py --config "$recipe" "${shape1b[@]}" \
-    --iterations "$n" --out "$out/$name" --json "$figures/$name.json" "${issue[@]}" "$@"
+    --iterations "$n" --out "$out/$name" --json "$figures/$name.json" "${settings[@]}" "$@"
 }
 part_iteration1b() {
   echo "   the 1B shape built on the GPU, N = 3, $iterations iterations (the first compiles the decode step);"
@@ -269,7 +271,7 @@ part_iteration1b_n10() {
   iteration iteration_1b_n10 2 n_agents 10
 }
 part_update1b() {
-  echo "   the update on one batch of the issue's recipe (N = 3) against a bare PEFT forward + backward"
+  echo "   the update on one batch of the targets' recipe (N = 3) against a bare PEFT forward + backward"
   build_model1b
   # the batch's debates decoded eagerly: the update is measured, and a compiled decode step would spend
   # most of the part compiling (the first device check stopped it at 132 s, still compiling)
