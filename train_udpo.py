@@ -10,7 +10,6 @@ Arguments are the fields of :class:`udpo.config.TrainConfig` (``--help`` lists t
 
 import sys
 
-from udpo.cli.source_tree import check_one_source_tree
 from udpo.config import parse_config
 from udpo.env.backends.base import BackendError
 from udpo.threads import configure_threads
@@ -18,7 +17,6 @@ from udpo.threads import configure_threads
 
 def main() -> int:
     try:  # the config is checked before torch is imported: a mistake answers at once
-        check_one_source_tree()
         config = parse_config(require_config=True)
     except (ValueError, FileNotFoundError, RuntimeError) as e:
         print(f"train_udpo.py: error: {e}", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""The GPU path's targets (issues 42 and 50) beside what ``scripts/gpu_check.sh`` measured, in one table.
+"""The GPU path's targets beside what ``scripts/gpu_check.sh`` measured, in one table.
 
     python benchmarks/gpu_targets.py --figures DIR [--report DIR] [--failed PARTS] [--left PARTS --rerun CMD]
 
@@ -38,7 +38,7 @@ from pathlib import Path
 
 #: decode.py's name of the anchor: transformers' generate with a static cache, compiled on a GPU
 ANCHOR = "generate(static)"
-#: the targets on one 80 GB card (issues 42 and 50)
+#: the targets on one 80 GB card
 DECODE_RATIO = 0.7  # the project's rollout, 3 adapters, at least this share of the anchor's tokens/s
 ITERATION_S = 3.0  # the 1B shape's N = 3 iteration, under this many seconds
 PLAN_MARGIN = 1.1  # the update's peak within the plan autosize printed, this much to spare

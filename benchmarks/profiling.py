@@ -2,7 +2,7 @@
 
 :func:`profile_call` runs a function once under the profiler (CPU activity, and CUDA's where the function
 runs on a GPU; no shapes or stacks recorded) and returns :func:`breakdown` of it, a small dict meant for
-a JSON file that comes back from a device machine (a full trace of a 1B update is tens of MB):
+a JSON file small enough to keep in a record (a full trace of a 1B update is tens of MB):
 
 - ``wall_s``: the call's wall time under the profiler (the device synchronized before and after);
   ``device_busy_s``: the union of every kernel's, copy's and fill's time on the device; ``idle_share``: the
@@ -22,7 +22,7 @@ a JSON file that comes back from a device machine (a full trace of a 1B update i
 
 The two tables use ``key_averages``; the rest reads the profiler's events once.
 
-Run as a script, it prints a breakdown that came back from a device machine:
+Run as a script, it prints a breakdown written elsewhere (a GPU check's figures):
 
     python benchmarks/profiling.py docs/lab/results/<check>/figures/update_profile_1b_n3.json
 """
@@ -60,7 +60,7 @@ ALLOCATOR = {
     "num_alloc_retries": "retries",
 }
 TOP_OPS, TOP_KERNELS = 25, 10
-#: a trace kept beside the breakdown only below this size, gzipped (a device machine returns little);
+#: a trace kept beside the breakdown only below this size, gzipped (a record stays small);
 #: none written past this many events (about 20 bytes each gzipped, measured on CPU)
 TRACE_BYTES, TRACE_EVENTS = 2 * 2**20, 150_000
 

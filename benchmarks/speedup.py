@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-#: the commit before the CPU throughput work (issue 23): fp32 on CPU, transformers' generate
+#: the commit before the CPU throughput work: fp32 on CPU, transformers' generate
 BASELINE = "ced04f4"
 STUDY = "recipes/study/arithmetic_n3.yaml"
 EVAL = [
@@ -99,7 +99,7 @@ def iteration(cwd: Path, env: dict[str, str], threads: int, iterations: int, out
 
 
 def evaluation(cwd: Path, env: dict[str, str], threads: int, questions: int, out: Path) -> dict[str, float]:
-    old = (cwd / "udpo" / "commands").is_dir()  # a checkout from before issue 25, whose flag was --out
+    old = (cwd / "udpo" / "commands").is_dir()  # a checkout from before udpo.cli, whose flag was --out
     flag = "--out" if old else "--output-dir"
     seconds = run(cwd, env, threads, [*EVAL, "--limit", str(questions), flag, str(out)])
     summary = json.loads((out / "summary.json").read_text())

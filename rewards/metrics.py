@@ -13,7 +13,7 @@ For an answer matrix ``a[i][t]`` (N agents, rounds t = 0..T; see :mod:`udpo.rewa
   ``loo_instability`` L (share of agents whose removal changes the vote; 0 when N = 1);
   ``u_sys`` = (H + D + L) / 3: system-level uncertainty.
 
-The consensus-on-wrong guard (issue 24: agreement must not be bought with correctness), from the final
+The consensus-on-wrong guard (agreement must not be bought with correctness), from the final
 round and whether the debate's vote is right: ``majority`` is 1 when more than half of the agents give
 the same answer and the vote (then that answer) is wrong, ``unanimous`` when every agent gives it.
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The GPU path on one CUDA machine: the issue-42 targets measured side by side, then every training path
-# (bf16 in one process, DDP and DeepSpeed ZeRO-2/3 over the GPUs it has), an export and a reload of the
-# exported team. Needs no Hub: it builds its models (scripts/check_model.py: SmolLM2-135M's shape, and on a
+# The GPU path on one CUDA machine: its targets (benchmarks/gpu_targets.py) measured side by side, then
+# every training path (bf16 in one process, DDP and DeepSpeed ZeRO-2/3 over the GPUs it has), an export
+# and a reload of the exported team. Needs no Hub: it builds its models (scripts/check_model.py: SmolLM2-135M's shape, and on a
 # GPU Llama-3.2-1B's and Llama-2-7B's, random weights) unless --model names one.
 #
 #   bash scripts/gpu_check.sh [--model PATH] [--out DIR] [--report DIR] [--wheels DIR] [--quick]
@@ -14,7 +14,7 @@
 #                   bucket shape), graph_static (compiled per bucket shape; GPU), stacked and eager, with
 #                   3 adapters, beside transformers' generate(cache_implementation="static"), compiled on
 #                   a GPU, without adapters
-#   iteration1b     the 1B shape, the issue's recipe (32 questions x 3 agents x 2 rounds, 64 tokens, default
+#   iteration1b     the 1B shape, the targets' recipe (32 questions x 3 agents x 2 rounds, 64 tokens, default
 #                   sizes), 4 iterations: the iteration split, peak memory against the update's plan, and
 #                   TORCH_LOGS=recompiles,graph_breaks written to REPORT/figures/iteration_1b_n3.torch.log;
 #                   then the last update once more under torch.profiler, outside the timed figures: where
@@ -24,7 +24,7 @@
 #   study           the proof study plan, shortened, on 2 workers sharing the GPU: its wall time and each
 #                   run's peak against its share (GPU)
 #   7b              Llama-2-7B's shape built on the GPU (nothing written to disk), N = 3, 2 iterations (GPU)
-#   iteration1b_n10 the 1B shape, the issue's recipe at N = 10, 2 iterations (GPU)
+#   iteration1b_n10 the 1B shape, the targets' recipe at N = 10, 2 iterations (GPU)
 #   update1b        the 1B shape: the update against a bare PEFT forward + backward over the same rows (GPU)
 #   paths           the 135M shape trained by one process, DDP (several GPUs) and ZeRO-2/3 (deepspeed
 #                   installed), N = 10 (CPU and --quick only: the 1B parts measure it on a GPU), vLLM rollouts
@@ -40,8 +40,8 @@
 # --wheels DIR: install what is missing (trl, deepspeed and their wheels) from DIR, offline.
 # --quick: a 2-layer model, 16 tokens, 2 iterations: checks the script itself (with GPU_CHECK_ALLOW_CPU=1
 # on a machine without CUDA), measures nothing worth recording.
-# On a lent device machine: scripts/device_check.sh (wheels from scripts/gpu_wheels.sh). Record the summary,
-# with the machine's name, in docs/lab/measurements.md.
+# On a machine without a package index: scripts/device_check.sh (wheels from scripts/gpu_wheels.sh). Record
+# the summary, with the machine's name, in docs/lab/measurements.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 model="" out=runs/gpu_check report="" wheels="" layers=30 tokens=64 iterations=4 per_process=8 rows=96 quick=0
@@ -54,7 +54,7 @@ while [ $# -gt 0 ]; do
     --report) report=$2; shift 2 ;;
     --parts) parts=$2; shift 2 ;;
     --budget) budget=$2; shift 2 ;;
-    --rerun) rerun=$2; shift 2 ;;  # the command that runs the parts left (device_check.sh names its own)
+    --rerun) rerun=$2; shift 2 ;;  # the command that runs the parts left (device_check.sh names itself)
     --wheels) wheels=$2; shift 2 ;;
     --quick) layers=2 tokens=16 iterations=2 per_process=2 rows=8 quick=1; shift ;;
     *) echo "gpu_check.sh: unknown argument $1" >&2; exit 2 ;;
@@ -112,9 +112,7 @@ failed="" left=""
 # bucket, 25-35 s each (since then one compile serves every bucket; not yet measured on a GPU, so the
 # estimates stand); decode1b 50 s more for its graph_static path, whose one compile took 41 s at that
 # shape; with --quick on a CPU core or two);
-# a part that would end past the budget is left out. The default budget of 540 s fits the first two
-# parts (19 s of setup, then 96 + 50 and 215 + 30 s as the first check timed them); decode (the 135M
-# shape, measured there at its target) is then left for the command the summary names (a second call).
+# a part that would end past the budget is left out, and the summary names the command that runs it.
 estimate() {
   local given
   given=$(tr ',' '\n' <<< "${GPU_CHECK_EXPECT:-}" | sed -n "s/^$1=//p")
@@ -171,6 +169,10 @@ run_part() {
   rc=$?
   for pid in $refresher $watchdog; do kill -- -"$pid" 2>/dev/null; wait "$pid" 2>/dev/null; done
   set -e +m
+  # torch's logs name the source files by absolute path: the figures keep them relative to the checkout
+  for log in "$figures"/*.torch.log; do
+    if [ -f "$log" ]; then sed -i "s#$PWD/##g" "$log"; fi
+  done
   local took=$(( $(date +%s) - start - spent ))
   if { [ "$rc" = 143 ] || [ "$rc" = 137 ]; } && [ "$cap" -gt 0 ] && [ "$took" -ge "$(( cap > 10 ? cap - 5 : cap ))" ]; then
     echo "== $name: STOPPED at the budget (${took} s); what it finished is kept"
@@ -224,11 +226,11 @@ gamma: [0.3]
 lambda_: [1.0]
 eta: [0.01]
 YAML
-# the issue's recipe: 32 questions x N agents x 2 rounds, 64 tokens, every update size auto
-issue=(rounds 2 questions_per_iteration 32 debate_batch_size 32 max_tokens 64)
+# the targets' recipe: 32 questions x N agents x 2 rounds, 64 tokens, every update size auto
+settings=(rounds 2 questions_per_iteration 32 debate_batch_size 32 max_tokens 64)
 repeats=2 shape1b=(--shape 1b)
 if [ "$quick" = 1 ]; then  # the same steps on the check model, small enough for a CPU
-  issue=(rounds 2 questions_per_iteration 2 debate_batch_size 2 max_tokens "$tokens")
+  settings=(rounds 2 questions_per_iteration 2 debate_batch_size 2 max_tokens "$tokens")
   repeats=1 shape1b=(--shape 135m --layers "$layers")
 fi
 # decode.py on the 1B shape built in memory (with --quick: the check model)
@@ -249,17 +251,17 @@ part_decode() {
   build_model
   decode decode_135m auto,stacked,eager --model "$model"
 }
-# iteration NAME ITERATIONS [KEY VALUE ...]: the issue's recipe on the 1B shape, built on the device
+# iteration NAME ITERATIONS [KEY VALUE ...]: the targets' recipe on the 1B shape, built on the device
 iteration() {
   local name=$1 n=$2; shift 2
   rm -rf "$out/$name"
   UDPO_GPU_MEMORY_SHARE=$card80 python benchmarks/iteration.py --config "$recipe" "${shape1b[@]}" \
-    --iterations "$n" --out "$out/$name" --json "$figures/$name.json" "${issue[@]}" "$@"
+    --iterations "$n" --out "$out/$name" --json "$figures/$name.json" "${settings[@]}" "$@"
 }
 part_iteration1b() {
   echo "   the 1B shape built on the GPU, N = 3, $iterations iterations (the first compiles the decode step);"
-  echo "   TORCH_LOGS=recompiles,graph_breaks in $figures/iteration_1b_n3.torch.log; then the last update"
-  echo "   once more under torch.profiler: $figures/update_profile_1b_n3.json"
+  echo "   TORCH_LOGS=recompiles,graph_breaks in figures/iteration_1b_n3.torch.log; then the last update"
+  echo "   once more under torch.profiler: figures/update_profile_1b_n3.json"
   rm -f "$figures/iteration_1b_n3.torch.log" "$figures"/update_profile_1b_n3.*
   TORCH_LOGS=recompiles,graph_breaks TORCH_LOGS_OUT="$figures/iteration_1b_n3.torch.log" \
     iteration iteration_1b_n3 "$iterations" --profile-update "$figures/update_profile_1b_n3.json"
@@ -269,7 +271,7 @@ part_iteration1b_n10() {
   iteration iteration_1b_n10 2 n_agents 10
 }
 part_update1b() {
-  echo "   the update on one batch of the issue's recipe (N = 3) against a bare PEFT forward + backward"
+  echo "   the update on one batch of the targets' recipe (N = 3) against a bare PEFT forward + backward"
   build_model1b
   # the batch's debates decoded eagerly: the update is measured, and a compiled decode step would spend
   # most of the part compiling (the first device check stopped it at 132 s, still compiling)
@@ -332,7 +334,7 @@ run_part 7b gpu
 run_part iteration1b_n10 gpu
 run_part update1b gpu
 run_part paths
-echo "== the targets (issues 42 and 50), as measured here ($report/summary.md)"
+echo "== the targets, as measured here (summary.md beside figures/)"
 summary
 if [ -n "$left" ]; then
   echo "parts left out: ${left#,}; run them with:"

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The wheels a lent GPU machine lacks (it reaches no package registry): trl, deepspeed and what they need
+# The wheels a GPU machine without a package index lacks: trl, deepspeed and what they need
 # beyond that machine's image, for its Python 3.12 on x86-64, into .whl/ (ignored by git). The versions are
 # those of this checkout's environment (the ones CI tests), read from PYTHON (default: .venv/bin/python).
 # deepspeed has no wheel on PyPI: it is built here without its compiled ops (DS_BUILD_OPS=0).
 #
 #   bash scripts/gpu_wheels.sh [PYTHON]
 #
-# Then scripts/device_check.sh installs them there (the device tool's run with carry [".whl"]).
+# Bring the checkout with its .whl/ folder to that machine: scripts/device_check.sh installs them there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${1:-.venv/bin/python}

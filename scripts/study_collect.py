@@ -5,7 +5,7 @@ A pre-registered study runs from a worktree pinned to its commit (docs/lab/plan_
 whose records land in that worktree's results folder; they are committed here, in main. The pinned code
 may predate ``machine.json`` (:func:`udpo.study.record.machine_facts`): this script writes it beside a
 record that lacks one, from the machine it runs on, or from ``--gpu`` / ``--cpu`` for records that were
-trained elsewhere (a lent GPU's records come back as files). A record already here is left as it is;
+trained elsewhere (a GPU machine's records copied back as files). A record already here is left as it is;
 with ``--backfill`` one without ``machine.json`` gets it (for records collected before the file existed,
 when this machine is the one they ran on).
 
@@ -15,7 +15,7 @@ when this machine is the one they ran on).
 ``--from`` is a checkout (the plan's results folder is read below it) or a folder holding record folders
 (``<method>_seed<s>/``) directly. Prints one line per record; leaves an unfinished one (no ``run.json``);
 exits 1 when a record differs from the one already here. The collecting itself is
-:func:`udpo.study.collect.collect_records`, which ``scripts/gpu_study.py merge`` calls too.
+:func:`udpo.study.collect.collect_records`; this script commits what it collected, one commit a record.
 """
 
 from __future__ import annotations
@@ -24,6 +24,10 @@ import argparse
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from udpo.study.collect import Collected
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,6 +38,18 @@ def pinned_commit(source: Path) -> str | None:
         ["git", "-C", str(source), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     )
     return done.stdout.strip() if done.returncode == 0 else None
+
+
+def commit_record(record: Collected, *, study: str, pin: str | None) -> None:
+    """One commit, in the checkout holding the record, of that record alone: "<study>: record of <run> (at
+    <pin>, <machine>, <dtype>)"."""
+    assert record.folder is not None
+    at = f"at {pin[:7]}, " if pin else ""
+    message = f"{study}: record of {record.name} ({at}{record.where}, {record.dtype})"
+    git = ["git", "-C", str(record.folder)]
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", message, "--", "."], check=True)
+    print(f"{record.name}: committed: {message}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -66,14 +82,15 @@ def main(argv: list[str] | None = None) -> int:
     outcomes = collect_records(
         runs if not Path(config.results_dir).is_absolute() and runs.is_dir() else source,
         target,
-        study=config.results_path().name,
-        pin=pin,
         collected_from=f"{pin} (pinned checkout)" if pin else str(source),
         gpu=args.gpu,
         cpu=args.cpu,
         backfill=args.backfill,
-        commit_root=ROOT if args.commit else None,
     )
+    if args.commit:
+        for record in outcomes:
+            if record.outcome == "collected":
+                commit_record(record, study=config.results_path().name, pin=pin)
     return 1 if any(o.outcome == "differs" for o in outcomes) else 0
 
 

@@ -1,38 +1,26 @@
-"""docs/architecture.md names every module (issue 52): each module and subpackage under udpo/, env/
-(installed as udpo.env) and rewards/ (udpo.rewards) is named, in backticks, in its package's row of the
-page's "Packages and modules" table, and every package has a row there. Pure file reads."""
+"""docs/architecture.md names every module: each module and subpackage under udpo/ (env/ and rewards/
+through its links udpo/env and udpo/rewards) is named, in backticks, in its package's row of the page's
+"Packages and modules" table, and every package has a row there. Pure file reads."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from package_tree import ROOT, python_files
+
 PAGE = ROOT / "docs" / "architecture.md"
-#: source folder -> the package it installs as (pyproject's ``package-dir``)
-PACKAGE_DIRS = {"udpo": "udpo", "rewards": "udpo.rewards", "env": "udpo.env"}
 #: a row of the table: | `package` (`folder/` ...) | modules |
 ROW = re.compile(r"^\| `(udpo[\w.]*)` \(`[^|]*\) \| (.*) \|$", flags=re.MULTILINE)
 
 
 def packages() -> dict[str, set[str]]:
-    """package -> the names of its modules and subpackages (``__init__`` left out). Folders reached
-    through a symbolic link (a worktree's ``udpo/env`` link to ``env/``) are not the package's own."""
-    found = {}
-    for folder, name in PACKAGE_DIRS.items():
-        base = ROOT / folder
-        for init in sorted(base.rglob("__init__.py")):
-            here = init.parent
-            parts = here.relative_to(base).parts
-            if "__pycache__" in parts or any(
-                (base / Path(*parts[: i + 1])).is_symlink() for i in range(len(parts))
-            ):
-                continue
-            children = {p.stem for p in here.glob("*.py") if p.stem != "__init__" and not p.is_symlink()}
-            children |= {
-                c.name for c in here.iterdir() if not c.is_symlink() and (c / "__init__.py").is_file()
-            }
-            found[".".join((name, *parts))] = children
+    """package -> the names of its modules and subpackages (``__init__`` left out)."""
+    names = python_files()
+    found: dict[str, set[str]] = {m: set() for m, path in names.items() if path.name == "__init__.py"}
+    for module in names:
+        parent, _, child = module.rpartition(".")
+        if parent in found:
+            found[parent].add(child)
     return found
 
 
@@ -68,4 +56,4 @@ def test_the_reader_sees_what_it_should():
     assert rows(text) == {"udpo.x": {"alpha", "beta", "udpo", "x", "gamma"}, "udpo.y": set()}
     real = packages()
     assert {"trainer", "autosize"} <= real["udpo.training"] and "report" in real["udpo.analysis"]
-    assert "env" not in real["udpo"] and "backends" in real["udpo.env"]
+    assert {"env", "rewards"} <= real["udpo"] and "backends" in real["udpo.env"]

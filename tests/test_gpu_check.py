@@ -450,7 +450,7 @@ def test_gpu_check_leaves_out_parts_that_would_not_fit_its_budget_and_names_the_
     model, named and absent, is never built or read), each says so, and the summary of what was measured
     (nothing) lands in --report, ending with the command for the parts left."""
     done = run_check("--out", tmp_path / "out", "--report", tmp_path / "report", "--model", tmp_path / "absent",
-                     "--budget", 1, "--parts", "decode,7b,paths", "--rerun", "bash scripts/device_check.sh 540")  # fmt: skip
+                     "--budget", 1, "--parts", "decode,7b,paths", "--rerun", "bash scripts/device_check.sh --budget 540")  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert (
         "== decode: left out (expected ~60 s, " in done.stdout and "left of the budget of 1 s)" in done.stdout
@@ -459,12 +459,12 @@ def test_gpu_check_leaves_out_parts_that_would_not_fit_its_budget_and_names_the_
     assert "== paths: left out (expected ~300 s" in done.stdout
     assert "decode1b" not in done.stdout  # not asked for: no line
     assert (
-        "parts left out: decode,paths; run them with:\n  bash scripts/device_check.sh 540 --parts decode,paths"
+        "parts left out: decode,paths; run them with:\n  bash scripts/device_check.sh --budget 540 --parts decode,paths"
         in (done.stdout)
     )
     summary = (tmp_path / "report" / "summary.md").read_text()
     assert summary.startswith("GPU targets on an unnamed device") and summary.count("not measured") == 10
-    assert summary.rstrip().endswith("bash scripts/device_check.sh 540 --parts decode,paths")
+    assert summary.rstrip().endswith("bash scripts/device_check.sh --budget 540 --parts decode,paths")
     assert json.loads((tmp_path / "report" / "figures.json").read_text()) == {}
 
 

@@ -1,5 +1,5 @@
 """Who may import whom (docs/architecture.md, "Who may import whom"): every import of every module under
-udpo/, rewards/ (installed as udpo.rewards) and env/ (installed as udpo.env) is read with ``ast``, at any
+udpo/ (env/ and rewards/ through its links udpo/env and udpo/rewards) is read with ``ast``, at any
 nesting level (inside functions and ``if TYPE_CHECKING:`` blocks too), relative imports resolved to their
 absolute names, and checked against :data:`RULES`.
 
@@ -18,13 +18,9 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-#: source folder -> the package it installs as (pyproject's ``package-dir``)
-PACKAGE_DIRS = {"udpo": "udpo", "rewards": "udpo.rewards", "env": "udpo.env"}
+from package_tree import ROOT, python_files
 
 #: model and training frameworks
 FRAMEWORKS = ("torch", "transformers", "peft", "accelerate", "deepspeed", "vllm")
@@ -114,25 +110,7 @@ def under(name: str, prefix: str) -> bool:
     return name == prefix or name.startswith(prefix + ".")
 
 
-def module_name(path: Path) -> str:
-    """``env/tasks/gsm8k.py`` -> ``udpo.env.tasks.gsm8k``, ``rewards/__init__.py`` -> ``udpo.rewards``."""
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
-    parts[0] = PACKAGE_DIRS[parts[0]]
-    if parts[-1] == "__init__":
-        parts.pop()
-    return ".".join(parts)
-
-
-def source_files() -> dict[str, Path]:
-    files = {}
-    for folder in PACKAGE_DIRS:
-        for path in sorted((ROOT / folder).rglob("*.py")):
-            if "__pycache__" not in path.parts:
-                files[module_name(path)] = path
-    return files
-
-
-FILES = source_files()
+FILES = python_files()
 MODULES = frozenset(FILES)
 
 
@@ -291,7 +269,7 @@ def test_every_rule_prefix_names_a_real_module():
                 assert (ROOT / "train_udpo.py").is_file(), f"rule {rule_id!r}: train_udpo.py is gone"
                 continue
             assert any(under(m, prefix) for m in MODULES), (
-                f"rule {rule_id!r} names {prefix!r}, which matches no module under {', '.join(PACKAGE_DIRS)}/"
+                f"rule {rule_id!r} names {prefix!r}, which matches no module under udpo/"
             )
     for rule_id, module, prefix in EXCEPTIONS:
         assert module in MODULES, f"exception ({rule_id}, {module}, {prefix}): no module {module!r}"
@@ -303,12 +281,6 @@ def test_the_architecture_page_mirrors_the_rules():
     assert listed == set(RULES), (
         f"docs/architecture.md lists rules {sorted(listed)}, the test has {sorted(RULES)}: keep them equal"
     )
-
-
-def test_package_dirs_match_pyproject():
-    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
-    for folder, package in PACKAGE_DIRS.items():
-        assert f'"{package}" = "{folder}"' in text, f"pyproject.toml no longer maps {package} to {folder}/"
 
 
 # --- the reader itself ------------------------------------------------------------------------------
@@ -382,5 +354,5 @@ def test_the_rules_catch_what_they_should():
     assert not applies(RULES["library-no-cli"], "udpo.cli.train")
     assert applies(RULES["library-no-cli"], "udpo.env.debate")
     assert not applies(RULES["engines-in-backends"], "udpo.env.backends.vllm")
-    assert module_name(ROOT / "env" / "tasks" / "__init__.py") == "udpo.env.tasks"
-    assert module_name(ROOT / "rewards" / "vote.py") == "udpo.rewards.vote"
+    assert FILES["udpo.env.tasks"].resolve() == ROOT / "env" / "tasks" / "__init__.py"
+    assert FILES["udpo.rewards.vote"].resolve() == ROOT / "rewards" / "vote.py"

@@ -201,6 +201,16 @@ def test_a_record_names_its_machine_and_numeric_path(tmp_path, monkeypatch):
         assert facts["dtype"] == resolved and facts["torch"] == torch.__version__
 
 
+def study_collect_script():
+    """scripts/study_collect.py as a module."""
+    script = Path(__file__).resolve().parents[1] / "scripts" / "study_collect.py"
+    spec = importlib.util.spec_from_file_location("study_collect", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_study_collect_copies_new_records_names_their_machine_and_refuses_a_different_one(
     tmp_path, monkeypatch, capsys
 ):
@@ -214,11 +224,7 @@ def test_study_collect_copies_new_records_names_their_machine_and_refuses_a_diff
         write_record(tmp_path / f"run{seed}", source / f"task_only_seed{seed}", "task_only", seed)
     (source / "task_only_seed0" / MACHINE).unlink()  # written by pinned code older than machine.json
     (source / "task_only_seed1" / RUN).unlink()  # stopped before its record was finished
-    script = Path(__file__).resolve().parents[1] / "scripts" / "study_collect.py"
-    spec = importlib.util.spec_from_file_location("study_collect", script)
-    assert spec is not None and spec.loader is not None
-    study_collect = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(study_collect)
+    study_collect = study_collect_script()
     monkeypatch.chdir(tmp_path)
 
     def collect() -> tuple[int, str]:
@@ -239,6 +245,40 @@ def test_study_collect_copies_new_records_names_their_machine_and_refuses_a_diff
     (source / "task_only_seed0" / METRICS).write_bytes(b"")
     status, out = collect()
     assert status == 1 and "differs from the record already" in out
+
+
+def test_study_collect_commits_each_collected_record_alone(tmp_path, monkeypatch, capsys):
+    """``--commit``: the script (not the library) commits each record it collected, in the checkout that
+    holds it, one commit a record, naming the study, the run and its machine."""
+    plan = write_plan(tmp_path, "tiny")
+    source = tmp_path / "elsewhere"
+    for seed in (0, 1):
+        finished_run(tmp_path / f"run{seed}", "task_only", [True, True], [True, True], seed=seed)
+        write_record(tmp_path / f"run{seed}", source / f"task_only_seed{seed}", "task_only", seed)
+        (source / f"task_only_seed{seed}" / MACHINE).unlink()  # written here, naming --gpu
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", plan.name], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "plan"], check=True)
+    monkeypatch.chdir(tmp_path)
+    for key, value in {"NAME": "t", "EMAIL": "t@t"}.items():
+        monkeypatch.setenv(f"GIT_AUTHOR_{key}", value)
+        monkeypatch.setenv(f"GIT_COMMITTER_{key}", value)
+    assert study_collect_script().main([str(plan), "--from", str(source), "--gpu", "G1", "--commit"]) == 0
+    here = tmp_path / "results" / "runs"
+    dtypes = {s: json.loads((here / f"task_only_seed{s}" / MACHINE).read_text())["dtype"] for s in (0, 1)}
+    pin = subprocess.run([*git, "rev-parse", "--short=7", "HEAD~2"], capture_output=True, text=True).stdout
+    log = subprocess.run([*git, "log", "--format=%s"], capture_output=True, text=True, check=True).stdout
+    assert log.splitlines() == [  # the source folder is inside this checkout: its commit is the pin
+        *(f"results: record of task_only_seed{s} (at {pin.strip()}, G1, {dtypes[s]})" for s in (1, 0)),
+        "plan",
+    ]
+    for seed in (0, 1):
+        changed = subprocess.run(
+            [*git, "show", "--name-only", "--format=", f"HEAD~{1 - seed}"], capture_output=True, text=True
+        ).stdout.split()
+        assert changed and all(p.startswith(f"results/runs/task_only_seed{seed}/") for p in changed)
+    assert "task_only_seed0: committed: results: record of task_only_seed0" in capsys.readouterr().out
 
 
 def test_the_tables_cover_the_seeds_with_every_run_recorded_and_name_the_missing(tmp_path, monkeypatch):

@@ -57,7 +57,7 @@ if TYPE_CHECKING:
 
 #: names the API had before a rename, each with what to use now
 _RENAMED = {
-    "TrainerCallback": "udpo.UDPOCallback (issue 51: transformers.TrainerCallback objects are taken as they are)",
+    "TrainerCallback": "udpo.UDPOCallback (transformers.TrainerCallback objects are taken as they are)",
 }
 
 

@@ -12,7 +12,6 @@ import argparse
 import importlib
 import sys
 
-from udpo.cli.source_tree import check_one_source_tree
 from udpo.threads import configure_threads
 
 COMMANDS = (
@@ -45,7 +44,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        check_one_source_tree()
         check = getattr(args, "check", None)  # a command's cheap checks, before torch and models load
         if check is not None:
             check(args)

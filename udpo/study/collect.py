@@ -1,11 +1,11 @@
-"""Collecting finished run records into the checkout that commits them, one commit each.
+"""Collecting finished run records into the checkout that commits them.
 
-A pre-registered study runs from a worktree pinned to its commit, or on a lent GPU machine whose records
-come back as files (docs/lab/plan_debate_reward.md, section 9; docs/lab/gpu_study.md); either way its
-records are committed in the main checkout. :func:`collect_records` serves both callers
-(``scripts/study_collect.py`` and ``scripts/gpu_study.py merge``): a finished record (``run.json``
-present) that is new here is copied and gets a ``machine.json`` when it has none; one already here is
-kept as it is, and reported when its bytes differ (the same run trained twice: the first record stands).
+A pre-registered study runs from a worktree pinned to its commit (docs/study.md, "A study pinned to a
+commit"), or elsewhere, and its records are committed in the main checkout. :func:`collect_records` copies
+a finished record (``run.json`` present) that is new here and writes its ``machine.json`` when it has
+none; one already here is kept as it is, and reported when its bytes differ (the same run trained twice:
+the first record stands). It returns what became of each record; committing them is the caller's
+(``scripts/study_collect.py --commit``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import filecmp
 import json
 import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,11 +25,14 @@ OUTCOMES = ("collected", "present", "differs", "unfinished")
 
 @dataclass(frozen=True)
 class Collected:
-    """One record's outcome (one of :data:`OUTCOMES`) and, when collected, the line naming its machine."""
+    """One record's outcome (one of :data:`OUTCOMES`) and, when collected, its folder here, the line naming
+    its machine and its resolved dtype (from its ``machine.json``)."""
 
     name: str
     outcome: str
     where: str = ""
+    folder: Path | None = None
+    dtype: str | None = None
 
 
 def record_folders(source: Path) -> list[Path]:
@@ -56,24 +58,17 @@ def collect_records(
     source: Path,
     target: Path,
     *,
-    study: str,
-    pin: str | None = None,
     collected_from: str = "",
     gpu: str | None = None,
     cpu: str | None = None,
     backfill: bool = False,
-    commit_root: Path | None = None,
-    hand_to: Path | None = None,
 ) -> list[Collected]:
     """Collect each record folder of ``source`` into ``target`` (a results folder's ``runs/``) and print a
     line for each.
 
     A record without ``machine.json`` gets one from this machine (``gpu`` and ``cpu`` name another one,
     for records trained elsewhere; ``collected_from`` says where it came from); with ``backfill`` a record
-    already here without one gets it too. With ``commit_root`` (a git checkout holding ``target``) each
-    record collected is committed alone: "<study>: record of <run> (at <pin>, <machine>, <dtype>)".
-    ``hand_to`` is a pinned runner's ``runs/`` folder: each finished record is copied there as well when
-    it has none, so that runner counts the run as done."""
+    already here without one gets it too."""
     outcomes = []
     for folder in record_folders(source):
         name, here = folder.name, target / folder.name
@@ -99,15 +94,5 @@ def collect_records(
             facts = json.loads((here / MACHINE).read_text())
             where = machine_line(facts)
             print(f"{name}: collected ({where}, {facts.get('dtype')})")
-            outcomes.append(Collected(name, "collected", where))
-            if commit_root is not None:
-                at = f"at {pin[:7]}, " if pin else ""
-                message = f"{study}: record of {name} ({at}{where}, {facts.get('dtype')})"
-                git = ["git", "-C", str(commit_root)]
-                subprocess.run([*git, "add", str(here)], check=True)
-                subprocess.run([*git, "commit", "-q", "-m", message, "--", str(here)], check=True)
-                print(f"{name}: committed: {message}")
-        if hand_to is not None and not (hand_to / name / RUN).is_file():
-            shutil.copytree(here, hand_to / name, dirs_exist_ok=True)
-            print(f"{name}: copied to {hand_to / name} (its runner counts it as done)")
+            outcomes.append(Collected(name, "collected", where, here, facts.get("dtype")))
     return outcomes

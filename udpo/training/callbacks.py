@@ -12,7 +12,7 @@ Two kinds of hook objects are taken, side by side:
 A plain function ``(trainer, iteration) -> dict`` is an *eval callback* instead: it runs at every held-out
 evaluation and its dict is logged beside it.
 
-Before issue 51 :class:`UDPOCallback` was called ``TrainerCallback``, the name of transformers' class with
+Earlier in development :class:`UDPOCallback` was called ``TrainerCallback``, the name of transformers' class with
 other hooks; it was renamed, not aliased (no release had the old name).
 
 transformers' callbacks get the events both trainers have, as transformers' Trainer sends them. One step
