@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_models import logit_tolerance, tiny_team_with_distinct_adapters
+from rounding import logit_bound, max_abs
+from tiny_models import tiny_team_with_distinct_adapters
 
 from udpo.env.backends import decoding
 from udpo.env.backends.decoding import _draw, sample
@@ -42,7 +43,7 @@ def batch(policy, lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_row_adapters_give_the_logits_of_peft_per_row_dispatch(request, dtype):
     """The eager loop's row adapters (only the call's adapters stacked, agent_1 left out; rows leaving
-    the batch), on both numeric paths, to the rounding of the dtype (:func:`tiny_models.logit_tolerance`)."""
+    the batch), on both numeric paths, to the rounding of the dtype (:func:`rounding.logit_bound`)."""
     policy = request.getfixturevalue("policy" if dtype == "fp32" else "bf16_policy")
     model = policy.models[policy.base_model]
     names = ["agent_0", None, "agent_2", None, "agent_0"]
@@ -61,7 +62,7 @@ def test_row_adapters_give_the_logits_of_peft_per_row_dispatch(request, dtype):
             stack.keep(keep)
             kept = model(input_ids=ids[keep], attention_mask=attention[keep])
         after = model(input_ids=ids, attention_mask=attention)  # the layers' own forward is back
-    tolerance = logit_tolerance(expected.logits)
+    tolerance = logit_bound(model.config, expected.logits.dtype, max_abs(expected.logits))
     assert (got.logits - expected.logits).abs().max().item() <= tolerance
     assert (kept.logits - expected.logits[keep]).abs().max().item() <= tolerance
     assert (got.logits - after.logits).abs().max().item() > tolerance  # the active adapter alone differs
