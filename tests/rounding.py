@@ -12,9 +12,10 @@ inside it on every kernel this project has met (docs/testing.md, "Other CPUs' ke
 
 **Sampled tokens.** Two loops fed the same uniform draws sample the same token only while no draw lies
 within their rounding difference of a boundary between two tokens. :class:`DrawLog` records the logits
-and uniforms a loop drew from; :func:`assert_same_samples` requires equal tokens wherever the draw (or,
-greedy, the top-2 gap) is farther than the bound from a boundary, log-probs within the bound, and
-lets the rows part only at a draw that is not.
+and uniforms each loop drew from; :func:`assert_same_samples` requires, step by step, the same uniforms
+and logit vectors within the bound (the same distribution), equal tokens wherever the draw (or, greedy,
+the top-2 gap) is farther than the bound from a boundary, and lets the rows part only at a draw that
+is not.
 """
 
 from __future__ import annotations
@@ -55,31 +56,51 @@ def max_abs(t) -> float:
 
 @dataclass
 class Draw:
-    """One step of a decode loop's draw: the logits of every row of the call (fp32, as drawn), the
-    sampling settings, and the uniforms (None: greedy)."""
+    """One step of a decode loop's draw: the logits of the rows still in its batch (fp32, as drawn), the
+    call's row of each (``rows``), the sampling settings, and the uniforms (None: greedy)."""
 
     logits: torch.Tensor
+    rows: torch.Tensor
     temperature: float
     top_p: float
     uniforms: torch.Tensor | None
 
+    def of(self, row: int) -> Draw | None:
+        """This step for one row of the call (None: the row had left the batch)."""
+        at = (self.rows == row).nonzero().flatten()
+        if len(at) == 0:
+            return None
+        u = None if self.uniforms is None else self.uniforms[at]
+        return Draw(self.logits[at], self.rows[at], self.temperature, self.top_p, u)
+
 
 class DrawLog:
-    """Records every draw of the decode modules given (their ``_draw``, patched with ``monkeypatch``).
-    Record only a loop that keeps every row of the call in its batch (the stacked loop; the eager loop
-    with ``COMPACT_SHARE`` > 1; a call of one row), so that row r of each step is row r of the call."""
+    """Records every draw of the decode modules given (``decoding``, ``static_decode``: their ``_draw``
+    and ``_uniforms``, patched with ``monkeypatch``), with the call's row of each batch row (the eager loop
+    passes the rows still in its batch to ``_uniforms``; the stacked loop keeps all of them)."""
 
     def __init__(self, monkeypatch, *modules) -> None:
         self.draws: list[Draw] = []
         self.on = True
+        self._live: torch.Tensor | None = None
         for module in modules:
-            monkeypatch.setattr(module, "_draw", self._wrap(module._draw))
+            monkeypatch.setattr(module, "_uniforms", self._wrap_uniforms(module._uniforms))
+            monkeypatch.setattr(module, "_draw", self._wrap_draw(module._draw))
 
-    def _wrap(self, draw):
+    def _wrap_uniforms(self, uniforms):
+        def recording(temperature, rows, device, live=None):
+            self._live = live
+            return uniforms(temperature, rows, device, live)
+
+        return recording
+
+    def _wrap_draw(self, draw):
         def recording(logits, temperature, top_p, uniforms=None):
             if self.on:
-                u = None if uniforms is None else uniforms.clone()
-                self.draws.append(Draw(logits.detach().clone(), temperature, top_p, u))
+                rows = torch.arange(len(logits)) if self._live is None else self._live.cpu()
+                u = None if uniforms is None else uniforms.detach().cpu().clone()
+                self.draws.append(Draw(logits.detach().cpu().clone(), rows, temperature, top_p, u))
+            self._live = None
             return draw(logits, temperature, top_p, uniforms)
 
         return recording
@@ -91,27 +112,26 @@ class DrawLog:
 
 
 def near_a_boundary(draw: Draw, logit_difference: float) -> torch.Tensor:
-    """Per row: could the drawn token change if every logit moved by up to ``logit_difference``?
+    """Per row: could the drawn token change if every logit moved by up to ``logit_difference`` (d)?
 
-    Greedy: the top-2 gap is within twice it. Sampled: each probability moves by a factor of at most
-    e^(2d/T) and their normalized cumulative sums by at most e^(4d/T) - 1 =: s; the draw u picks token k
-    with cdf[k-1] <= u < cdf[k], so it cannot change while both edges are farther than s from u. With a
-    nucleus, the tokens whose higher-ranked mass lies within s of top_p may enter or leave it, moving
-    the normalized cdf by at most twice their mass over what stays."""
+    Greedy: the top-2 gap is within 2d. Sampled: with every logit moved by at most d, the normalized
+    cumulative sum up to a token, c = a / (a + b), moves by at most tanh(d / T) / 2 < d / (2T) (the
+    worst case lifts a and lowers b by e^(d/T)), so the draw u, which picks the token k with c[k-1] <= u
+    < c[k], cannot change while both edges are farther than that from u. With a nucleus, the tokens whose
+    higher-ranked mass lies within that of top_p may enter or leave it, moving c by at most twice their
+    mass over what stays."""
     z = draw.logits.float()
     if draw.temperature <= 0:
         top2 = z.topk(2, dim=-1).values
         return top2[:, 0] - top2[:, 1] <= 2 * logit_difference
     p = torch.softmax(z / draw.temperature, dim=-1)
-    slack = torch.full((len(z),), torch.expm1(torch.tensor(4 * logit_difference / draw.temperature)).item())
+    slack = torch.full((len(z),), logit_difference / (2 * draw.temperature))
     weights = p
     if draw.top_p < 1:
         sorted_p, order = p.sort(dim=-1, descending=True)
         before = sorted_p.cumsum(-1) - sorted_p
-        unsure = ((before - draw.top_p).abs() <= slack[:, None]).float()
-        moving = (sorted_p * unsure).sum(-1)
-        kept = sorted_p.masked_fill(before >= draw.top_p, 0.0)
-        weights = torch.zeros_like(p).scatter(-1, order, kept)
+        moving = (sorted_p * ((before - draw.top_p).abs() <= slack[:, None])).sum(-1)
+        weights = torch.zeros_like(p).scatter(-1, order, sorted_p.masked_fill(before >= draw.top_p, 0.0))
         slack = slack + 2 * moving / (weights.sum(-1) - moving).clamp(min=1e-30)
     cdf = weights.cumsum(-1)
     cdf = cdf / cdf[:, -1:]
@@ -123,41 +143,49 @@ def near_a_boundary(draw: Draw, logit_difference: float) -> torch.Tensor:
     return torch.minimum(u - lower, upper - u) <= slack
 
 
-def assert_same_samples(
-    expected, got, draws: list[Draw], config, dtype: torch.dtype, columns: int
-) -> set[int]:
-    """Two decode loops' rows (``Sampled`` or ``Completion``: ``tokens`` or ``completion_ids``, and
-    ``logprobs``) for the same call and uniforms, ``draws`` recorded from one of them. Row by row, step by
-    step: where the tokens agree their log-probs lie within the bound (:func:`logprob_bound` of
-    :func:`logit_bound`); where they part, the draw lay within the bound of a boundary, and the row is
-    compared no further (its contexts differ from there). A row that never parts ends alike.
+def assert_same_row(
+    expected, got, expected_steps, got_steps, config, dtype, columns: int
+) -> tuple[bool, int]:
+    """One row of two decode loops for the same call and uniforms (``Sampled`` or ``Completion``, and
+    each loop's :meth:`Draw.of` that row, step by step). While their tokens agree (the same context):
+    at every step the whole logit vector lies within :func:`logit_bound` of the other loop's and the
+    uniforms are equal, so both drew from the same distribution to rounding with the same number; the
+    log-probs lie within :func:`logprob_bound`. Where the tokens part, the draw lay within the bound of a
+    boundary, and the row is compared no further (its contexts differ from there). A row that never
+    parts ends alike. Returns (whether it parted, the steps compared)."""
+    e_tokens, g_tokens = _tokens(expected), _tokens(got)
+    for step, (a, b) in enumerate(zip(e_tokens, g_tokens, strict=False)):
+        e, g = expected_steps[step], got_steps[step]
+        difference = logit_bound(config, dtype, max_abs(e.logits), columns)
+        assert (g.logits - e.logits).abs().max().item() <= difference, step  # the distribution drawn from
+        assert (e.uniforms is None) == (g.uniforms is None) and (
+            e.uniforms is None or torch.equal(e.uniforms, g.uniforms)
+        )
+        if a != b:
+            assert near_a_boundary(e, difference).item(), (step, a, b)  # a real difference, not rounding
+            return True, step
+        bound = logprob_bound(difference, e.temperature)
+        assert got.logprobs[step] == pytest.approx(expected.logprobs[step], abs=bound), step
+    assert len(g_tokens) == len(e_tokens)
+    assert getattr(got, "finish_reason", None) == getattr(expected, "finish_reason", None)
+    return False, len(e_tokens)
 
-    Returns the rows that parted (a later call whose prompts follow from them is then not the same
-    call). At least half of all tokens must have been compared: a bound so loose that most draws
-    look ambiguous would prove nothing."""
+
+def assert_same_samples(
+    expected, got, expected_draws: list[Draw], got_draws: list[Draw], config, dtype: torch.dtype, columns: int
+) -> set[int]:
+    """Every row of two decode loops' results for the same call (:func:`assert_same_row`, the draws
+    each recorded with a :class:`DrawLog`); returns the rows that parted (a later call whose prompts
+    follow from them is then not the same call). At least half of all tokens are compared."""
     parted: set[int] = set()
     compared, total = 0, 0
     for r, (e, g) in enumerate(zip(expected, got, strict=True)):
-        e_tokens, g_tokens = _tokens(e), _tokens(g)
-        total += len(e_tokens)
-        for step, (a, b) in enumerate(zip(e_tokens, g_tokens, strict=False)):
-            draw = draws[step]
-            difference = logit_bound(config, dtype, max_abs(draw.logits[r]), columns)
-            if a != b:
-                assert near_a_boundary(draw, difference)[r], (
-                    r,
-                    step,
-                    a,
-                    b,
-                )  # a real difference, not rounding
-                parted.add(r)
-                break
-            bound = logprob_bound(difference, draw.temperature)
-            assert g.logprobs[step] == pytest.approx(e.logprobs[step], abs=bound), (r, step)
-            compared += 1
-        else:
-            assert len(g_tokens) == len(e_tokens), r
-            assert getattr(g, "finish_reason", None) == getattr(e, "finish_reason", None), r
+        e_steps = [d.of(r) for d in expected_draws]
+        g_steps = [d.of(r) for d in got_draws]
+        row_parted, steps = assert_same_row(e, g, e_steps, g_steps, config, dtype, columns)
+        if row_parted:
+            parted.add(r)
+        compared, total = compared + steps, total + len(_tokens(e))
     assert compared >= total / 2, (compared, total)
     return parted
 
@@ -207,12 +235,12 @@ class CallLog(DrawLog):
         return calls
 
 
-def assert_same_calls(expected: list[Call], got: list[Call], drawn: list[Call], config, dtype) -> int:
-    """Two runs of the same sequence of decode calls (``drawn``: the run whose loop kept every row, one
-    of the two): :func:`assert_same_samples` call by call, up to and including the first call where a
-    row parted (the prompts of later calls follow from it). Returns the number of calls compared."""
-    assert len(expected) == len(got) == len(drawn)
-    for k, (e, g, d) in enumerate(zip(expected, got, drawn, strict=True)):
-        if assert_same_samples(e.rows, g.rows, d.draws, config, dtype, d.columns):
+def assert_same_calls(expected: list[Call], got: list[Call], config, dtype) -> int:
+    """Two runs of the same sequence of decode calls: :func:`assert_same_samples` call by call, up to and
+    including the first call where a row parted (the prompts of later calls follow from it). Returns
+    the number of calls compared."""
+    assert len(expected) == len(got)
+    for k, (e, g) in enumerate(zip(expected, got, strict=True)):
+        if assert_same_samples(e.rows, g.rows, e.draws, g.draws, config, dtype, e.columns):
             return k + 1
     return len(expected)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import AutoConfig
 from rounding import (
     CallLog,
     DrawLog,
@@ -25,6 +24,7 @@ from rounding import (
     max_abs,
 )
 from tiny_models import tiny_team_with_distinct_adapters
+from transformers import AutoConfig
 
 from udpo.env.backends import decoding, static_decode
 from udpo.env.backends.hf import HFBackend, pick_decode
@@ -60,26 +60,27 @@ def batch(pad: int, lengths: list[int], seed: int = 0) -> tuple[torch.Tensor, to
 
 @pytest.fixture
 def draws(monkeypatch) -> DrawLog:
-    """The stacked loop's draws (it keeps every row of a call in its batch)."""
-    return DrawLog(monkeypatch, static_decode)
+    """Both loops' draws."""
+    return DrawLog(monkeypatch, decoding, static_decode)
 
 
 def both(model, decoder: StaticDecoder, draws: DrawLog, seed: int, **kwargs):
-    """The eager loop's and the decoder's rows for the same call and seed, the decoder's draws, the model
-    and the call's columns: the arguments of :func:`assert_same`."""
+    """The eager loop's and the decoder's rows for the same call and seed, their draws, the model and the
+    call's columns: the arguments of :func:`assert_same`."""
+    draws.take()
     torch.manual_seed(seed)
     eager = decoding.sample(model, **kwargs)
-    draws.take()
+    eager_draws = draws.take()
     torch.manual_seed(seed)
     stacked = decoder.sample(**kwargs)
     columns = call_columns(kwargs["input_ids"], kwargs["max_new_tokens"], kwargs.get("prefixes"))
-    return eager, stacked, draws.take(), model, columns
+    return eager, stacked, eager_draws, draws.take(), model, columns
 
 
-def assert_same(eager, stacked, drawn, model, columns) -> set[int]:
-    """The same tokens and log-probs up to rounding (:func:`rounding.assert_same_samples`); the rows that
-    parted at a draw within rounding of a boundary."""
-    return assert_same_samples(eager, stacked, drawn, model.config, model.dtype, columns)
+def assert_same(eager, stacked, eager_draws, stacked_draws, model, columns) -> set[int]:
+    """The same distributions, uniforms, tokens and log-probs up to rounding
+    (:func:`rounding.assert_same_samples`); the rows that parted at a draw within rounding of a boundary."""
+    return assert_same_samples(eager, stacked, eager_draws, stacked_draws, model.config, model.dtype, columns)
 
 
 def counting_backend(graphs: list, runs: list | None = None, through: str | None = None):
@@ -164,7 +165,7 @@ def test_shared_prompts_reused_prefixes_and_kept_kv_match_the_eager_loop(policy,
     parted = assert_same(eager, stacked, *numerics)
     for r, (e, s) in enumerate(zip(eager, stacked, strict=True)):
         if r not in parted:  # keys and values: outputs of the layers, to the logits' rounding bound
-            bound = logit_bound(model.config, model.dtype, max_abs(e.kv.kv), numerics[-1])
+            bound = logit_bound(model.config, model.dtype, max_abs(e.kv.kv), columns=numerics[-1])
             assert torch.equal(s.kv.real, e.kv.real) and (s.kv.kv - e.kv.kv).abs().max() <= bound
     more, more_attention = batch(pad, [5, 3, 7], seed=1)  # each prompt continues a row above
     prefixes = [eager[0].kv, eager[2].kv, eager[4].kv]
@@ -280,7 +281,7 @@ def test_backend_debates_alike_on_every_path(tiny_model, tiny_lora_adapters, mon
     stacked = runs["stacked"]
     assert len(stacked) >= 2  # at least one call per round
     for mode in ("eager", "compiled"):
-        assert assert_same_calls(stacked, runs[mode], stacked, config, torch.float32) >= 1, mode
+        assert assert_same_calls(stacked, runs[mode], config, torch.float32) >= 1, mode
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="graph capture needs CUDA")
@@ -290,13 +291,12 @@ def test_graph_decoding_matches_stacked_on_cuda(policy, draws):
         ids, attention = batch(policy.tokenizer.pad_token_id, [4, 8, 6, 8, 3, 7, 5])
         kwargs = dict(input_ids=ids.cuda(), attention=attention.cuda(), max_new_tokens=12, temperature=1.0,
                       top_p=0.9, stops=set(), adapters=NAMES)  # fmt: skip
-        runs = []
+        runs, drawn = [], []
         for graph in (False, True):
             torch.manual_seed(5)
             runs.append(StaticDecoder(model, graph=graph).sample(**kwargs))
-            draws.on = False  # the uncompiled run's draws
-        columns = call_columns(kwargs["input_ids"], kwargs["max_new_tokens"])
-        assert_same(*runs, draws.take(), model, columns)
+            drawn.append(draws.take())
+        assert_same(*runs, *drawn, model, call_columns(kwargs["input_ids"], kwargs["max_new_tokens"]))
     finally:
         model.to("cpu")
 
@@ -443,6 +443,7 @@ def test_auto_decodes_stacked_when_the_graph_fails_to_compile_and_says_so(
     monkeypatch.setattr(torch._dynamo, "reset", lambda: resets.append(1))
     with caplog.at_level("WARNING", logger="udpo.env.backends.hf"):
         got = [c.completion_ids for c in backend.generate(requests_for(names))]
+    # exact: both are the uncompiled stacked loop on the same rows and kernels, bit-identical by construction
     assert got == expected and backend.decode == "stacked" and not backend._static.graph
     assert resets == [1]  # the failed graph's decoder closed: dynamo's caches let go of it
     assert "graph decoding failed; decoding stacked, uncompiled, from now on" in caplog.text
