@@ -241,6 +241,6 @@ def assert_same_calls(expected: list[Call], got: list[Call], config, dtype) -> i
     the number of calls compared."""
     assert len(expected) == len(got)
     for k, (e, g) in enumerate(zip(expected, got, strict=True)):
-        if assert_same_samples(e.rows, g.rows, e.draws, g.draws, config, dtype, e.columns):
+        if assert_same_samples(e.rows, g.rows, e.draws, g.draws, config, dtype, max(e.columns, g.columns)):
             return k + 1
     return len(expected)
