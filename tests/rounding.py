@@ -54,6 +54,16 @@ def max_abs(t) -> float:
     return torch.as_tensor(t).abs().max().item()
 
 
+def scored_bound(model, sequences, temperature: float = 1.0) -> float:
+    """How far log-probs of token ``sequences`` scored by ``model`` two ways (batched or alone, padded or
+    not, cached or whole) may differ: :func:`logprob_bound` of :func:`logit_bound` at their largest logit
+    and longest sequence."""
+    with torch.no_grad():
+        magnitude = max(max_abs(model(input_ids=torch.tensor([list(s)])).logits) for s in sequences)
+    columns = max(len(s) for s in sequences)
+    return logprob_bound(logit_bound(model.config, model.dtype, magnitude, columns), temperature)
+
+
 @dataclass
 class Draw:
     """One step of a decode loop's draw: the logits of the rows still in its batch (fp32, as drawn), the
