@@ -153,6 +153,11 @@ def near_a_boundary(draw: Draw, logit_difference: float) -> torch.Tensor:
     return torch.minimum(u - lower, upper - u) <= slack
 
 
+def steps_of(draws: list[Draw], row: int) -> list[Draw | None]:
+    """One row's draws, step by step (None once it left the batch)."""
+    return [d.of(row) for d in draws]
+
+
 def assert_same_row(
     expected, got, expected_steps, got_steps, config, dtype, columns: int
 ) -> tuple[bool, int]:
@@ -190,8 +195,7 @@ def assert_same_samples(
     parted: set[int] = set()
     compared, total = 0, 0
     for r, (e, g) in enumerate(zip(expected, got, strict=True)):
-        e_steps = [d.of(r) for d in expected_draws]
-        g_steps = [d.of(r) for d in got_draws]
+        e_steps, g_steps = steps_of(expected_draws, r), steps_of(got_draws, r)
         row_parted, steps = assert_same_row(e, g, e_steps, g_steps, config, dtype, columns)
         if row_parted:
             parted.add(r)

@@ -16,6 +16,8 @@ from udpo.env.backends.decoding import _draw, sample
 from udpo.env.backends.stacked import StackedAdapters
 from udpo.training.policy import MultiAgentPolicy
 
+pytestmark = pytest.mark.numeric
+
 
 @pytest.fixture(scope="module")
 def policy(tokenizer_path, tmp_path_factory) -> MultiAgentPolicy:

@@ -21,6 +21,8 @@ from udpo.training.logprobs import plan_passes
 from udpo.training.policy import LoraSettings, MultiAgentPolicy
 from udpo.training.team import TeamManifest, save_team
 
+pytestmark = pytest.mark.numeric
+
 PROMPTS = [[1, 9690, 198, 2683, 314], [1, 4093, 28, 253], [1, 18, 19, 20, 21, 22, 23, 24, 25]]
 COMPLETIONS = [[2683, 314, 253], [19], [30, 31, 32, 33, 34, 35]]
 SEQUENCES = [p + c for p, c in zip(PROMPTS, COMPLETIONS, strict=True)]
@@ -404,11 +406,14 @@ def test_logprobs_match_backend_behavior_logprobs(real_policy, real_debates):
                 [turn.completion_ids for turn in row],
                 temperature=0.7,
             )
+            model = real_policy._set_active(agent)
             for turn, lp in zip(row, logp, strict=True):
                 behavior = torch.tensor(turn.logprobs)
                 assert turn.adapter == f"agent_{agent}" and lp.requires_grad and len(behavior) > 0
-                assert (lp.detach() - behavior).abs().max().item() < 2e-4
-                assert abs(torch.exp(lp.detach().sum() - behavior.sum()).item() - 1) < 2e-3
+                # the sampler's KV-cache loop against the trainer's packed pass: other orders of summation
+                bound = scored_bound(model, [turn.prompt_ids + turn.completion_ids], temperature=0.7)
+                assert (lp.detach() - behavior).abs().max().item() <= bound
+                assert abs((lp.detach().sum() - behavior.sum()).item()) <= bound * len(behavior)
 
 
 def test_real_logprobs_are_log_softmax_of_logits_over_temperature(real_policy, real_debates):
@@ -435,14 +440,17 @@ def test_real_logprobs_are_log_softmax_of_logits_over_temperature(real_policy, r
             reference = real_policy.token_logprobs(
                 agent, prompts, completions, reference=True, temperature=temperature
             )
+            bound = scored_bound(
+                model, [p + c for p, c in zip(prompts, completions, strict=True)], temperature
+            )
             for k, c in enumerate(completions):
                 by_hand = (logits[k] / temperature).log_softmax(-1).gather(-1, torch.tensor(c)[:, None])[:, 0]
                 by_hand_ref = (
                     (base[k] / temperature).log_softmax(-1).gather(-1, torch.tensor(c)[:, None])[:, 0]
                 )
-                assert (current[k] - by_hand).abs().max().item() < 1e-4
-                assert (reference[k] - by_hand_ref).abs().max().item() < 1e-4
-                assert (by_hand - by_hand_ref).abs().max().item() > 1e-3  # the adapter changes the numbers
+                assert (current[k] - by_hand).abs().max().item() <= bound
+                assert (reference[k] - by_hand_ref).abs().max().item() <= bound  # (base logits: smaller)
+                assert (by_hand - by_hand_ref).abs().max().item() > bound  # the adapter changes the numbers
     assert packed > 0, "no agent's rounds shared a row: the packed path went untested"
 
 

@@ -115,6 +115,7 @@ def test_trainers_of_either_precision_follow_one_another(
     Accelerator(cpu=True, mixed_precision="bf16")  # what a later run of another library may ask for
 
 
+@pytest.mark.numeric
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_training_moves_every_adapter_and_resumes_exactly(digit_model, tmp_path, dtype):
     """Two iterations: every LoRA B of every agent moves from zero, the trainer's log-probs match the
@@ -150,6 +151,7 @@ def test_training_moves_every_adapter_and_resumes_exactly(digit_model, tmp_path,
             for d in read_jsonl(run / "trajectories" / "train.jsonl")
         ]
 
+    # exact: the resumed run repeats the whole run's second iteration with the same kernels, shapes and order
     assert train_metrics(resumed) == train_metrics(whole) and len(train_metrics(whole)) == 2
     assert texts(resumed) == texts(whole)
     final = "checkpoints/iter_000002/adapters"

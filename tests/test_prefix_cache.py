@@ -16,6 +16,8 @@ from udpo.env.backends import ChatRequest, SamplingParams
 from udpo.env.backends.decoding import RowKV
 from udpo.env.backends.hf import HFBackend, PrefixStore, _Read
 
+pytestmark = pytest.mark.numeric
+
 
 def row(adapter, tokens, real=None, width=2) -> _Read:
     real = torch.ones(len(tokens), dtype=torch.bool) if real is None else torch.tensor(real)

@@ -32,6 +32,8 @@ from udpo.env.backends.stacked import StackedAdapters
 from udpo.env.backends.static_decode import StaticDecoder, bucket
 from udpo.training.policy import MultiAgentPolicy
 
+pytestmark = pytest.mark.numeric
+
 NAMES = ["agent_0", None, "agent_2", "agent_1", "agent_0", "agent_2", None]
 
 
