@@ -20,6 +20,7 @@ is not.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import pytest
@@ -48,6 +49,12 @@ def logprob_bound(logit_difference: float, temperature: float = 1.0) -> float:
     """log_softmax(z / T) moves by at most 2 |dz| / T (z itself and its log-sum-exp, each by |dz| / T);
     the log-softmax is the same fp32 kernel over each row in both computations (the vocabulary's order)."""
     return 2 * logit_difference / (temperature if temperature > 0 else 1.0)
+
+
+def entropy_bound(logit_difference: float, vocabulary: int) -> float:
+    """The entropy H = -sum p log p moves by at most 2 |dz| H <= 2 |dz| log V: dH/dz_j = -p_j (log p_j + H),
+    and sum_j p_j |log p_j + H| <= 2 H."""
+    return 2 * logit_difference * math.log(vocabulary)
 
 
 def max_abs(t) -> float:
