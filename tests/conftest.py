@@ -148,6 +148,20 @@ def tiny_lora_adapters(tiny_model, tmp_path_factory) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
+def vllm_backend(model_path):
+    """One offline vLLM engine (LoRA enabled, 4 adapters per batch) for one test file: it starts once and
+    stops when the file is done (an idle vLLM CPU worker keeps polling and slows what runs after it)."""
+    pytest.importorskip("vllm")
+    from vllm_helpers import VLLM_TEST_OPTIONS, engine_dtype
+
+    from udpo.env.backends.vllm import VLLMBackend
+
+    backend = VLLMBackend(model=model_path, dtype=engine_dtype(), **VLLM_TEST_OPTIONS)
+    yield backend
+    backend.close()
+
+
+@pytest.fixture(scope="module")
 def hf_with_adapters(model_path, lora_adapters):
     """An fp32 HF backend on the real model with adapters a and b, for one test file (its own model: the
     shared hf_backend stays plain); the vLLM tests compare against it."""

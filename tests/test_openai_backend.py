@@ -1,7 +1,7 @@
 """The openai backend's failure handling and concurrency, against tiny local HTTP servers.
 
 The servers here answer with canned status codes and bodies to reproduce network failures; the
-backend's work on a real model is tested against a real vLLM server in test_vllm_backend.py.
+backend's work on a real model is tested against a real vLLM server in test_vllm_server.py.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ import re
 
 import pytest
 import torch
+from rounding import entropy_bound, logit_bound, max_abs
 from train_helpers import EXPLICIT, read_jsonl, tiny_config
 
 from udpo.cli import main
@@ -31,6 +32,7 @@ def tiny_hf(tiny_model):
     backend.close()
 
 
+@pytest.mark.numeric
 def test_token_entropies_are_the_models_full_vocabulary_entropies(tiny_hf):
     requests = [
         ScoreRequest([{"role": "user", "content": "What is 2+3?"}], "The sum is 5, so \\boxed{5}."),
@@ -48,8 +50,12 @@ def test_token_entropies_are_the_models_full_vocabulary_entropies(tiny_hf):
             logits = tiny_hf.model(torch.tensor([prompt + response])).logits[0, len(prompt) - 1 : -1]
         logp = torch.log_softmax(logits.float(), -1)
         expected = -(logp.exp() * logp).sum(-1)
-        assert len(got) == len(response) and torch.allclose(torch.tensor(got), expected, atol=1e-4)
-        assert tiny_hf.token_entropies([r])[0] == pytest.approx(got, abs=1e-4)  # batching changes nothing
+        # a padded batch against one unpadded pass: the same sums in another order
+        config = tiny_hf.model.config
+        difference = logit_bound(config, torch.float32, max_abs(logits), len(prompt) + len(response))
+        bound = entropy_bound(difference, config.vocab_size)
+        assert len(got) == len(response) and torch.allclose(torch.tensor(got), expected, rtol=0, atol=bound)
+        assert tiny_hf.token_entropies([r])[0] == pytest.approx(got, abs=bound)  # batching changes nothing
     assert all(0 < h <= torch.log(torch.tensor(float(len(tok)))).item() for e in batched for h in e)
 
 

@@ -1,5 +1,5 @@
 """How the trainer sets up its vLLM engine (dtype, LoRA slots). That the update reaches the engine is
-tested against the real engine in tests/test_vllm_backend.py (test_updated_adapters_reach_vllm)."""
+tested against the real engine in tests/test_vllm_sync.py (test_updated_adapters_reach_vllm)."""
 
 from __future__ import annotations
 

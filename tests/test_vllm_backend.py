@@ -1,6 +1,7 @@
 """The vllm backend (offline engine): the real SmolLM2-135M-Instruct on vLLM's CPU build, with two random
-LoRA adapters (``lora_adapters``) served in the same batch as the base model; the trainer's updates reach
-the engine, and an exported adapter serves. The OpenAI-compatible server: tests/test_vllm_server.py.
+LoRA adapters (``lora_adapters``) served in the same batch as the base model. The trainer's updates
+reaching the engine and an exported adapter served: tests/test_vllm_sync.py; the OpenAI-compatible
+server: tests/test_vllm_server.py.
 """
 
 from __future__ import annotations
@@ -9,29 +10,11 @@ import json
 import shutil
 
 import pytest
-import torch
-from tiny_models import perturb_adapters
-from train_helpers import EXPLICIT, read_jsonl, tiny_config
-from vllm_helpers import POEM, QUESTION, VLLM_TEST_OPTIONS, engine_dtype, mean_abs_diff
+from vllm_helpers import POEM, QUESTION, mean_abs_diff
 
 from udpo.env.backends import BackendError, ChatRequest, SamplingParams
-from udpo.training.export import export_team
-from udpo.training.policy import MultiAgentPolicy
-from udpo.training.team import save_team
-from udpo.training.trainer import Trainer
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
-
-
-@pytest.fixture(scope="module")
-def vllm_backend(model_path):
-    """One offline vLLM engine (LoRA enabled, 4 adapters per batch) for this file."""
-    pytest.importorskip("vllm")
-    from udpo.env.backends.vllm import VLLMBackend
-
-    backend = VLLMBackend(model=model_path, dtype=engine_dtype(), **VLLM_TEST_OPTIONS)
-    yield backend
-    backend.close()
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +53,7 @@ def test_one_batch_serves_base_and_two_adapters(served, hf_with_adapters):
     # (prefill in both) matches exactly; later tokens drift by bf16 noise once finished rows leave the
     # batch (up to ~0.02 mean measured on CPU), far below the gap to any other adapter (0.3 to 1.5)
     models = (None, "a", "b")
-    for c, name in zip(out, adapters, strict=True):
+    for c, name in zip(out[:3], adapters[:3], strict=True):  # one row of each (their copies: the same code)
         scored = {m: served.completion_logprobs(c.prompt_ids, c.completion_ids, adapter=m) for m in models}
         assert abs(c.logprobs[0] - scored[name][0]) < 1e-3, name
         own = mean_abs_diff(c.logprobs, scored[name])
@@ -104,18 +87,16 @@ def test_base_rows_beside_a_full_set_of_adapters_stay_base(served, lora_adapters
     served.load_adapter("a2", lora_adapters["a"])
     served.load_adapter("b2", lora_adapters["b"])
     greedy = SamplingParams(temperature=0.0, max_tokens=16)
-    (alone,) = served.generate([ChatRequest(QUESTION, greedy)])
     mixed = served.generate([ChatRequest(QUESTION, greedy, adapter=n) for n in ("a", "b", None, "a2", "b2")])
-    assert mixed[2].completion_ids == alone.completion_ids
-    assert mean_abs_diff(mixed[2].logprobs, alone.logprobs) < 1e-3
-    # a2 is a copy of a: the same reply, at least until a near tie that bf16 batch noise can break (the
-    # kernels' summation order follows the threads, the batch and the slot, so later log-probs differ by
-    # about 0.01 and a later greedy pick may differ; CI saw one split at token 8)
-    a, a2 = mixed[0], mixed[3]
-    pairs = list(zip(a.completion_ids, a2.completion_ids, strict=False))  # one may end sooner
-    same = next((k for k, (x, y) in enumerate(pairs) if x != y), len(pairs))
-    assert same >= 4
-    assert abs(a.logprobs[0] - a2.logprobs[0]) < 1e-4  # the prefill's token: no noise accumulated yet
+    # each row's log-probs are those of its own model scored afterwards, far from the last slot's (b2):
+    # no comparison of tokens between batches, whose sums run in another order (a near tie may flip)
+    for row, own in ((2, None), (3, "a")):  # the base row; a2, a copy of a, served as a
+        c = mixed[row]
+        scored = {
+            m: served.completion_logprobs(c.prompt_ids, c.completion_ids, adapter=m) for m in (own, "b2")
+        }
+        assert mean_abs_diff(c.logprobs, scored[own]) < 0.05, row
+        assert 5 * mean_abs_diff(c.logprobs, scored[own]) < mean_abs_diff(c.logprobs, scored["b2"]), row
 
 
 def test_adapters_change_the_log_probs(served, fixed_completion):
@@ -163,6 +144,7 @@ def test_replacing_an_adapter_gives_a_new_id_and_new_weights(served, lora_adapte
 def test_seeded_batches_repeat_and_identical_prompts_still_differ(served):
     requests = [ChatRequest(POEM, SamplingParams(temperature=1.0, max_tokens=24, seed=11)) for _ in range(3)]
     first = [c.completion_ids for c in served.generate(requests)]
+    # exact: the same batch on the same engine, the same kernels in the same order
     assert [c.completion_ids for c in served.generate(requests)] == first
     assert len({tuple(ids) for ids in first}) > 1
 
@@ -196,82 +178,3 @@ def test_vllm_errors_are_clear(served, lora_adapters, tmp_path):
     with pytest.raises(BackendError, match="serves"):
         served.generate([ChatRequest(QUESTION, model="some/other-model")])
     assert "bad" not in served.adapters and "wide" not in served.adapters
-
-
-# the update reaches the engine ----------------------------------------------------------------------------
-SYNC_QUESTION = [{"role": "user", "content": "What is 4 + 5? Give the answer in \\boxed{}."}]
-SYNC_ANSWER = "4 plus 5 makes 9, so the answer is \\boxed{9}."
-
-
-def opposite_advantages(self, batch) -> torch.Tensor:
-    """+1 for even debates, -1 for odd ones, every agent: an update that always moves the adapters."""
-    signs = torch.tensor([1.0 if m % 2 == 0 else -1.0 for m in range(len(batch))])
-    return signs[:, None] * torch.ones_like(batch.rewards)
-
-
-def test_updated_adapters_reach_vllm(vllm_backend, model_path, tmp_path, monkeypatch):
-    from udpo.algorithms.udpo import UDPO
-
-    # the sync is under test, not the reward: vLLM samples the debates, and when an agent earns the same
-    # reward in both, its advantages are 0, its gradient is 0 (the anchor too, at step one) and it stays put
-    monkeypatch.setattr(UDPO, "advantages", opposite_advantages)
-    config = tiny_config(
-        model_path, tmp_path / "run", backend="vllm", eval_questions=0, max_iterations=1, learning_rate=2e-2,
-        **EXPLICIT,
-    )  # fmt: skip
-    trainer = Trainer(config, backend=vllm_backend)  # the session's engine: the trainer must not start one
-    tokenizer = trainer.policy.tokenizer
-    prompt = list(
-        tokenizer.apply_chat_template(
-            SYNC_QUESTION, add_generation_prompt=True, tokenize=True, return_dict=False
-        )
-    )
-    completion = tokenizer.encode(SYNC_ANSWER, add_special_tokens=False)
-
-    def scores(agent: int) -> tuple[list[float], list[float]]:
-        name = trainer.policy.adapter_names[agent]
-        engine = vllm_backend.completion_logprobs(prompt, completion, adapter=name)
-        ours = trainer.policy.token_logprobs(agent, [prompt], [completion])[0].detach().tolist()
-        return engine, ours
-
-    trainer.rollouts.sync_adapters(0)
-    ids_before = [vllm_backend.lora_id(n) for n in trainer.policy.adapter_names]
-    before = [scores(i) for i in range(2)]
-    trainer.train()  # rollouts through vLLM, one update, adapters synced as files with new LoRA ids
-    ids_after = [vllm_backend.lora_id(n) for n in trainer.policy.adapter_names]
-    after = [scores(i) for i in range(2)]
-    trainer.close()
-
-    assert all(a > b for a, b in zip(ids_after, ids_before, strict=True))
-    for agent in range(2):
-        (engine_0, ours_0), (engine_1, ours_1) = before[agent], after[agent]
-        # vLLM runs the bf16 checkpoint, the trainer fp32: agreement within bf16 rounding
-        assert mean_abs_diff(engine_0, ours_0) < 0.1
-        assert mean_abs_diff(engine_1, ours_1) < 0.1
-        moved = mean_abs_diff(ours_1, ours_0)
-        assert moved > 3 * mean_abs_diff(engine_1, ours_1), (agent, moved)
-        assert mean_abs_diff(engine_1, engine_0) > 0.5 * moved  # the engine sees the update too
-    debates = read_jsonl(tmp_path / "run" / "trajectories" / "train.jsonl")
-    assert len(debates) == 2 and all(t["adapter"] for d in debates for row in d["turns"] for t in row)
-
-
-def test_vllm_serves_an_exported_adapter(model_path, vllm_backend, tmp_path):
-    """An adapter trained in MultiAgentPolicy and exported loads in vLLM as a LoRARequest and gives the
-    policy's log-probs (vLLM runs the bf16 checkpoint, the policy fp32: agreement within bf16 rounding)."""
-    from udpo.env.backends.base import ChatRequest, SamplingParams
-
-    policy = MultiAgentPolicy(model_path, n_agents=1, dtype="fp32")
-    perturb_adapters(policy, std=0.02)
-    save_team(policy, tmp_path / "ckpt")
-    team = export_team(tmp_path / "ckpt", tmp_path / "out")
-    names = team.register(vllm_backend)
-    assert names == ["agent_0"]
-    messages = [{"role": "user", "content": "What is 12 + 30?"}]
-    (c,) = vllm_backend.generate(
-        [ChatRequest(messages, SamplingParams(0.0, max_tokens=16), adapter="agent_0")]
-    )
-    assert len(c.completion_ids) > 3
-    ours = policy.token_logprobs(0, [c.prompt_ids], [c.completion_ids])[0].detach()
-    base = torch.tensor(vllm_backend.completion_logprobs(c.prompt_ids, c.completion_ids))
-    assert (ours - torch.tensor(c.logprobs)).abs().mean() < 0.1
-    assert (base - torch.tensor(c.logprobs)).abs().mean() > 0.01  # the adapter really is applied

@@ -117,17 +117,6 @@ def tiny_team_with_distinct_adapters(folder: Path, tokenizer_path: str, dtype: s
     return policy
 
 
-def logit_tolerance(logits) -> float:
-    """How far two ways of computing the same logits may differ (summed or rounded in another order): 8
-    units of the logits' dtype's epsilon at their largest magnitude. fp32: 8.5e-6 at the tiny team's
-    largest logit (8.8). bf16: 0.56; there each layer's output is rounded to 8 bits of mantissa and the
-    tiny model's large random weights amplify it: PEFT's own bf16 logits lie up to 0.49 from its fp32
-    ones, and the per-row paths' up to 0.33 from PEFT's (measured on an Intel Xeon with AMX)."""
-    import torch
-
-    return 8 * torch.finfo(logits.dtype).eps * logits.abs().max().item()
-
-
 def perturb_adapters(policy, std: float = 0.05, seed: int = 0) -> None:
     """Give every adapter random non-zero weights (LoRA starts as the identity: B = 0)."""
     import torch

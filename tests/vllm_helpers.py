@@ -1,5 +1,6 @@
-"""What the tests of real vLLM engines share (tests/test_vllm_backend.py: the offline engine;
-tests/test_vllm_server.py: the OpenAI-compatible server): the prompts, the engines' settings, a distance."""
+"""What the tests of real vLLM engines share (tests/test_vllm_backend.py and tests/test_vllm_sync.py: the
+offline engine, the ``vllm_backend`` fixture of tests/conftest.py; tests/test_vllm_server.py: the
+OpenAI-compatible server): the prompts, the engines' settings, a distance."""
 
 from __future__ import annotations
 
