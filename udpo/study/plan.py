@@ -67,6 +67,8 @@ BUDGET_FIELDS = (
     "top_p",
     "questions_per_iteration",
     "debates_per_question",
+    "dynamic_sampling",
+    "dynamic_sampling_max_extra",
     "max_iterations",
     "num_train_epochs",
     "update_epochs",
