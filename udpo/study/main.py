@@ -34,7 +34,8 @@ def study(
     (:mod:`udpo.study.workers`; ``threads`` and ``gpu_memory_share`` per worker), then the progress and,
     when every run is recorded, the table. ``tables_only``: the tables from the records alone. Otherwise
     this process trains the runs not yet done (only ``seeds`` when given) and prints the table once the
-    last is recorded."""
+    last is recorded. Training refuses a plan whose headroom bounds its committed check does not meet
+    (:func:`udpo.study.headroom.require_headroom`)."""
     if status:
         print("\n".join(format_progress(config)))
         return 0
@@ -54,6 +55,10 @@ def study(
             f"{rule.seeds_per_arm} seeds per arm"
         )
         return 0
+    if not tables_only:  # training: a plan with headroom bounds needs its committed check within them
+        from udpo.study.headroom import require_headroom
+
+        require_headroom(config)
     if workers > 1:
         from udpo.study.workers import plan_workers, run_workers
 

@@ -94,7 +94,10 @@ class CompareConfig:
     comparisons: pairs ``[A, B]`` of methods whose difference A - B the tables analyse seed by seed (the
     pre-registered primary comparisons). second_stage: the blind rule that sets the seeds per arm after the
     first ones are recorded (``udpo study PLAN --second-stage``): ``effect`` (the difference to detect),
-    ``fallback_effect`` (used when ``effect`` would need more than ``most_seeds``) and ``most_seeds``."""
+    ``fallback_effect`` (used when ``effect`` would need more than ``most_seeds``) and ``most_seeds``.
+    headroom: what ``udpo study PLAN --check`` debates and the bounds the plan needs before it trains
+    (:class:`udpo.study.headroom.HeadroomSpec`: questions, debates, seed, min_mixed_share, min_ceiling_gain,
+    max_cut, max_unparsed)."""
 
     recipe: str
     methods: list[str] = field(default_factory=lambda: list(METHODS))
@@ -109,8 +112,13 @@ class CompareConfig:
     eval_seed_per_seed: bool = False
     comparisons: list[list[str]] = field(default_factory=list)
     second_stage: dict[str, Any] | None = None
+    headroom: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
+        if self.headroom is not None:
+            from udpo.study.headroom import HeadroomSpec
+
+            HeadroomSpec.from_plan(self.headroom)  # a ConfigError naming what is wrong
         unknown = [m for m in [*self.methods, *self.method_settings] if m not in METHODS]
         if unknown:
             raise ConfigError(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}")
