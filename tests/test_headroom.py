@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from test_study import RECIPE as STUDY_RECIPE
 
 from udpo.config import ConfigError
 from udpo.study import load_plan, study
@@ -24,28 +25,8 @@ from udpo.study.headroom import (
     violations,
 )
 
-#: one agent, no round, 4 tokens: the tiny study's shape (tests/test_study.py)
-RECIPE = {
-    "task": "arithmetic",
-    "task_options": {"difficulty": 1, "n_questions": 20},
-    "n_agents": 1,
-    "rounds": 0,
-    "max_tokens": 4,
-    "temperature": 0.7,
-    "questions_per_iteration": 2,
-    "debates_per_question": 2,
-    "baseline": "group",
-    "eval_questions": 2,
-    "eval_steps": 0,
-    "max_iterations": 1,
-    "warmup_fraction": 0.0,
-    "alpha": [0.0],
-    "beta": [0.0],
-    "gamma": [0.0],
-    "lambda_": [1.0],
-    "eta": [0.01],
-    "progress": False,
-}
+#: the tiny study's recipe (one agent, no round, 4 tokens), sampling at 0.7, one iteration
+RECIPE = {**STUDY_RECIPE, "temperature": 0.7, "max_iterations": 1}
 BOUNDS = {"min_mixed_share": 0.5, "min_ceiling_gain": 0.15, "max_cut": 0.10}
 
 
