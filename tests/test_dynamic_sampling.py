@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import train_helpers
+from test_baselines import tensors
 from train_helpers import informative_question, read_jsonl, tiny_config
 
 from udpo.env.tasks.base import Question
@@ -226,17 +227,9 @@ def test_uninformative_questions_are_dropped_counted_and_a_resume_is_exact(tiny_
     ]
     assert texts(resumed) == texts(whole)
     final = "checkpoints/iter_000003/adapters"
-    a, b = train_helpers_tensors(whole / final), train_helpers_tensors(resumed / final)
+    a, b = tensors(whole / final), tensors(resumed / final)
     assert a.keys() == b.keys() and a
     assert all(torch.equal(a[name][key], b[name][key]) for name in a for key in a[name])
-
-
-def train_helpers_tensors(folder):
-    from safetensors.torch import load_file
-
-    return {
-        f.relative_to(folder).as_posix(): load_file(str(f)) for f in sorted(folder.rglob("*.safetensors"))
-    }
 
 
 def test_at_the_cap_with_nothing_informative_the_update_is_skipped_and_logged(tiny_model, tmp_path):
@@ -263,3 +256,42 @@ def test_mappo_trains_on_informative_groups(digit_model, tmp_path):
         if not line["update/skipped"]:
             assert "critic/value_loss" in line and line["groups/informative"] >= 1
             assert sum(v for k, v in line.items() if k.startswith("reward_share/")) == pytest.approx(1.0)
+
+
+@pytest.mark.slow
+def test_mappo_with_dynamic_sampling_killed_with_sigkill_resumes_exactly(digit_model, tmp_path):
+    """MAPPO on groups of 2 with dynamic sampling: a run killed after its first checkpoint and resumed
+    debates the same questions (the extra draws too) and ends with the same metrics and adapters."""
+    from test_baselines import SETTINGS, kill_after_checkpoint
+    from train_helpers import train_here, write_recipe
+
+    runs = {}
+    for kind in ("whole", "killed"):
+        run = tmp_path / kind
+        recipe = write_recipe(
+            tmp_path / f"{kind}.yaml",
+            digit_model,
+            output_dir=str(run),
+            algorithm="mappo",
+            debates_per_question=2,
+            baseline="group",
+            **SETTINGS,
+        )
+        if kind == "whole":
+            train_here(recipe)
+        else:
+            kill_after_checkpoint(recipe, run, "iter_000001")
+            train_here(recipe, "--resume", "latest")
+        runs[kind] = run
+    lines = train_lines(runs["whole"])
+    assert [r["iteration"] for r in lines] == [1, 2, 3]
+    assert sum(r["groups/extra_draws"] for r in lines[1:]) > 0, "no refill after the kill: pick a seed"
+    assert train_lines(runs["killed"]) == lines
+    ids = [
+        [d["question_id"] for d in read_jsonl(run / "trajectories" / "train.jsonl")] for run in runs.values()
+    ]
+    assert ids[0] == ids[1]
+    final = "checkpoints/iter_000003"
+    a, b = tensors(runs["whole"] / final), tensors(runs["killed"] / final)
+    assert a.keys() == b.keys() and a
+    assert all(torch.equal(a[name][key], b[name][key]) for name in a for key in a[name])
