@@ -54,14 +54,11 @@ def test_reward_shares_of_the_within_question_differences_by_hand():
 
 
 def scripted(informative: set[str]):
-    """The stream q0, q1, ... (take), debates that record their question (debate), and rewards that
+    """The stream q0, q1, ... (take from an offset), debates that record their question (debate), and rewards that
     differ between a question's debates only for the ``informative`` questions (rewards)."""
-    stream = {"next": 0}
 
-    def take(n: int) -> list[Question]:
-        out = [Question(id=f"q{stream['next'] + j}", text="", gold=0) for j in range(n)]
-        stream["next"] += n
-        return out
+    def take(offset: int, n: int) -> list[Question]:
+        return [Question(id=f"q{offset + j}", text="", gold=0) for j in range(n)]
 
     def debate(questions: list[Question]) -> list[Trajectory]:
         return [Trajectory(q.id, "", 0, [[None]], None, False) for q in questions]

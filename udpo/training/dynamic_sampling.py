@@ -108,7 +108,7 @@ def extra_cap(planned: int, max_extra: float) -> int:
 def draw_informative(
     planned: int,
     per_question: int,
-    take: Callable[[int], list[Question]],
+    take: Callable[[int, int], list[Question]],
     debate: Callable[[list[Question]], list[Trajectory]],
     rewards: Callable[[list[Trajectory]], Tensor],
     *,
@@ -119,7 +119,7 @@ def draw_informative(
     more debates), keep only the informative groups, drawing the next questions until ``planned`` of them
     are informative or ``max_extra`` extra questions have been drawn.
 
-    ``take(n)``: the next n questions of the run's stream (each call continues where the last ended).
+    ``take(offset, n)``: n questions of the run's stream from ``offset`` positions past the iteration's start.
     ``debate(questions)``: their debates, in order. ``rewards(debates)``: every agent's reward [M, N], of all
     the iteration's fresh debates together (a reward may depend on a debate's place among the question's
     draws, as the coin control's does). A question the stream gives twice in one iteration is one group."""
@@ -127,7 +127,7 @@ def draw_informative(
     debated: list[Trajectory] = []
     drawn, wanted = 0, planned
     while True:
-        questions = take(wanted)
+        questions = take(drawn, wanted)
         drawn += len(questions)
         debated += debate([q for q in questions for _ in range(per_question)])
         ids = [t.question_id for t in debated]

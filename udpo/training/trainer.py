@@ -225,19 +225,13 @@ class Trainer:
         algorithm = self._algorithm()
         adversary = algorithm.adversary_stage(self.task)  # rmaac perturbs what agents read in training
         protocol = self.debate_protocol().with_stages(adversary) if adversary is not None else None
-        drawn = self.state.questions_drawn
-        cursor = [self.schedule.start_of(k) if drawn is None else drawn]
-
-        def take(n: int) -> list[Question]:
-            questions = self.schedule.take(cursor[0], n)
-            cursor[0] += n
-            return questions
-
+        drawn = self.state.questions_drawn  # the stream position where iteration k starts
+        start = self.schedule.start_of(k) if drawn is None else drawn
         with timer("rollout"), peaks("rollout"):
             draw = dynamic_sampling.draw_informative(
                 cfg.questions_per_iteration,
                 cfg.debates_per_question,
-                take,
+                lambda offset, n: self.schedule.take(start + offset, n),
                 lambda qs: self.debate(qs, {"phase": "train", "iteration": k}, protocol=protocol),
                 lambda debates: algorithm.rewards(debates)[0],
                 dynamic=cfg.dynamic_sampling,
@@ -255,7 +249,7 @@ class Trainer:
             with TrajectoryWriter(self.run_dir / TRAIN_FILE) as writer:
                 writer.write(debated)
         metrics: dict[str, Any] = {
-            "epoch": round(self.schedule.epoch_at(cursor[0]), 4),
+            "epoch": round(self.schedule.epoch_at(start + draw.questions), 4),
             "lr": self.updater.scheduler.get_last_lr()[0],
             **{f"train/{key}": v for key, v in summarize(debated).items() if key != "n_questions"},
         }
@@ -271,7 +265,7 @@ class Trainer:
         return {
             **metrics,
             **draw.metrics(),
-            "questions_drawn": cursor[0],
+            "questions_drawn": start + draw.questions,
             "debates": len(debated),
             "tokens": tokens,
             "tokens_per_s": tokens / max(times["rollout"], 1e-9),
