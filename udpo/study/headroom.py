@@ -181,18 +181,23 @@ def check_questions(config, count: int) -> list:
 
 
 def debate_untrained(config, questions: Sequence, debates: int):
-    """Every question ``debates`` times in a row with the untrained team (the base model; the config's team,
-    protocol and sampling), seeded with ``config.seed``. Returns the debates and the backend."""
+    """Every question ``debates`` times in a row with the untrained team: the base model on the hf backend
+    as a run's rollouts build it (batch, chat template, decode path; :func:`hf_rollout_settings`), the
+    config's team, protocol and sampling, seeded with ``config.seed``. Returns the debates and the backend."""
     from udpo.cli.common import seed_everything
-    from udpo.config.groups import mapping
+    from udpo.config.groups import DebateArgs, ModelArgs, mapping
     from udpo.env.backends.hf import HFBackend
     from udpo.env.debate import AgentSpec, DebateEnv
     from udpo.env.protocols import build_protocol
     from udpo.env.tasks import get_task
     from udpo.training.data import agent_profiles, debate_config
+    from udpo.training.rollouts import hf_rollout_settings
 
+    if config.agent_models:
+        raise ConfigError("the headroom check debates one base model; this plan's team lists agent_models")
     task = get_task(config.task, **mapping(config.task_options))
-    backend = HFBackend(model=config.model, dtype=config.dtype)
+    settings = hf_rollout_settings(config.group(ModelArgs), config.group(DebateArgs))
+    backend = HFBackend(model=config.model, dtype=config.dtype, **settings)
     agents = [AgentSpec(profile=profile) for profile in agent_profiles(config)]
     protocol = build_protocol(config.protocol_config(), task, backend)
     env = DebateEnv(task, backend, debate_config(config, agents), protocol=protocol)
