@@ -184,11 +184,11 @@ def debate_untrained(config, questions: Sequence, debates: int):
     """Every question ``debates`` times in a row with the untrained team: the base model on the hf backend
     as a run's rollouts build it (batch, chat template, decode path; :func:`hf_rollout_settings`), the
     config's team, protocol and sampling, seeded with ``config.seed``. Returns the debates and the backend."""
-    from udpo.cli.common import seed_everything
     from udpo.config.groups import DebateArgs, ModelArgs, mapping
     from udpo.env.backends.hf import HFBackend
     from udpo.env.debate import AgentSpec, DebateEnv
     from udpo.env.protocols import build_protocol
+    from udpo.env.seeds import seed_everything
     from udpo.env.tasks import get_task
     from udpo.training.data import agent_profiles, debate_config
     from udpo.training.rollouts import hf_rollout_settings
