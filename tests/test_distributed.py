@@ -53,6 +53,18 @@ trainer.close()
 """
 
 
+def train_on_two_processes(tmp_path: Path, recipe: Path) -> list[dict]:
+    """The recipe trained by WORKER on two CPU processes (torch.distributed.run); each rank's report."""
+    worker = tmp_path / "worker.py"
+    worker.write_text(WORKER)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           str(worker), str(tmp_path), "--config", str(recipe)]  # fmt: skip
+    result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
 @pytest.fixture(scope="module")
 def digit_model(tokenizer_path, tmp_path_factory) -> str:
     return train_helpers.digit_model(tokenizer_path, tmp_path_factory)
@@ -69,15 +81,7 @@ def test_two_processes_shard_debates_and_sync_gradients(digit_model, tmp_path):
         replay=True,
         **EXPLICIT,
     )
-    worker = tmp_path / "worker.py"
-    worker.write_text(WORKER)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(worker), str(tmp_path), "--config", str(recipe)]  # fmt: skip
-    result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-
-    reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    reports = train_on_two_processes(tmp_path, recipe)
     assert all(r["world"] == 2 and r["type"] == "MULTI_CPU" for r in reports)
     assert reports[0]["before"] == reports[1]["before"]  # same initial adapters
     assert reports[0]["after"] == reports[1]["after"]  # gradients synced: identical updates
@@ -114,15 +118,7 @@ def test_two_processes_drop_and_refill_alike(digit_model, tmp_path):
         replay=True,
         **EXPLICIT,
     )
-    worker = tmp_path / "worker.py"
-    worker.write_text(WORKER)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(worker), str(tmp_path), "--config", str(recipe)]  # fmt: skip
-    result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-
-    reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    reports = train_on_two_processes(tmp_path, recipe)
     assert reports[0]["after"] == reports[1]["after"] != reports[0]["before"]
     assert reports[0]["replay"] == reports[1]["replay"]
     train = [r for r in read_jsonl(run / "metrics.jsonl") if r["kind"] == "train"]

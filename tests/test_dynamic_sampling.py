@@ -259,36 +259,21 @@ def test_mappo_trains_on_informative_groups(digit_model, tmp_path):
 def test_mappo_with_dynamic_sampling_killed_with_sigkill_resumes_exactly(digit_model, tmp_path):
     """MAPPO on groups of 2 with dynamic sampling: a run killed after its first checkpoint and resumed
     debates the same questions (the extra draws too) and ends with the same metrics and adapters."""
-    from test_baselines import SETTINGS, kill_after_checkpoint
-    from train_helpers import train_here, write_recipe
+    from test_baselines import SETTINGS, whole_and_killed
 
-    runs = {}
-    for kind in ("whole", "killed"):
-        run = tmp_path / kind
-        recipe = write_recipe(
-            tmp_path / f"{kind}.yaml",
-            digit_model,
-            output_dir=str(run),
-            algorithm="mappo",
-            debates_per_question=2,
-            baseline="group",
-            **SETTINGS,
-        )
-        if kind == "whole":
-            train_here(recipe)
-        else:
-            kill_after_checkpoint(recipe, run, "iter_000001")
-            train_here(recipe, "--resume", "latest")
-        runs[kind] = run
-    lines = train_lines(runs["whole"])
+    whole, killed = whole_and_killed(
+        tmp_path, digit_model, algorithm="mappo", debates_per_question=2, baseline="group", **SETTINGS
+    )
+    lines = train_lines(whole)
     assert [r["iteration"] for r in lines] == [1, 2, 3]
     assert sum(r["groups/extra_draws"] for r in lines[1:]) > 0, "no refill after the kill: pick a seed"
-    assert train_lines(runs["killed"]) == lines
+    assert train_lines(killed) == lines
     ids = [
-        [d["question_id"] for d in read_jsonl(run / "trajectories" / "train.jsonl")] for run in runs.values()
+        [d["question_id"] for d in read_jsonl(run / "trajectories" / "train.jsonl")]
+        for run in (whole, killed)
     ]
     assert ids[0] == ids[1]
     final = "checkpoints/iter_000003"
-    a, b = tensors(runs["whole"] / final), tensors(runs["killed"] / final)
+    a, b = tensors(whole / final), tensors(killed / final)
     assert a.keys() == b.keys() and a
     assert all(torch.equal(a[name][key], b[name][key]) for name in a for key in a[name])
