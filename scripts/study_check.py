@@ -19,9 +19,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import resource
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -68,10 +66,8 @@ def main(argv: list[str] | None = None) -> int:
 
     task = get_task(config.task, **mapping(config.task_options))
     questions = task.load(config.train_split, config.data_path, limit=args.questions, seed=args.seed)
-    cpu0, wall0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-    debates, backend = debate_untrained(config, questions, 1)  # seeded with args.seed, as in training
-    cpu1, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - wall0
-    cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+    ran = debate_untrained(config, questions, 1)  # seeded with args.seed, as in training
+    debates, backend, cpu, wall = ran.debates, ran.backend, ran.cpu_seconds, ran.wall_seconds
 
     cut_texts = [t.text for d in debates for row in d.turns for t in row if t.finish_reason == "length"]
     for text in cut_texts[: args.show_cut]:

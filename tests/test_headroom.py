@@ -159,7 +159,7 @@ def test_the_check_command_on_the_tiny_model(tiny_model, tmp_path, capsys):
 
     questions = check_questions(config, spec.questions)
     assert [q.id for q in questions] == result["question_ids"]
-    debates, _ = debate_untrained(config, questions, spec.debates)
+    debates = debate_untrained(config, questions, spec.debates).debates
     success = np.array([t.correct for t in debates], dtype=float).reshape(4, 3)
     assert {k: m[k] for k in headroom_statistics(success)} == headroom_statistics(success)
     assert m["cut_share"] == pytest.approx(1.0)  # 4 tokens: every answer of the tiny model is cut

@@ -17,7 +17,8 @@ per debate, 1 where the team's vote was right):
   right at least once), and ``ceiling_gain`` = that - accuracy;
 - ``cut_share``: the share of answers (agents x rounds) stopped by ``max_tokens``, and ``unparsed_share``:
   the share of answers with no parsed value;
-- the pace: seconds per debate, generated tokens per second, with the CPU (GPU), torch threads and dtype.
+- the pace: wall and CPU seconds per debate and generated tokens per second (the debates alone, not the
+  model's loading), with the CPU (GPU), torch threads and dtype.
 
 The result is written to ``RESULTS_DIR/headroom.json``, to be committed with the plan before its first
 run. A plan that states ``headroom:`` bounds (``min_mixed_share``, ``min_ceiling_gain``, ``max_cut``,
@@ -180,10 +181,23 @@ def check_questions(config, count: int) -> list:
     return data.schedule.take(0, min(count, len(data.train_set)))
 
 
-def debate_untrained(config, questions: Sequence, debates: int):
+@dataclass
+class UntrainedDebates:
+    """The untrained team's debates, the backend that ran them, and the wall and CPU seconds (user +
+    system, this process) of the debates alone (the model's loading not counted)."""
+
+    debates: list
+    backend: Any
+    wall_seconds: float
+    cpu_seconds: float
+
+
+def debate_untrained(config, questions: Sequence, debates: int) -> UntrainedDebates:
     """Every question ``debates`` times in a row with the untrained team: the base model on the hf backend
     as a run's rollouts build it (batch, chat template, decode path; :func:`hf_rollout_settings`), the
-    config's team, protocol and sampling, seeded with ``config.seed``. Returns the debates and the backend."""
+    config's team, protocol and sampling, seeded with ``config.seed``."""
+    import resource
+
     from udpo.config.groups import DebateArgs, ModelArgs, mapping
     from udpo.env.backends.hf import HFBackend
     from udpo.env.debate import AgentSpec, DebateEnv
@@ -202,7 +216,14 @@ def debate_untrained(config, questions: Sequence, debates: int):
     protocol = build_protocol(config.protocol_config(), task, backend)
     env = DebateEnv(task, backend, debate_config(config, agents), protocol=protocol)
     seed_everything(config.seed)  # the hf backend samples from torch's generator, as training does
-    return env.run([q for q in questions for _ in range(debates)]), backend
+
+    def cpu() -> float:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        return usage.ru_utime + usage.ru_stime
+
+    cpu0, wall0 = cpu(), time.perf_counter()
+    out = env.run([q for q in questions for _ in range(debates)])
+    return UntrainedDebates(out, backend, time.perf_counter() - wall0, cpu() - cpu0)
 
 
 def plan_spec(plan) -> tuple[HeadroomSpec, int]:
@@ -224,9 +245,8 @@ def run_check(plan, plan_path: str | Path) -> dict[str, Any]:
     config = plan.train_config(plan.trained()[0], seed)
     threads = configure_threads()
     questions = check_questions(config, spec.questions)
-    start = time.perf_counter()
-    debates, backend = debate_untrained(config, questions, spec.debates)
-    wall = time.perf_counter() - start
+    ran = debate_untrained(config, questions, spec.debates)
+    debates, wall = ran.debates, ran.wall_seconds
     success = np.array([bool(t.correct) for t in debates], dtype=float).reshape(len(questions), spec.debates)
     tokens = sum(len(turn.completion_ids) for t in debates for row in t.turns for turn in row)
     cut = cut_summary(debates)
@@ -248,6 +268,7 @@ def run_check(plan, plan_path: str | Path) -> dict[str, Any]:
             "debates": len(debates),
             "wall_seconds": round(wall, 3),
             "seconds_per_debate": wall / len(debates),
+            "cpu_seconds_per_debate": ran.cpu_seconds / len(debates),
             "tokens": tokens,
             "tokens_per_s": tokens / max(wall, 1e-9),
             "torch_threads": threads.threads,
@@ -256,7 +277,7 @@ def run_check(plan, plan_path: str | Path) -> dict[str, Any]:
         "settings": measured_settings(config),
         "spec": asdict(spec),
         "question_ids": [q.id for q in questions],
-        "backend_dtype": str(backend.model.dtype).removeprefix("torch."),
+        "backend_dtype": str(ran.backend.model.dtype).removeprefix("torch."),
     }
     path = plan.results_path() / HEADROOM_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -281,7 +302,8 @@ def describe(result: dict[str, Any]) -> str:
         f"  majority ceiling       {pct(m['majority_ceiling'])} ({100 * m['majority_gain']:+.1f} points)",
         f"  ceiling (mixed -> right) {pct(m['ceiling'])} ({100 * m['ceiling_gain']:+.1f} points)",
         f"  answers cut / unparsed {pct(m['cut_share'])} / {pct(m['unparsed_share'])} of {m['answers']}",
-        f"  pace                   {pace['seconds_per_debate']:.2f} s a debate, {pace['tokens_per_s']:.0f} "
+        f"  pace                   {pace['seconds_per_debate']:.2f} s a debate ({pace['cpu_seconds_per_debate']:.2f} "
+        f"CPU s), {pace['tokens_per_s']:.0f} "
         f"tokens/s ({pace['cpu']}, {pace['torch_threads']} torch threads, {pace['dtype']}"
         + (f", {pace['gpu']}" if pace["gpu"] else "")
         + ")",
