@@ -82,7 +82,7 @@ def bench_config(args, out: Path, iterations: int):
     return TrainConfig(
         model=args.model, task="arithmetic", task_options={"difficulty": 1, "n_questions": 40},
         n_agents=args.n_agents, rounds=args.rounds, max_tokens=args.max_tokens,
-        questions_per_iteration=args.questions, max_iterations=iterations, eval_questions=0,
+        questions_per_iteration=args.questions, debates_per_question=1, max_iterations=iterations, eval_questions=0,
         warmup_fraction=0.0, alpha=[0.3], beta=[0.3], gamma=[0.3], lambda_=[1.0], eta=[0.01],
         learning_rate=1e-4, warmup_steps=0, output_dir=str(out), save_steps=10_000, progress=False,
         hf_decode=args.decode,

@@ -189,6 +189,7 @@ def measure(name: str, args: argparse.Namespace, fake: bool | None = None) -> di
     fake = shape.fake if fake is None else fake
     config = TrainConfig(
         questions_per_iteration=args.questions,
+        debates_per_question=1,
         n_agents=args.agents,
         rounds=args.rounds,
         max_tokens=args.max_tokens,

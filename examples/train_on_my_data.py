@@ -67,6 +67,7 @@ def main() -> None:
         max_tokens=40,
         temperature=0.7,
         questions_per_iteration=2,
+        debates_per_question=1,  # one debate a question keeps the example short (the default: 4)
         max_iterations=cli.iterations,
         warmup_fraction=0.1,  # 3 of the 30 questions calibrate each agent's reward coefficients
         eval_questions=cli.eval_questions,

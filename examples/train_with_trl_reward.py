@@ -77,6 +77,7 @@ def main() -> None:
         rounds=1,
         max_tokens=40,
         questions_per_iteration=2,
+        debates_per_question=1,  # one debate a question keeps the example short (the default: 4)
         max_iterations=cli.iterations,
         warmup_fraction=0.2,  # 4 of the 20 questions calibrate each agent's reward coefficients
         eval_questions=4,

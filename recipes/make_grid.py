@@ -62,6 +62,7 @@ gradient_checkpointing: true
 # optimization, paper appendix A.1, with a LoRA learning rate (10x the paper's full fine-tuning 1e-5)
 learning_rate: 1.0e-4
 questions_per_iteration: 32
+debates_per_question: 1   # the paper: one debate a question (no group; dynamic sampling idle)
 warmup_ratio: 0.03
 lr_scheduler_type: cosine
 max_grad_norm: 1.0

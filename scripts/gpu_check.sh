@@ -213,6 +213,7 @@ bf16: $bf16
 dtype: $([ "$bf16" = true ] && echo bf16 || echo fp32)
 debate_batch_size: 32
 questions_per_iteration: $(( per_process * processes ))
+debates_per_question: 1
 learning_rate: 1.0e-4
 lr_scheduler_type: constant
 warmup_steps: 0

@@ -2,7 +2,9 @@
 plan's runs would (recipe, settings, task options, profiles, sampling, dtype), and the check reports what
 the plan must show before its first run: the team's accuracy (with a 95% Wilson interval, per level where
 the task has levels), the share of answers cut by ``max_tokens`` and the accuracy of finished and cut
-answers (:mod:`udpo.study.cut`), the unparsed share, and the CPU time a debate took.
+answers (:mod:`udpo.study.cut`), the unparsed share, and the CPU time a debate took. One debate a question:
+``udpo study PLAN --check`` debates each several times and measures the headroom a plan needs
+(:mod:`udpo.study.headroom`).
 
     python scripts/study_check.py recipes/compare/debate_reward.yaml --questions 90 --seed 100 \\
         --accuracy 0.35 0.65 --max-cut 0.10 --out docs/lab/results/debate_reward/check
@@ -17,9 +19,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import resource
 import sys
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -48,15 +48,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--show-cut", type=int, default=0, metavar="K", help="print K cut answers (to stderr)")
     args = p.parse_args(argv)
 
-    from udpo.cli.common import seed_everything
     from udpo.config.groups import mapping
-    from udpo.env.backends.hf import HFBackend, describe_numeric_path
-    from udpo.env.debate import AgentSpec, DebateEnv
+    from udpo.env.backends.hf import describe_numeric_path
     from udpo.env.tasks import get_task
     from udpo.study import CompareConfig
     from udpo.study.cut import cut_summary
+    from udpo.study.headroom import debate_untrained
     from udpo.threads import configure_threads
-    from udpo.training.data import agent_profiles, debate_config
 
     threads = configure_threads()
     plan = CompareConfig.load(args.plan)
@@ -68,14 +66,8 @@ def main(argv: list[str] | None = None) -> int:
 
     task = get_task(config.task, **mapping(config.task_options))
     questions = task.load(config.train_split, config.data_path, limit=args.questions, seed=args.seed)
-    backend = HFBackend(model=config.model, dtype=config.dtype)
-    agents = [AgentSpec(profile=profile) for profile in agent_profiles(config)]
-    env = DebateEnv(task, backend, debate_config(config, agents))
-    seed_everything(args.seed)  # the hf backend samples from torch's generator, as in training
-    cpu0, wall0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-    debates = env.run(questions)
-    cpu1, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - wall0
-    cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+    ran = debate_untrained(config, questions, 1)  # seeded with args.seed, as in training
+    debates, backend, cpu, wall = ran.debates, ran.backend, ran.cpu_seconds, ran.wall_seconds
 
     cut_texts = [t.text for d in debates for row in d.turns for t in row if t.finish_reason == "length"]
     for text in cut_texts[: args.show_cut]:

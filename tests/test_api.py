@@ -370,6 +370,7 @@ def test_trainer_on_a_model_object_with_all_linear_lora(tmp_path, tiny_model):
         max_tokens=8,
         questions_per_iteration=2,
         max_iterations=1,
+        debates_per_question=1,
         eval_questions=2,
         eval_steps=0,
         save_steps=1,

@@ -98,14 +98,18 @@ def test_a_recipe_value_is_kept_and_the_rest_chosen_around_it():
 
 
 def test_the_workload_bound_of_a_config():
-    config = TrainConfig(questions_per_iteration=32, n_agents=3, rounds=2, max_tokens=64)
+    config = TrainConfig(
+        questions_per_iteration=32, debates_per_question=1, n_agents=3, rounds=2, max_tokens=64
+    )
     # a row per round: 256 + 64 = 320 positions; 256 + 288 + (1 own + 2 peers' + 1) x 64 = 800;
     # 256 + 2 x 288 + (2 own + 4 peers' + 1) x 64 = 1280; 3 x 64 scored tokens; passes of 8 rows at most
     assert autosize.row_widths(3, 3, 64) == [320, 800, 1280]
     bound = Workload(debates=32, splits=32, tokens=2400, completions=192, width=1280, pass_rows=8)
     assert Workload.bound(config, world=1) == bound
     # replay adds round(32 x 0.25 / 0.75) = 11 debates to size for, but no micro-batch to split into
-    replay = TrainConfig(questions_per_iteration=32, n_agents=3, rounds=2, max_tokens=64, replay=True)
+    replay = TrainConfig(
+        questions_per_iteration=32, debates_per_question=1, n_agents=3, rounds=2, max_tokens=64, replay=True
+    )
     assert Workload.bound(replay, world=2) == dataclasses.replace(bound, debates=22, splits=16)
     # measured rows (the run's longest questions through its chat template) replace the fixed sizes
     measured = Workload.bound(config, world=1, widths=[500, 1100, 1700])
@@ -139,7 +143,9 @@ def test_on_a_gpu_the_free_memory_sizes_the_update(monkeypatch):
     # 4 GiB of the free memory go to the hf backend's graph decode buffers (2 x kv_cache_gib 2), 5e8 left
     free = 500_000_000 + 4 * 2**30
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free, 80 * 2**30))
-    config = TrainConfig(questions_per_iteration=8, n_agents=3, rounds=2, max_tokens=64)
+    config = TrainConfig(
+        questions_per_iteration=8, debates_per_question=1, n_agents=3, rounds=2, max_tokens=64
+    )
     resolved, plan = autosize.resolve(config, [model], world=1, device="cuda:0")
     # 8 debates of 2400 positions (rows of 320, 800, 1280) and 192 scored tokens; one debate without
     # checkpointing (985,774,080 bytes) does not fit 3.5e8; with it, 8 do not (493,731,840), but 4 do:
@@ -172,7 +178,7 @@ def test_auto_sizes_are_null_in_a_recipe_and_explicit_ones_still_checked():
     with pytest.raises(ConfigError, match="logprob_token_budget must be >= 1"):
         TrainConfig(logprob_token_budget=0).check()
     with pytest.raises(ConfigError, match="gradient_accumulation_steps=3 splits an update of 2"):
-        TrainConfig(questions_per_iteration=2, gradient_accumulation_steps=3).check()
+        TrainConfig(questions_per_iteration=2, debates_per_question=1, gradient_accumulation_steps=3).check()
     TrainConfig().check()
 
 

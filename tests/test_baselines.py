@@ -40,6 +40,23 @@ def kill_after_checkpoint(recipe: Path, run: Path, name: str) -> None:
     proc.wait()
 
 
+def whole_and_killed(tmp_path: Path, model: str, **settings) -> tuple[Path, Path]:
+    """The run of ``settings`` uninterrupted, and again killed after its first checkpoint and resumed. Only
+    the killed run needs a process of its own; the others run here, on the threads it has (the same
+    numbers, to the bit)."""
+    runs = []
+    for kind in ("whole", "killed"):
+        run = tmp_path / kind
+        recipe = write_recipe(tmp_path / f"{kind}.yaml", model, output_dir=str(run), **settings)
+        if kind == "whole":
+            train_here(recipe)
+        else:
+            kill_after_checkpoint(recipe, run, "iter_000001")
+            train_here(recipe, "--resume", "latest")
+        runs.append(run)
+    return runs[0], runs[1]
+
+
 def tensors(folder: Path) -> dict:
     return {f.name: load_file(str(f)) for f in sorted(folder.rglob("*.safetensors"))}
 
@@ -48,28 +65,16 @@ def tensors(folder: Path) -> dict:
 @pytest.mark.parametrize("algorithm", ["mappo", "rmaac"])
 def test_baseline_killed_with_sigkill_resumes_exactly(algorithm, digit_model, tmp_path):
     """The same run uninterrupted and killed in iteration 2 then resumed: the same debates, the same
-    metrics, the same adapters and critic at the end. Only the killed run needs a process of its own;
-    the others run here, on the threads it has (the same numbers, to the bit)."""
-    runs = {}
-    for kind in ("whole", "killed"):
-        run = tmp_path / kind
-        recipe = write_recipe(
-            tmp_path / f"{kind}.yaml",
-            digit_model,
-            output_dir=str(run),
-            algorithm=algorithm,
-            # rmaac: a seed whose debates give the critic a peer answer to swap within 3 iterations (seed 0
-            # gave none since the eager sampler draws one number per row of a call; seeds 1-3 gave 2-3)
-            seed=1 if algorithm == "rmaac" else 0,
-            **SETTINGS,
-        )
-        if kind == "whole":
-            train_here(recipe)
-        else:
-            kill_after_checkpoint(recipe, run, "iter_000001")
-            train_here(recipe, "--resume", "latest")
-        runs[kind] = run
-    whole, killed = runs["whole"], runs["killed"]
+    metrics, the same adapters and critic at the end."""
+    whole, killed = whole_and_killed(
+        tmp_path,
+        digit_model,
+        algorithm=algorithm,
+        # rmaac: a seed whose debates give the critic a peer answer to swap within 3 iterations (seed 0
+        # gave none since the eager sampler draws one number per row of a call; seeds 1-3 gave 2-3)
+        seed=1 if algorithm == "rmaac" else 0,
+        **SETTINGS,
+    )
 
     def debates(run):
         return [

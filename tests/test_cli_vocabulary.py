@@ -106,6 +106,7 @@ NO_COUNTERPART = {
                 "gpu_memory_share",
                 "sample_size",
                 "second_stage",
+                "headroom_check",
             )
         ],
         "a study plan (a compare config) and how many processes run it",

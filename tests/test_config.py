@@ -26,7 +26,9 @@ def write(tmp_path: Path, text: str) -> str:
 
 def test_defaults_follow_the_paper():
     c = TrainConfig()
-    assert (c.learning_rate, c.questions_per_iteration) == (1e-5, 32)
+    # the paper's 32 debates per update, as 8 questions of 4 debates each (the group dynamic sampling reads)
+    assert (c.learning_rate, c.questions_per_iteration, c.debates_per_question) == (1e-5, 8, 4)
+    assert (c.dynamic_sampling, c.dynamic_sampling_max_extra) == (True, 2.0)
     # the paper's 500 warm-up steps exceed whole CSQA / TruthfulQA runs: warm-up is a share of the run
     assert (c.warmup_ratio, c.warmup_steps, c.dual_clip) == (0.1, 0, 3.0)
     assert (c.lr_scheduler_type, c.max_grad_norm, c.num_train_epochs) == ("cosine", 1.0, 10.0)
@@ -84,7 +86,8 @@ def test_missing_recipe_file():
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        ({"baseline": "group"}, "set debates_per_question >= 2"),
+        ({"baseline": "group", "debates_per_question": 1}, "set debates_per_question >= 2"),
+        ({"dynamic_sampling_max_extra": -1.0}, "dynamic_sampling_max_extra must be a finite number >= 0"),
         ({"alpha_base": 0.5}, r"missing: beta_base, gamma_base"),
         ({"warmup_fraction": 0.0}, "leaves no warm-up debates to calibrate alpha, beta, gamma, lambda_, eta"),
         ({"n_agents": 3, "alpha": [1.0, 2.0]}, "alpha needs 1 value .* or n_agents=3 values, got 2"),

@@ -148,7 +148,9 @@ def test_resolve_sizes_from_the_share_not_from_all_that_is_free(monkeypatch):
     # the card is 80 GiB, 76 GiB of it free (the other workers have not loaded yet); this process holds 4
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (76 * GIB, 80 * GIB))
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 4 * GIB)
-    config = TrainConfig(questions_per_iteration=32, n_agents=3, rounds=2, max_tokens=64)
+    config = TrainConfig(
+        questions_per_iteration=32, debates_per_question=1, n_agents=3, rounds=2, max_tokens=64
+    )
     _, alone = autosize.resolve(config, [model], world=1, device="cuda:0")
     _, shared = autosize.resolve(config, [model], world=1, device="cuda:0", share=0.25)
     assert (alone.free_bytes, alone.share) == (76 * GIB, None)

@@ -48,6 +48,7 @@ def trained(tiny_model, tmp_path_factory):
         max_tokens=6,
         questions_per_iteration=2,
         max_iterations=1,
+        debates_per_question=1,
         eval_questions=2,
         save_steps=1,
         learning_rate=1e-2,

@@ -72,6 +72,7 @@ def config(tmp_path, **changes) -> udpo.UDPOConfig:
         max_tokens=8,
         questions_per_iteration=2,
         max_iterations=4,
+        debates_per_question=1,
         eval_questions=2,
         eval_steps=1,
         save_steps=10,  # only the last iteration, or where a callback stops the run

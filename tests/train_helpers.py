@@ -16,7 +16,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 
-#: N=2 agents, T=1 round, 16 new tokens, 2 one-digit additions per iteration
+#: N=2 agents, T=1 round, 16 new tokens, 2 one-digit additions per iteration, one debate each
 TINY = {
     "task": "arithmetic",
     "task_options": {"difficulty": 1, "n_questions": 30},
@@ -24,6 +24,7 @@ TINY = {
     "rounds": 1,
     "max_tokens": 16,
     "questions_per_iteration": 2,
+    "debates_per_question": 1,
     "debate_batch_size": 4,
     "learning_rate": 1e-3,
     "warmup_steps": 0,
@@ -137,3 +138,14 @@ def token_parity(trajectory, agent: int) -> float:
     for a tiny random model that never answers right (tests of the update's mechanics use it)."""
     ids = trajectory.turns[agent][-1].completion_ids
     return sum(1 for t in ids if t % 2 == 0) / max(len(ids), 1)
+
+
+def parity_on_half(trajectory, agent: int) -> float:
+    """:func:`token_parity` on the questions whose id has an even digest, 0 on the others: half the
+    questions give their debates different rewards, the other half the same (an uninformative group)."""
+    return token_parity(trajectory, agent) if informative_question(trajectory.question_id) else 0.0
+
+
+def informative_question(question_id: str) -> bool:
+    """Whether :func:`parity_on_half` can give a question's debates different rewards."""
+    return zlib.crc32(question_id.encode()) % 2 == 0

@@ -181,6 +181,15 @@ class ActorCritic(Algorithm):
         n = trajectories[0].n_agents
         return team[:, None].expand(-1, n).contiguous(), terms
 
+    def reward_parts(self, batch: RolloutBatch) -> dict[str, Tensor]:
+        """The team reward's two terms, ``r_task`` and ``w_consensus (1 - C_T)``, the same for every agent."""
+        n = batch.n_agents
+        parts = {
+            "r_task": batch.terms["r_task"],
+            "consensus": self.config.w_consensus * batch.terms["consensus"],
+        }
+        return {name: v[:, None].expand(-1, n) for name, v in parts.items()}
+
     def needs_reference(self, agent: int) -> bool:
         return self.config.eta > 0
 

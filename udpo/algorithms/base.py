@@ -431,6 +431,12 @@ class Algorithm(abc.ABC):
         )
 
     @abc.abstractmethod
+    def reward_parts(self, batch: RolloutBatch) -> dict[str, Tensor]:
+        """Each reward term's contribution to every agent's reward, [M, N] each (its weight times the term),
+        summing to ``batch.rewards``: what the logged shares of the within-question reward differences are
+        of (:func:`udpo.training.dynamic_sampling.reward_shares`)."""
+
+    @abc.abstractmethod
     def advantages(self, batch: RolloutBatch) -> Tensor:
         """Advantages of every agent in every debate, [M, N] (or per round, [M, N, R])."""
 

@@ -247,6 +247,18 @@ class UDPO(Algorithm):
             trajectories, self.coefficients, self.scope, self.functions, self.task_reward, self.seed
         )
 
+    def reward_parts(self, batch: RolloutBatch) -> dict[str, Tensor]:
+        """Eq. 4's terms with their per-agent weights (``alpha_i r_intra``, ..., ``lambda_i r_task``) and each
+        user term's ``w_k f_k``, [M, N] each."""
+        c, n = self.coefficients, batch.n_agents
+        weights = {"r_intra": c.alpha, "r_inter": c.beta, "r_sys": c.gamma, "r_task": c.lambda_}
+        weights.update({f.name: (f.weight,) * n for f in self.functions})
+        out = {}
+        for name, w in weights.items():
+            term = batch.terms[name]
+            out[name] = (term if term.dim() == 2 else term[:, None]) * torch.tensor(w, dtype=term.dtype)
+        return out
+
     def advantages(self, batch: RolloutBatch) -> Tensor:
         r = batch.rewards  # r_i(tau_m), eq. 4: [M, N]
         b = group_mean(r, batch.group_ids) if self.config.baseline == "group" else r.mean(0, keepdim=True)

@@ -4,10 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import sys
-
-import numpy as np
 
 from udpo.config.groups import DebateArgs, ModelArgs
 from udpo.env.backends import (
@@ -293,15 +290,6 @@ def protocol_config_from_args(args: argparse.Namespace) -> ProtocolConfig:
         if getattr(args, dest) is not None
     }
     return ProtocolConfig.from_options(args.protocol, {**options, "seed": args.seed})
-
-
-def seed_everything(seed: int) -> None:
-    """Seed random, numpy and torch (this imports torch: call it after the arguments are checked)."""
-    import torch
-
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 def check_run_args(args: argparse.Namespace) -> None:

@@ -8,6 +8,7 @@ import json
 
 from udpo.env.protocols import build_protocol
 from udpo.env.runs import previous_debates
+from udpo.env.seeds import seed_everything
 from udpo.env.summary import run_debates
 from udpo.training.run_lock import held
 
@@ -24,7 +25,6 @@ from .common import (
     protocol_config_from_args,
     resolve_max_tokens,
     say,
-    seed_everything,
 )
 
 

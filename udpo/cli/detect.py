@@ -10,6 +10,7 @@ from udpo.env.backends import SamplingParams, backend_capabilities
 from udpo.env.debate import AgentSpec
 from udpo.env.protocols.error_detection import PROTOCOLS, DetectionConfig, binary_labels, make_detector
 from udpo.env.runs import previous_debates, run_to_folder
+from udpo.env.seeds import seed_everything
 
 from .argtypes import existing_path, field_option, positive_int
 from .common import (
@@ -22,7 +23,6 @@ from .common import (
     load_questions,
     resolve_max_tokens,
     say,
-    seed_everything,
 )
 
 

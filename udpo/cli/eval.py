@@ -16,6 +16,7 @@ from udpo.analysis.attack_eval import check_out_dir, compromised_sets, evaluate_
 from udpo.config.groups import DebateArgs
 from udpo.env.attacks import ATTACK_NAMES, AttackConfig
 from udpo.env.protocols import ProtocolConfig, build_protocol
+from udpo.env.seeds import seed_everything
 from udpo.training.run_lock import held
 
 from .argtypes import (
@@ -41,7 +42,6 @@ from .common import (
     protocol_config_from_args,
     resolve_max_tokens,
     say,
-    seed_everything,
 )
 
 

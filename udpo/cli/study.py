@@ -97,6 +97,16 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "rest of the study, as one line to commit",
     )
     p.add_argument(
+        "--check",
+        dest="headroom_check",
+        action="store_true",
+        help="train nothing: debate the plan's training questions with the untrained team, several times "
+        "each at the plan's temperature (the plan's headroom: block), print the headroom (accuracy, "
+        "questions sometimes right, the sharpening ceiling, cut and unparsed answers, the pace) and write "
+        "RESULTS_DIR/headroom.json, the file a plan with headroom bounds needs committed before it trains; "
+        "exits 1 when a bound is missed",
+    )
+    p.add_argument(
         "--no-progress", "--no_progress", dest="progress", action="store_false", help="hide progress bars"
     )
     p.set_defaults(func=run, check=check)
@@ -107,9 +117,12 @@ def check(args: argparse.Namespace):
     from udpo.study import load_plan
 
     config = load_plan(args.plan, args.output_dir)
+    modes = (args.status, args.tables_only, args.sample_size, args.second_stage, args.headroom_check)
     trains = "--workers" if args.workers > 1 else "--ray" if args.ray is not None else None
-    if trains and (args.status or args.tables_only or args.sample_size or args.second_stage):
-        raise ValueError(f"{trains} trains; --status, --tables-only, --sample-size and --second-stage do not")
+    if trains and any(modes):
+        raise ValueError(
+            f"{trains} trains; --status, --tables-only, --sample-size, --second-stage and --check do not"
+        )
     if args.ray is not None and (args.workers > 1 or args.threads or args.gpu_memory_share):
         raise ValueError(
             "--ray places each run with the plan's resources: no --workers, --threads or --gpu-memory-share"
@@ -123,6 +136,15 @@ def check(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     from udpo.study import study
+
+    if args.headroom_check:
+        from udpo.study.headroom import HEADROOM_FILE, describe, run_check
+
+        config = check(args)
+        result = run_check(config, args.plan)
+        print(describe(result))
+        print(f"wrote {config.results_path() / HEADROOM_FILE} (commit it with the plan)")
+        return 1 if result["violations"] else 0
 
     extra = [*(["--output-dir", args.output_dir] if args.output_dir else [])]
     extra += [f"--seed={s}" for s in args.seed or []]

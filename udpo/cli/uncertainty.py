@@ -8,6 +8,7 @@ from udpo.analysis.uncertainty_eval import format_table, summarize_uncertainty
 from udpo.env.backends import SamplingParams
 from udpo.env.protocols.diverse_agent_entropy import DAEConfig, DiverseAgentEntropy, SCConfig, SelfConsistency
 from udpo.env.runs import previous_debates, run_to_folder
+from udpo.env.seeds import seed_everything
 
 from .argtypes import field_option, positive_int
 from .common import (
@@ -20,7 +21,6 @@ from .common import (
     load_questions,
     resolve_max_tokens,
     say,
-    seed_everything,
 )
 
 METHODS = ("diverse-agent-entropy", "self-consistency")

@@ -564,8 +564,32 @@ class OptimizerArgs:
 
     num_train_epochs: float = _f(10.0, "Passes over the training questions.")
     max_iterations: int | None = _f(None, "Stop after this many iterations (overrides num_train_epochs).")
-    questions_per_iteration: int = _f(32, "Questions debated per iteration, over all processes.")
-    debates_per_question: int = _f(1, "Debates sampled per training question (>= 2 for baseline: group).")
+    questions_per_iteration: int = _f(
+        8,
+        "Questions an update is planned on, over all processes (8 x debates_per_question 4 = the paper's 32 "
+        "debates per update). With dynamic_sampling, the informative questions an iteration debates until "
+        "it has them.",
+    )
+    debates_per_question: int = _f(
+        4,
+        "Debates of each training question in an iteration, each with its own draws: the group whose "
+        "rewards are compared (baseline: group averages over it; >= 2 for baseline: group). 1: a lone "
+        "debate per question, as the paper samples (no group, nothing for dynamic_sampling to drop).",
+    )
+    dynamic_sampling: bool = _f(
+        True,
+        "Drop from the update every question whose debates gave each agent the same reward (no "
+        "within-question signal: under baseline: group every advantage of it is 0) and debate further "
+        "questions of the run's question stream until the update holds questions_per_iteration "
+        "informative ones (DAPO's dynamic sampling; docs/training.md). Counted in groups/*, never hidden. "
+        "Acts when debates_per_question >= 2.",
+    )
+    dynamic_sampling_max_extra: float = _f(
+        2.0,
+        "The cap on dynamic_sampling's extra questions per iteration, as a multiple of "
+        "questions_per_iteration (2.0: at most 2 x questions_per_iteration more). At the cap the update "
+        "proceeds with the informative questions it has (groups/cap_hit: 1); with none it is skipped.",
+    )
     gradient_accumulation_steps: int | None = _f(
         None,
         "Split each process's update batch into this many micro-batches (same update, less memory). null "
@@ -619,6 +643,11 @@ class OptimizerArgs:
             raise ConfigError(
                 f"num_train_epochs must be a finite number > 0 (or set max_iterations), got "
                 f"{self.num_train_epochs}"
+            )
+        if not (self.dynamic_sampling_max_extra >= 0 and math.isfinite(self.dynamic_sampling_max_extra)):
+            raise ConfigError(
+                f"dynamic_sampling_max_extra must be a finite number >= 0 (a multiple of "
+                f"questions_per_iteration), got {self.dynamic_sampling_max_extra}"
             )
         debates = self.questions_per_iteration * self.debates_per_question
         if (self.gradient_accumulation_steps or 1) > debates:

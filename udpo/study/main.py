@@ -37,7 +37,8 @@ def study(
     (``auto``, ``local`` or ``HOST:PORT``; :mod:`udpo.study.ray_executor`), each with the plan's
     ``resources``, then the same. ``tables_only``: the tables from the records alone. Otherwise
     this process trains the runs not yet done (only ``seeds`` when given) and prints the table once the
-    last is recorded."""
+    last is recorded. Training refuses a plan whose headroom bounds its committed check does not meet
+    (:func:`udpo.study.headroom.require_headroom`)."""
     if status:
         print("\n".join(format_progress(config)))
         return 0
@@ -57,6 +58,10 @@ def study(
             f"{rule.seeds_per_arm} seeds per arm"
         )
         return 0
+    if not tables_only:  # training: a plan with headroom bounds needs its committed check within them
+        from udpo.study.headroom import require_headroom
+
+        require_headroom(config)
     executor: Executor | None = None
     if ray is not None:
         from udpo.study.ray_executor import RayCluster

@@ -67,6 +67,8 @@ BUDGET_FIELDS = (
     "top_p",
     "questions_per_iteration",
     "debates_per_question",
+    "dynamic_sampling",
+    "dynamic_sampling_max_extra",
     "max_iterations",
     "num_train_epochs",
     "update_epochs",
@@ -116,7 +118,10 @@ class CompareConfig:
     ``fallback_effect`` (used when ``effect`` would need more than ``most_seeds``) and ``most_seeds``.
     resources: what each run asks of a Ray cluster (``udpo study PLAN --ray``): ``num_cpus`` (its torch
     threads too) and ``num_gpus`` (a fraction below 1 shares a card: that share of its memory), default
-    :data:`RESOURCES`; the local executor ignores them."""
+    :data:`RESOURCES`; the local executor ignores them.
+    headroom: what ``udpo study PLAN --check`` debates and the bounds the plan needs before it trains
+    (:class:`udpo.study.headroom.HeadroomSpec`: questions, debates, seed, min_mixed_share, min_ceiling_gain,
+    max_cut, max_unparsed)."""
 
     recipe: str
     methods: list[str] = field(default_factory=lambda: list(METHODS))
@@ -132,9 +137,14 @@ class CompareConfig:
     comparisons: list[list[str]] = field(default_factory=list)
     second_stage: dict[str, Any] | None = None
     resources: dict[str, float] = field(default_factory=lambda: dict(RESOURCES))
+    headroom: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         self.resources = check_resources(self.resources)
+        if self.headroom is not None:
+            from udpo.study.headroom import HeadroomSpec
+
+            HeadroomSpec.from_plan(self.headroom)  # a ConfigError naming what is wrong
         unknown = [m for m in [*self.methods, *self.method_settings] if m not in METHODS]
         if unknown:
             raise ConfigError(f"unknown method(s) {unknown}; choose from {', '.join(METHODS)}")

@@ -189,13 +189,16 @@ class TransformersCallbacks(UDPOCallback):
             is_local_process_zero=trainer.accelerator.is_local_main_process,
             is_world_process_zero=trainer.main,
         )
-        self.state.epoch = round(trainer.schedule.epoch_of(trainer.iteration), 4)
+        epoch = 0.0  # as logged by the last iteration (dynamic sampling's extra draws move it on)
         for record in read_metrics(trainer.run_dir):  # a resumed run: its logs so far
+            if record["kind"] == "train":
+                epoch = record.get("epoch", trainer.schedule.epoch_of(record["iteration"]))
             if record["kind"] in ("train", "eval"):
-                logs = self._logs(record, record["kind"], trainer.schedule.epoch_of(record["iteration"]))
+                logs = self._logs(record, record["kind"], epoch)
                 self.state.log_history.append({**logs, "step": record["iteration"]})
                 if record["kind"] == "eval":
                     self._track_best(logs, record["iteration"], trainer)
+        self.state.epoch = round(epoch, 4)
         self.control = TrainerControl()
         self._event("on_train_begin", trainer)
 

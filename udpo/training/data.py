@@ -18,9 +18,13 @@ from udpo.env.tasks.base import Question, Task
 
 
 class QuestionSchedule:
-    """Which training questions iteration k debates: consecutive slices of a per-epoch shuffle.
+    """Which training questions iteration k debates: consecutive slices of the run's question stream, the
+    training questions in a per-epoch shuffled order, epoch after epoch.
 
-    A pure function of (seed, k), so a resumed run debates exactly the questions it would have.
+    Position p of the stream is a pure function of (seed, p), so a resumed run debates exactly the questions
+    it would have. Without dynamic sampling iteration k debates positions (k - 1) x per_iteration onwards
+    (:meth:`for_iteration`); dynamic sampling's extra draws take the next positions (:meth:`take`), and the
+    run's state keeps how far the stream was drawn (``TrainingState.questions_drawn``).
     """
 
     def __init__(self, questions: Sequence[Question], per_iteration: int, seed: int):
@@ -31,15 +35,27 @@ class QuestionSchedule:
     def epoch_order(self, epoch: int) -> np.ndarray:
         return np.random.default_rng([self.seed, epoch]).permutation(len(self.questions))
 
-    def for_iteration(self, k: int) -> list[Question]:
-        n, start = len(self.questions), (k - 1) * self.per_iteration
-        out = []
-        for pos in range(start, start + self.per_iteration):
+    def take(self, start: int, count: int) -> list[Question]:
+        """The ``count`` questions at stream positions ``start``, ``start + 1``, ..."""
+        n, out = len(self.questions), []
+        for pos in range(start, start + count):
             out.append(self.questions[int(self.epoch_order(pos // n)[pos % n])])
         return out
 
+    def for_iteration(self, k: int) -> list[Question]:
+        """Iteration k's planned questions when every earlier iteration drew exactly ``per_iteration``."""
+        return self.take((k - 1) * self.per_iteration, self.per_iteration)
+
+    def start_of(self, k: int) -> int:
+        """The stream position iteration k starts at when no earlier iteration drew extra questions."""
+        return (k - 1) * self.per_iteration
+
+    def epoch_at(self, drawn: int) -> float:
+        """Passes over the training questions once ``drawn`` stream positions are used."""
+        return drawn / len(self.questions)
+
     def epoch_of(self, k: int) -> float:
-        return k * self.per_iteration / len(self.questions)
+        return self.epoch_at(k * self.per_iteration)
 
 
 def split_warmup(

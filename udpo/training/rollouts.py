@@ -92,12 +92,7 @@ class Rollouts:
         cfg, debate = self.model, self.debate_settings
         template_kwargs = mapping(debate.chat_template_kwargs) or None
         if cfg.backend_capabilities.serves_live_model:
-            return self.policy.rollout_backend(
-                max_batch=max(debate.debate_batch_size * debate.n_agents, 1),
-                chat_template_kwargs=template_kwargs,
-                decode=cfg.hf_decode,
-                decode_shapes=cfg.hf_decode_shapes,
-            )
+            return self.policy.rollout_backend(**hf_rollout_settings(cfg, debate))
         from udpo.env.backends import backend_from_settings
         from udpo.env.models import resolve_model
 
@@ -206,3 +201,14 @@ class Rollouts:
         if self.own_backend:
             self.backend.close()
             self.own_backend = False  # closed once
+
+
+def hf_rollout_settings(model: ModelArgs, debate: DebateArgs) -> dict[str, Any]:
+    """What the hf backend of a run's rollouts is built with besides its model: the batch, the chat
+    template's options and the decode path."""
+    return {
+        "max_batch": max(debate.debate_batch_size * debate.n_agents, 1),
+        "chat_template_kwargs": mapping(debate.chat_template_kwargs) or None,
+        "decode": model.hf_decode,
+        "decode_shapes": model.hf_decode_shapes,
+    }

@@ -14,6 +14,10 @@ class TrainingState:
     none yet; a run stopped between a checkpoint and its evaluation evaluates again on resume).
     calibration: the calibration record the algorithm is built from (None before calibration). replay: a
     checkpoint's replay-buffer state, for the buffer the calibration builds (None otherwise).
+    questions_drawn: the training question stream's positions used up to ``iteration``
+    (:class:`~udpo.training.data.QuestionSchedule`; more than iteration x questions_per_iteration once dynamic
+    sampling drew extra questions); None from a checkpoint written before it was kept, whose iterations drew
+    exactly questions_per_iteration each.
 
     :meth:`to_dict` is the state.json part (calibration and replay have files of their own)."""
 
@@ -22,9 +26,15 @@ class TrainingState:
     last_evaluation: int | None = None
     calibration: dict[str, Any] | None = None
     replay: dict[str, Any] | None = None
+    questions_drawn: int | None = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"iteration": self.iteration, "history": self.history, "last_evaluation": self.last_evaluation}
+        return {
+            "iteration": self.iteration,
+            "history": self.history,
+            "last_evaluation": self.last_evaluation,
+            "questions_drawn": self.questions_drawn,
+        }
 
     @classmethod
     def from_dict(cls, state: dict[str, Any], last_evaluation: int | None = None) -> TrainingState:
@@ -33,4 +43,5 @@ class TrainingState:
             iteration=state["iteration"],
             history=state.get("history", {}),
             last_evaluation=state.get("last_evaluation", last_evaluation),
+            questions_drawn=state.get("questions_drawn"),
         )

@@ -29,6 +29,7 @@ Files in the run directory::
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from collections.abc import Sequence
@@ -49,7 +50,7 @@ from udpo.env.protocols import Protocol
 from udpo.env.summary import summarize
 from udpo.env.tasks.base import Question
 from udpo.env.trajectory import Trajectory, TrajectoryWriter
-from udpo.training import calibration, checkpointing
+from udpo.training import calibration, checkpointing, dynamic_sampling
 from udpo.training import checkpoint_store as ckpt
 from udpo.training import distributed as dist
 from udpo.training.callbacks import EvalCallback, UDPOCallback, eval_callbacks_for, split_callbacks
@@ -214,18 +215,70 @@ class Trainer:
         self.save_checkpoint(0)
 
     def run_iteration(self, k: int) -> dict[str, Any]:
-        """Rollout, reward, update, sync for iteration ``k`` (Algorithm 1, lines 4-19); returns its metrics."""
+        """Rollout, reward, update, sync for iteration ``k`` (Algorithm 1, lines 4-19); returns its metrics.
+
+        The rollout draws the iteration's questions from the run's stream where the last iteration left it
+        and, with dynamic sampling, keeps drawing until the update holds ``questions_per_iteration``
+        informative questions or the cap is reached (:func:`~udpo.training.dynamic_sampling.draw_informative`).
+        """
         cfg, timer, peaks = self.config, Timer(), PhasePeaks()
-        questions = [q for q in self.schedule.for_iteration(k) for _ in range(cfg.debates_per_question)]
         algorithm = self._algorithm()
         adversary = algorithm.adversary_stage(self.task)  # rmaac perturbs what agents read in training
         protocol = self.debate_protocol().with_stages(adversary) if adversary is not None else None
+        drawn = self.state.questions_drawn  # the stream position where iteration k starts
+        start = self.schedule.start_of(k) if drawn is None else drawn
         with timer("rollout"), peaks("rollout"):
-            fresh = self.debate(questions, {"phase": "train", "iteration": k}, protocol=protocol)
-        tokens = sum(len(turn.completion_ids) for t in fresh for row in t.turns for turn in row)
+            draw = dynamic_sampling.draw_informative(
+                cfg.questions_per_iteration,
+                cfg.debates_per_question,
+                lambda offset, n: self.schedule.take(start + offset, n),
+                lambda qs: self.debate(qs, {"phase": "train", "iteration": k}, protocol=protocol),
+                lambda debates: algorithm.rewards(debates)[0],
+                dynamic=cfg.dynamic_sampling,
+                max_extra=dynamic_sampling.extra_cap(
+                    cfg.questions_per_iteration, cfg.dynamic_sampling_max_extra
+                ),
+            )
+        debated, fresh = draw.debated, draw.kept
+        kept = {id(t) for t in fresh}
+        for t in debated:
+            if id(t) not in kept:
+                t.meta["dropped"] = True  # an uninformative question's debate, not in the update
+        tokens = sum(len(turn.completion_ids) for t in debated for row in t.turns for turn in row)
         if self.main:
             with TrajectoryWriter(self.run_dir / TRAIN_FILE) as writer:
-                writer.write(fresh)
+                writer.write(debated)
+        metrics: dict[str, Any] = {
+            "epoch": round(self.schedule.epoch_at(start + draw.questions), 4),
+            "lr": self.updater.scheduler.get_last_lr()[0],
+            **{f"train/{key}": v for key, v in summarize(debated).items() if key != "n_questions"},
+        }
+        if fresh and self.updater.can_update(len(fresh)):
+            metrics.update(self._update_on(k, fresh, algorithm, timer, peaks))
+        else:  # dynamic sampling's cap reached with too few informative debates to share: no step
+            metrics.update({"update/skipped": 1, "replayed": 0})
+        with timer("sync"):
+            self.rollouts.sync_adapters(k)
+            if cfg.reference == "lagged" and k % cfg.ref_update_interval == 0:
+                self.policy.refresh_reference()
+        times = timer.pop()
+        return {
+            **metrics,
+            **draw.metrics(),
+            "questions_drawn": start + draw.questions,
+            "debates": len(debated),
+            "tokens": tokens,
+            "tokens_per_s": tokens / max(times["rollout"], 1e-9),
+            **peaks.metrics(),
+            **{f"time/{name}": round(s, 4) for name, s in times.items()},
+        }
+
+    def _update_on(
+        self, k: int, fresh: list[Trajectory], algorithm: Algorithm, timer: Timer, peaks: PhasePeaks
+    ) -> dict[str, Any]:
+        """Reward and update iteration ``k`` on the ``fresh`` debates its update keeps (with replayed ones);
+        returns the metrics of the reward terms, advantages, replay and update."""
+        cfg = self.config
         with timer("reward"):
             trajectories, weights, n_replayed = (
                 (fresh, None, 0)
@@ -238,34 +291,31 @@ class Trainer:
             advantages = algorithm.advantages(batch)
         with timer("update"), explain_oom(cfg), peaks("update"):
             update_stats = self.update(batch, advantages, fresh_count=len(fresh), iteration=k)
-        with timer("sync"):
-            self.rollouts.sync_adapters(k)
-            if cfg.reference == "lagged" and k % cfg.ref_update_interval == 0:
-                self.policy.refresh_reference()
-        times = timer.pop()
+        own = batch.select(range(len(fresh)))  # the fresh debates: the within-question differences
+        shares = dynamic_sampling.reward_shares(algorithm.reward_parts(own), own.group_ids)
         return {
-            "epoch": round(self.schedule.epoch_of(k), 4),
-            "lr": self.updater.scheduler.get_last_lr()[0],
-            **{f"train/{key}": v for key, v in summarize(fresh).items() if key != "n_questions"},
             **algorithm.batch_metrics(batch, advantages),
+            "groups/zero_advantage_agents": dynamic_sampling.zero_advantage_agents(
+                own.rewards, own.group_ids
+            ),
+            **{f"reward_share/{name}": round(v, 6) for name, v in shares.items()},
             **(self.replay.stats() if self.replay is not None else {}),
             **update_stats,
-            "debates": len(fresh),
             "replayed": n_replayed,
-            "tokens": tokens,
-            "tokens_per_s": tokens / max(times["rollout"], 1e-9),
-            **peaks.metrics(),
-            **{f"time/{name}": round(s, 4) for name, s in times.items()},
+            "update/skipped": 0,
         }
 
     def _end_iteration(self, k: int, metrics: dict[str, Any], bar: tqdm) -> bool:
         """Log iteration ``k``, then checkpoint and evaluate it when due; True when the run stops here
         (a callback asked for it)."""
         self.state.iteration = k
+        self.state.questions_drawn = metrics["questions_drawn"]
         record = self.tracker.log(metrics, k)
         self._call("on_iteration_end", k, record)
         bar.update(1)
-        bar.set_postfix(acc=f"{record.get('train/accuracy', 0):.2f}", r=f"{record['reward/mean']:.3f}")
+        bar.set_postfix(
+            acc=f"{record.get('train/accuracy', 0):.2f}", r=f"{record.get('reward/mean', math.nan):.3f}"
+        )
         stop = self.should_training_stop  # asked for by a callback: this iteration is the last
         saved = k % self.config.save_steps == 0 or k == self.data.total_iterations or stop
         if saved:  # before the evaluation: a run killed while evaluating keeps its iterations

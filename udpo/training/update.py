@@ -147,6 +147,11 @@ class Updater:
             )
         return [chunk.tolist() for chunk in np.array_split(np.asarray(local), ga)]
 
+    def can_update(self, total: int) -> bool:
+        """Whether an update of ``total`` debates fills every process's micro-batches (:meth:`micro_batches`):
+        one short of its planned size (dynamic sampling at its cap) may not, and is then skipped."""
+        return total // self.world >= self.micro_batch_count
+
     @property
     def micro_batch_count(self) -> int:
         """``gradient_accumulation_steps``, sized by :mod:`udpo.training.autosize` before the updater is built."""
