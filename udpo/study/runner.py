@@ -99,8 +99,8 @@ def record_finished(config: CompareConfig, method: str, seed: int) -> bool:
     return True
 
 
-def write_results(config: CompareConfig) -> dict[str, Any]:
-    """Tables, budget, results.json and the diagnosis, from the runs' records
+def write_results(config: CompareConfig, grader: str = "recorded") -> dict[str, Any]:
+    """Tables, budget, results.json and the diagnosis, from the runs' records, graded by ``grader``
     (:func:`udpo.study.tables.write_tables`). Where the run folders are (``output_dir``), one
     process writes at a time (two compare processes can finish their last runs together): the output
     folder's lock, waited for up to :data:`TABLES_PATIENCE` seconds, and finished runs without a record get
@@ -108,12 +108,12 @@ def write_results(config: CompareConfig) -> dict[str, Any]:
     from udpo.training import run_lock
 
     if not Path(config.output_dir).is_dir():
-        return write_tables(config)
+        return write_tables(config, grader)
     with run_lock.held(config.output_dir, resume="udpo study --tables-only", patience=TABLES_PATIENCE):
         for seed in config.seeds:
             for method in config.trained():
                 record_finished(config, method, seed)
-        return write_tables(config)
+        return write_tables(config, grader)
 
 
 def format_progress(config: CompareConfig) -> Sequence[str]:
