@@ -105,6 +105,7 @@ NO_COUNTERPART = {
                 "gpu_memory_share",
                 "sample_size",
                 "second_stage",
+                "grader",
             )
         ],
         "a study plan (a compare config) and how many processes run it",
