@@ -13,10 +13,12 @@ from study_helpers import no_diagnosis_plots
 
 from udpo.env.tasks import get_task
 from udpo.env.trajectory import Trajectory, Turn
+from udpo.study.grader_comparison import COMPARISON_FILE
 from udpo.study.plan import CompareConfig, load_plan
 from udpo.study.record import EVALS, METRICS, RUN, RunRecord
 from udpo.study.regrade import regrade
-from udpo.study.tables import COMPARISON_FILE, REGRADED, build_results, markdown_table, write_tables
+from udpo.study.runner import write_results
+from udpo.study.tables import REGRADED, build_results, markdown_table
 
 ROOT = Path(__file__).resolve().parents[1]
 ARITHMETIC = {"task": "arithmetic", "task_options": {"answer_only": True}}
@@ -130,11 +132,11 @@ def test_the_tables_count_an_echo_right_as_recorded_and_wrong_re_graded(tmp_path
         write_record(results / "runs" / f"task_only_seed{seed}", "task_only", seed, {0: start, 1: start})
         final = [plain("arithmetic-test-s0-0", True), plain("arithmetic-test-s0-2", False), echoed()]
         write_record(results / "runs" / f"udpo_seed{seed}", "udpo", seed, {1: final})
-    recorded = write_tables(config, "recorded")
+    recorded = write_results(config, "recorded")
     assert recorded["grader"] == "recorded"
     assert recorded["methods"]["udpo"]["accuracy"]["per_seed"] == [2 / 3, 2 / 3]
     assert (results / "table.md").read_text().startswith("| method |")
-    current = write_tables(config, "current")
+    current = write_results(config, "current")
     assert current["methods"]["udpo"]["accuracy"]["per_seed"] == [1 / 3, 1 / 3]
     assert current["methods"]["task_only"]["accuracy"]["per_seed"] == [0.0, 0.0]
     assert current["comparisons"]["udpo - task_only"]["accuracy"]["delta"] == pytest.approx(1 / 3)

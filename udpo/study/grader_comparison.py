@@ -14,10 +14,29 @@ from __future__ import annotations
 from typing import Any
 
 from udpo.env.answer_forms import debate_question
+from udpo.env.tasks.base import Task
 from udpo.env.trajectory import Trajectory
 from udpo.study.plan import METHODS, CompareConfig
+from udpo.study.sample_size import second_stage
+from udpo.study.tables import Evaluated, build_results, load_records, tables_path, write_outputs
 
-Evaluated = dict[str, list[tuple[int, list[Trajectory]]]]
+#: in the re-graded tables' folder, the tables as recorded against the re-graded ones
+COMPARISON_FILE = "comparison.md"
+
+
+def write_regraded(config: CompareConfig) -> dict[str, Any]:
+    """The tables of ``config``'s records re-graded (:func:`build_results` with the ``current`` grader),
+    written to ``results_dir/regraded/`` (:func:`udpo.study.tables.tables_path`) with
+    :data:`COMPARISON_FILE`, their comparison with the tables as recorded (also in results.json,
+    ``grader_comparison``); returns the re-graded results."""
+    results, runs = build_results(config, "current")
+    recorded, recorded_runs = build_results(config, "recorded")
+    comparison = compare_graders(config, recorded, recorded_runs, results, runs)
+    results["grader_comparison"] = comparison
+    out = tables_path(config, "current")
+    write_outputs(out, results, runs)
+    (out / COMPARISON_FILE).write_text(comparison_markdown(comparison) + "\n")
+    return results
 
 
 def compare_graders(
@@ -29,9 +48,6 @@ def compare_graders(
 ) -> dict[str, Any]:
     """The comparison of the tables as recorded (``recorded``, from ``recorded_runs``) with the re-graded
     ones (``current``, from ``current_runs``): see the module docstring."""
-    from udpo.study.sample_size import second_stage
-    from udpo.study.tables import load_records
-
     records, _, _ = load_records(config)
     arms = {}
     for method in recorded["methods"]:
@@ -75,7 +91,7 @@ def compare_graders(
     }
 
 
-def changed_grades(task, before: list[Trajectory], after: list[Trajectory]) -> dict[str, int]:
+def changed_grades(task: Task, before: list[Trajectory], after: list[Trajectory]) -> dict[str, int]:
     """Between the recorded debates ``before`` and the same debates re-graded ``after``: the turns graded,
     those right as recorded and wrong re-graded (``turns_lost``) and the reverse (``turns_gained``); the
     same for the debates' votes, and of the votes lost those whose final answers were all read the same

@@ -59,8 +59,6 @@ TRAINING_DIAGNOSTICS = {
 FORMS_FILE = "forms.csv"
 #: the folder of results_dir that holds the tables of the records re-graded (``--grader current``)
 REGRADED = "regraded"
-#: in that folder, the tables as recorded against the re-graded ones
-COMPARISON_FILE = "comparison.md"
 #: the figure of the seeds' changes over Standard MAD (written when the seeds share their problems)
 SEED_CHANGES_PLOT = "seed_changes.png"
 #: the columns of runs.csv and of table.md's per-run table, after method and seed
@@ -323,21 +321,18 @@ def tables_path(config: CompareConfig, grader: str = "recorded") -> Path:
     return config.results_path() / REGRADED if check_grader(grader) == "current" else config.results_path()
 
 
-def write_tables(config: CompareConfig, grader: str = "recorded") -> dict[str, Any]:
-    """Build the results from the records (:func:`build_results`, debates graded by ``grader``) and write
-    every table and figure to :func:`tables_path`; returns the results. Re-graded, the folder also gets
-    :data:`COMPARISON_FILE`: the tables as recorded against the re-graded ones
-    (:mod:`udpo.study.grader_comparison`)."""
-    results, runs = build_results(config, grader)
-    out = tables_path(config, grader)
-    out.mkdir(parents=True, exist_ok=True)
-    if grader == "current":
-        from udpo.study.grader_comparison import compare_graders, comparison_markdown
+def write_tables(config: CompareConfig) -> dict[str, Any]:
+    """Build the results from the records as recorded (:func:`build_results`) and write every table and
+    figure to ``results_dir`` (:func:`write_outputs`); returns the results. The re-graded tables:
+    :func:`udpo.study.grader_comparison.write_regraded`."""
+    results, runs = build_results(config)
+    write_outputs(config.results_path(), results, runs)
+    return results
 
-        recorded, recorded_runs = build_results(config, "recorded")
-        comparison = compare_graders(config, recorded, recorded_runs, results, runs)
-        results["grader_comparison"] = comparison
-        (out / COMPARISON_FILE).write_text(comparison_markdown(comparison) + "\n")
+
+def write_outputs(out: Path, results: dict[str, Any], runs: Evaluated) -> None:
+    """Every table and figure of ``results`` (from the debates ``runs``) into the folder ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
     write_json(out / "results.json", results)
     (out / "table.md").write_text(markdown_table(results) + "\n")
     write_csv(out / "table.csv", results)
@@ -356,7 +351,6 @@ def write_tables(config: CompareConfig, grader: str = "recorded") -> dict[str, A
         writer.writeheader()
         writer.writerows(results["forms"])
     diagnose_gains(out / "diagnosis", runs)
-    return results
 
 
 def markdown_table(results: dict[str, Any]) -> str:
