@@ -42,17 +42,24 @@ def regraded_forms(task: Task, debate: Debate) -> list[list[str]]:
     """``forms[i][t]`` as ``task`` reads each turn's text now, against the debate's question text (and its
     options, for a record that kept them in ``meta["options"]``): a committed record graded again."""
     record = debate.to_dict() if isinstance(debate, Trajectory) else debate
-    meta = record.get("meta") or {}
-    options = meta.get("options")
-    question = Question(
-        id=str(record["question_id"]),
-        text=str(record.get("question", "")),
-        gold=record.get("gold"),
-        options=tuple(options) if isinstance(options, list) else None,
-    )
+    question = debate_question(debate)
     return [
         [answer_form(task, str(turn["text"]), question) for turn in row] for row in record.get("turns") or []
     ]
+
+
+def debate_question(debate: Debate) -> Question:
+    """The question a recorded debate answered: its id, text and gold (and its options, for a record that
+    kept them in ``meta["options"]``), what a task reads the debate's turns against."""
+    if isinstance(debate, Trajectory):
+        qid, text, gold, meta = debate.question_id, debate.question, debate.gold, debate.meta
+    else:
+        qid, text, gold = debate["question_id"], debate.get("question", ""), debate.get("gold")
+        meta = debate.get("meta") or {}
+    options = meta.get("options")
+    return Question(
+        id=str(qid), text=str(text), gold=gold, options=tuple(options) if isinstance(options, list) else None
+    )
 
 
 def _form_of(turn: Turn | Mapping[str, Any]) -> str:

@@ -107,6 +107,7 @@ NO_COUNTERPART = {
                 "sample_size",
                 "second_stage",
                 "headroom_check",
+                "grader",
             )
         ],
         "a study plan (a compare config) and how many processes run it",

@@ -58,7 +58,7 @@ def test_the_rule_reads_the_records_and_shows_no_arm_mean(tmp_path, capsys):
     rule = blind_sample_size(config, effect=0.25)
     assert rule.pooled_sd == pytest.approx(0.125**0.5) and rule.arms == ["task_only", "udpo"]
     assert rule.seeds_per_arm == seeds_per_arm(0.125**0.5, 0.25)
-    assert main(["study", str(plan), "--sample-size", "0.25"]) == 0
+    assert main(["study", str(plan), "--sample-size", "0.25", "--grader", "recorded"]) == 0
     out = capsys.readouterr().out
     assert (
         f"pooled within-arm sd {0.125**0.5:.4f}" in out and f"needs {rule.seeds_per_arm} seeds per arm" in out
@@ -97,7 +97,7 @@ def test_second_stage_sizes_for_the_effect_or_falls_back_blind(tmp_path, capsys)
     assert second_stage(config)[0] == seeds_per_arm(sd, 0.5)
     config = write_plan(0.25, 0.25, 20)  # neither fits: capped at most_seeds
     assert second_stage(config)[0] == 20 and "capped at 20" in second_stage(config)[1]
-    assert main(["study", str(plan), "--second-stage"]) == 0
+    assert main(["study", str(plan), "--second-stage", "--grader", "recorded"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("second stage: 20 seeds per arm") and "0.500" not in out and "0.750" not in out
     with pytest.raises(ConfigError, match="second_stage"):

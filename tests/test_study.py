@@ -146,10 +146,19 @@ def test_a_study_records_each_run_as_it_finishes_resumes_and_rebuilds_its_tables
     assert "| task_only | 1 | agent_0 |" in table and (tmp_path / "results" / "forms.csv").is_file()
     shutil.rmtree(tmp_path / "runs")  # the machine is gone; the committed folder is left
     (tmp_path / "results" / "table.md").unlink()
-    assert main(["study", str(plan), "--tables-only", "--no-progress"]) == 0
+    assert main(["study", str(plan), "--tables-only", "--grader", "recorded", "--no-progress"]) == 0
     assert (tmp_path / "results" / "table.md").read_text() == table
     assert json.loads((tmp_path / "results" / "results.json").read_text()) == numbers
     assert not (tmp_path / "runs").exists()  # the tables read no run folder
+    # re-graded (the default): fresh records were graded by today's grader and vote, so nothing changes
+    assert main(["study", str(plan), "--tables-only", "--no-progress"]) == 0
+    regraded = json.loads((tmp_path / "results" / "regraded" / "results.json").read_text())
+    assert {m: e["accuracy"] for m, e in regraded["methods"].items()} == {
+        m: e["accuracy"] for m, e in numbers["methods"].items()
+    }
+    changed = regraded["grader_comparison"]["totals"]
+    assert changed["turns"] > 0 and not any(v for k, v in changed.items() if k not in ("turns", "votes"))
+    assert (tmp_path / "results" / "table.md").read_text() == table  # the tables as recorded stay
 
 
 def test_a_record_is_compact_reproducible_and_reads_back_its_evaluations(tmp_path):

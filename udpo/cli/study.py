@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from udpo import gpu_share
 from udpo.cli.argtypes import gpu_memory_share, positive_int, probability
+from udpo.study.regrade import GRADERS
 from udpo.threads import ENV
 
 
@@ -80,6 +81,16 @@ def add_options(p: argparse.ArgumentParser) -> None:
         "--tables-only",
         action="store_true",
         help="build every table and figure from the runs' records (RESULTS_DIR/runs/) alone; train nothing",
+    )
+    p.add_argument(
+        "--grader",
+        choices=GRADERS,
+        default="current",
+        help="how --tables-only, --sample-size and --second-stage grade the records: current (default) reads "
+        "every turn's answer again from its text with today's grader and votes again, and writes the tables "
+        "to RESULTS_DIR/regraded/ with comparison.md (the tables as recorded beside them); recorded takes the "
+        "answers, votes and correctness as the runs recorded them and writes to RESULTS_DIR (the tables a "
+        "study committed)",
     )
     p.add_argument(
         "--sample-size",
@@ -152,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
         check(args),
         status=args.status,
         tables_only=args.tables_only,
+        grader=args.grader,
         sample_size=args.sample_size,
         second_stage=args.second_stage,
         workers=args.workers,

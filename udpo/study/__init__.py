@@ -14,6 +14,8 @@ order the data flows:
 - :mod:`udpo.study.record`: a finished run's committed record (:class:`RunRecord`);
 - :mod:`udpo.study.tables`: every table and figure from the records (``seed_changes.png`` drawn by
   :mod:`udpo.study.seed_change_plot`);
+- :mod:`udpo.study.regrade`: a recorded debate graded again by today's grader and vote (``--grader
+  current``), and :mod:`udpo.study.grader_comparison`: those tables beside the tables as recorded;
 - :mod:`udpo.study.sample_size`: the blind sample-size rule (``--sample-size``) on the pooled within-arm
   sd and the t-test's power of :mod:`udpo.study.power`.
 
@@ -37,6 +39,9 @@ and of ``results_dir`` (default: ``output_dir``; a study's is a folder meant to 
                               warm-up debates per run
     results.json              everything above, with the change of each metric over Standard MAD
     diagnosis/                ``udpo diagnose`` of the final evaluations: gains by U_sys level (Figure 5)
+    forms.csv                 each agent's answer forms and echo rate (every turn read again)
+    regraded/                 the same files with every debate re-graded (``--tables-only``, whose
+                              default grader is ``current``), and comparison.md: both graders side by side
 
 Training never imports this package (tests/test_import_boundaries.py): the study runs training, not the
 other way.

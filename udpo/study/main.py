@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from udpo.study.executor import Executor
 from udpo.study.plan import CompareConfig
 from udpo.study.runner import format_progress, run_compare, write_results
-from udpo.study.tables import markdown_table
+from udpo.study.tables import markdown_table, tables_path
 
 
 def study(
@@ -16,6 +16,7 @@ def study(
     *,
     status: bool = False,
     tables_only: bool = False,
+    grader: str = "current",
     sample_size: float | None = None,
     second_stage: bool = False,
     workers: int = 1,
@@ -30,7 +31,12 @@ def study(
 
     ``status``: one line per run (done, started, waiting). ``sample_size``: the blind sample-size rule
     (:func:`udpo.study.sample_size.blind_sample_size`) for a difference of that size. ``second_stage``: the
-    plan's second-stage rule (:func:`udpo.study.sample_size.second_stage`), one line. ``workers`` > 1:
+    plan's second-stage rule (:func:`udpo.study.sample_size.second_stage`), one line. ``grader``
+    (:data:`udpo.study.regrade.GRADERS`): how those two rules and ``tables_only`` grade the records:
+    ``current`` re-grades every debate and writes its tables to ``results_dir/regraded/`` with the
+    comparison of both graders; ``recorded`` reads them as recorded and writes to ``results_dir`` (the
+    tables a study committed, reproducible). Tables written when training ends read the records as
+    recorded: they were just graded. ``workers`` > 1:
     that many processes run ``worker_command`` (the study's own command line) and share the runs
     (:mod:`udpo.study.workers`; ``threads`` and ``gpu_memory_share`` per worker), then the progress and,
     when every run is recorded, the table. ``ray``: the runs are Ray tasks on the cluster at that address
@@ -45,12 +51,12 @@ def study(
     if second_stage:
         from udpo.study.sample_size import second_stage as stage_rule
 
-        print(stage_rule(config)[1])
+        print(stage_rule(config, grader)[1])
         return 0
     if sample_size:
         from udpo.study.sample_size import blind_sample_size
 
-        rule = blind_sample_size(config, sample_size)
+        rule = blind_sample_size(config, sample_size, grader=grader)
         print(
             f"per-seed {rule.metric} change over Standard MAD, arms {', '.join(rule.arms)}, seeds "
             f"{', '.join(map(str, rule.seeds))}: pooled within-arm sd {rule.pooled_sd:.4f}; a difference of "
@@ -81,7 +87,9 @@ def study(
         if code == 0 and config.all_recorded() and config.tables_when_done:
             print((config.results_path() / "table.md").read_text())
         return code
-    results = write_results(config) if tables_only else run_compare(config, progress=progress, seeds=seeds)
+    results = (
+        write_results(config, grader) if tables_only else run_compare(config, progress=progress, seeds=seeds)
+    )
     if results is None:
         print(
             "every run is recorded; tables_when_done is false: no table written (--tables-only writes them)"
@@ -96,7 +104,9 @@ def study(
         )
         return 0
     print(markdown_table(results))
+    regraded = results.get("grader") == "current"
     print(
-        f"wrote {config.results_path()}: table.md, table.csv, runs.csv, budget.csv, results.json, diagnosis/"
+        f"wrote {tables_path(config, results.get('grader', 'recorded'))}: table.md, table.csv, runs.csv, "
+        "budget.csv, forms.csv, results.json, diagnosis/" + (", comparison.md" if regraded else "")
     )
     return 0

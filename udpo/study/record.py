@@ -28,8 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from udpo.analysis.results import eval_folder, eval_iterations
+from udpo.config.groups import mapping
 from udpo.env.jsonl import iter_jsonl_lines, write_bytes_atomic, write_json
+from udpo.env.tasks import get_task
+from udpo.env.tasks.base import Task
 from udpo.env.trajectory import Trajectory, read_trajectories, validate_record
+from udpo.study.regrade import check_grader, regrade
 
 EVALS = "evals.jsonl.gz"
 METRICS = "metrics.jsonl.gz"
@@ -177,15 +181,33 @@ class RunRecord:
     evaluations: list[int]
     budget: dict[str, int]
     config: dict[str, Any] | None = None
+    grader: str = "recorded"
     _debates: dict[int, list[Trajectory]] | None = field(default=None, repr=False)
+    _regraded: dict[int, list[Trajectory]] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def load(cls, folder: str | Path) -> RunRecord:
+    def load(cls, folder: str | Path, grader: str = "recorded") -> RunRecord:
+        """The record in ``folder``; ``grader`` (:data:`udpo.study.regrade.GRADERS`): how
+        :meth:`evaluation` grades its debates, as recorded or again by today's grader and vote."""
         folder = Path(folder)
         if not (folder / RUN).is_file():
             raise FileNotFoundError(f"{folder} holds no finished run record ({RUN} is missing)")
         d = json.loads((folder / RUN).read_text(encoding="utf-8"))
-        return cls(folder, d["method"], int(d["seed"]), list(d["evaluations"]), d["budget"], d.get("config"))
+        return cls(
+            folder,
+            d["method"],
+            int(d["seed"]),
+            list(d["evaluations"]),
+            d["budget"],
+            d.get("config"),
+            check_grader(grader),
+        )
+
+    def task(self) -> Task:
+        """The run's task, built from its config as the run built it."""
+        if self.config is None:
+            raise ValueError(f"{self.folder}: the record keeps no config, so its task cannot be rebuilt")
+        return get_task(self.config["task"], **mapping(self.config.get("task_options")))
 
     @property
     def final_eval(self) -> int:
@@ -193,7 +215,8 @@ class RunRecord:
         return self.evaluations[-1]
 
     def evaluation(self, iteration: int) -> list[Trajectory]:
-        """The debates of the held-out evaluation at ``iteration``, in the order they were written."""
+        """The debates of the held-out evaluation at ``iteration``, in the order they were written; with the
+        ``current`` grader each re-graded by the run's task (:func:`udpo.study.regrade.regrade`)."""
         if self._debates is None:
             self._debates = {it: [] for it in self.evaluations}
             path = self.folder / EVALS
@@ -208,7 +231,12 @@ class RunRecord:
             raise KeyError(
                 f"{self.folder} has no evaluation at iteration {iteration} (it has {self.evaluations})"
             )
-        return self._debates[iteration]
+        if self.grader == "recorded":
+            return self._debates[iteration]
+        if iteration not in self._regraded:
+            task = self.task()
+            self._regraded[iteration] = [regrade(t, task) for t in self._debates[iteration]]
+        return self._regraded[iteration]
 
     def metrics(self, kind: str | None = None) -> list[dict[str, Any]]:
         """The records of the run's metrics.jsonl (optionally only one ``kind``)."""

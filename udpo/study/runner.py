@@ -12,8 +12,10 @@ from typing import Any
 from udpo.analysis.results import eval_iterations
 from udpo.config import ConfigError, TrainConfig
 from udpo.env.jsonl import write_json
+from udpo.study.grader_comparison import write_regraded
 from udpo.study.plan import CompareConfig, check_budgets
 from udpo.study.record import record_name, write_record
+from udpo.study.regrade import check_grader
 from udpo.study.tables import write_tables
 
 #: written in a run folder when its run finished
@@ -122,8 +124,8 @@ def record_finished(config: CompareConfig, method: str, seed: int) -> bool:
     return True
 
 
-def write_results(config: CompareConfig) -> dict[str, Any]:
-    """Tables, budget, results.json and the diagnosis, from the runs' records
+def write_results(config: CompareConfig, grader: str = "recorded") -> dict[str, Any]:
+    """Tables, budget, results.json and the diagnosis, from the runs' records, graded by ``grader``
     (:func:`udpo.study.tables.write_tables`). Where the run folders are (``output_dir``), one
     process writes at a time (two compare processes can finish their last runs together): the output
     folder's lock, waited for up to :data:`TABLES_PATIENCE` seconds, and finished runs without a record get
@@ -131,12 +133,21 @@ def write_results(config: CompareConfig) -> dict[str, Any]:
     from udpo.training import run_lock
 
     if not Path(config.output_dir).is_dir():
-        return write_tables(config)
+        return tables_of(config, grader)
     with run_lock.held(config.output_dir, resume="udpo study --tables-only", patience=TABLES_PATIENCE):
         for seed in config.seeds:
             for method in config.trained():
                 record_finished(config, method, seed)
+        return tables_of(config, grader)
+
+
+def tables_of(config: CompareConfig, grader: str) -> dict[str, Any]:
+    """The tables of ``grader`` (:data:`udpo.study.regrade.GRADERS`): as recorded, into ``results_dir``
+    (:func:`udpo.study.tables.write_tables`); re-graded, into ``results_dir/regraded/`` with the comparison
+    (:func:`udpo.study.grader_comparison.write_regraded`)."""
+    if check_grader(grader) == "recorded":
         return write_tables(config)
+    return write_regraded(config)
 
 
 def format_progress(config: CompareConfig) -> Sequence[str]:

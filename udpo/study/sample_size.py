@@ -39,20 +39,28 @@ class SampleSize:
 
 
 def blind_sample_size(
-    config: CompareConfig, effect: float, metric: str = "accuracy", level: float = 0.95, power: float = 0.8
+    config: CompareConfig,
+    effect: float,
+    metric: str = "accuracy",
+    level: float = 0.95,
+    power: float = 0.8,
+    grader: str = "recorded",
 ) -> SampleSize:
-    """The sample-size rule on the recorded runs of ``config`` (the seeds whose every run is recorded)."""
-    seeds, arms = arm_changes(config, metric)
+    """The sample-size rule on the recorded runs of ``config`` (the seeds whose every run is recorded),
+    their debates graded by ``grader`` (:data:`udpo.study.regrade.GRADERS`)."""
+    seeds, arms = arm_changes(config, metric, grader)
     sd = pooled_sd(list(arms.values()))
     return SampleSize(
         metric, list(arms), seeds, sd, effect, level, power, seeds_per_arm(sd, effect, level, power)
     )
 
 
-def arm_changes(config: CompareConfig, metric: str) -> tuple[list[int], dict[str, list[float]]]:
+def arm_changes(
+    config: CompareConfig, metric: str, grader: str = "recorded"
+) -> tuple[list[int], dict[str, list[float]]]:
     """The seeds whose every run is recorded, and per trained arm each seed's mean change of ``metric`` over
-    Standard MAD: what the rule pools (never compared between arms)."""
-    records, seeds, missing = load_records(config)
+    Standard MAD (debates graded by ``grader``): what the rule pools (never compared between arms)."""
+    records, seeds, missing = load_records(config, grader)
     if len(seeds) < 2:
         raise ValueError(
             f"the rule needs 2 or more seeds with every run recorded; missing: {', '.join(missing)}"
@@ -68,14 +76,15 @@ def arm_changes(config: CompareConfig, metric: str) -> tuple[list[int], dict[str
     }
 
 
-def second_stage(config: CompareConfig) -> tuple[int, str]:
+def second_stage(config: CompareConfig, grader: str = "recorded") -> tuple[int, str]:
     """The plan's ``second_stage`` rule on its recorded runs, blind to the arms: the seeds per arm for a
     difference of ``effect`` if that is at most ``most_seeds``; else for ``fallback_effect``, at most
-    ``most_seeds``. Returns the seeds per arm (never fewer than the recorded ones) and the line to commit."""
+    ``most_seeds``. Returns the seeds per arm (never fewer than the recorded ones) and the line to commit
+    (which says so when the debates were re-graded: ``grader`` ``current``)."""
     rule = config.second_stage
     if rule is None:
         raise ValueError("the plan sets no second_stage rule")
-    seeds, arms = arm_changes(config, "accuracy")
+    seeds, arms = arm_changes(config, "accuracy", grader)
     sd = pooled_sd(list(arms.values()))
     first, most = seeds_per_arm(sd, rule["effect"]), int(rule["most_seeds"])
     if first <= most:
@@ -90,5 +99,6 @@ def second_stage(config: CompareConfig) -> tuple[int, str]:
     line = (
         f"second stage: {n} seeds per arm ({why}); pooled within-arm sd of the per-seed accuracy change "
         f"{sd:.4f} over seeds {seeds} of {', '.join(arms)}"
+        + ("; every debate re-graded by the current grader and vote" if grader == "current" else "")
     )
     return n, line

@@ -22,16 +22,15 @@ from typing import Any
 import numpy as np
 
 from udpo.analysis.results import PER_QUESTION_METRICS, problems, question_metrics
-from udpo.config.groups import mapping
 from udpo.env.answer_forms import forms_by_agent, forms_used, recorded_forms, regraded_forms
 from udpo.env.jsonl import write_json
-from udpo.env.tasks import get_task
 from udpo.env.tasks.parsing import FORMS
 from udpo.env.trajectory import Trajectory
 from udpo.rewards import collapse_rate
 from udpo.study.cut import cut_summary, length_decomposition
 from udpo.study.plan import METHODS, CompareConfig
 from udpo.study.record import RunRecord
+from udpo.study.regrade import check_grader
 
 #: the metrics of the tables and of the seed analysis: the unparsed rate beside the guard, since an agent that
 #: stops answering lowers ``wrong_majority`` (unparsed answers never count there) and the U terms alike
@@ -58,6 +57,8 @@ TRAINING_DIAGNOSTICS = {
 }
 #: each agent's answer forms and echo rate, per method and seed (:func:`answer_forms`)
 FORMS_FILE = "forms.csv"
+#: the folder of results_dir that holds the tables of the records re-graded (``--grader current``)
+REGRADED = "regraded"
 #: the figure of the seeds' changes over Standard MAD (written when the seeds share their problems)
 SEED_CHANGES_PLOT = "seed_changes.png"
 #: the columns of runs.csv and of table.md's per-run table, after method and seed
@@ -79,11 +80,12 @@ Records = dict[tuple[str, int], RunRecord]
 Evaluated = dict[str, list[tuple[int, list[Trajectory]]]]
 
 
-def load_records(config: CompareConfig) -> tuple[Records, list[int], list[str]]:
-    """(method, seed) -> record of every recorded trained run; the seeds whose every trained run has a
-    record (the seeds the tables cover); the runs that have none ("method seed s")."""
+def load_records(config: CompareConfig, grader: str = "recorded") -> tuple[Records, list[int], list[str]]:
+    """(method, seed) -> record of every recorded trained run, its debates graded by ``grader``
+    (:data:`udpo.study.regrade.GRADERS`); the seeds whose every trained run has a record (the seeds the
+    tables cover); the runs that have none ("method seed s")."""
     records = {
-        (m, s): RunRecord.load(config.record_dir(m, s))
+        (m, s): RunRecord.load(config.record_dir(m, s), grader)
         for s in config.seeds
         for m in config.trained()
         if config.recorded(m, s)
@@ -123,11 +125,12 @@ def check_same_start(config: CompareConfig, records: Records, seeds: list[int]) 
                 )
 
 
-def build_results(config: CompareConfig) -> tuple[dict[str, Any], Evaluated]:
-    """Every number of the tables (results.json), and the evaluations they came from."""
+def build_results(config: CompareConfig, grader: str = "recorded") -> tuple[dict[str, Any], Evaluated]:
+    """Every number of the tables (results.json), and the evaluations they came from, every debate graded
+    by ``grader`` (:data:`udpo.study.regrade.GRADERS`)."""
     from udpo.rewards.statistics import paired_bootstrap, seed_change
 
-    records, seeds, missing = load_records(config)
+    records, seeds, missing = load_records(config, grader)
     if not seeds:
         raise ValueError(
             f"no seed has a record of every trained run in {config.results_path() / 'runs'}; missing: "
@@ -139,6 +142,7 @@ def build_results(config: CompareConfig) -> tuple[dict[str, Any], Evaluated]:
     start = [records[(config.trained()[0], s)].evaluation(0) for s in seeds]  # Standard MAD, per seed
     baseline = [question_metrics(debates) for debates in start]
     results: dict[str, Any] = {
+        "grader": grader,
         "seeds": seeds,
         "missing": missing,
         "methods": {},
@@ -248,11 +252,10 @@ def answer_forms(config: CompareConfig, records: Records, runs: Evaluated) -> li
     for method, evaluated_seeds in runs.items():
         for seed, debates in evaluated_seeds:
             record = records[(config.trained()[0] if METHODS[method] is None else method, seed)]
-            settings = record.config
-            if settings is None:
+            if record.config is None:
                 forms = [recorded_forms(d) for d in debates]
             else:
-                task = get_task(settings["task"], **mapping(settings.get("task_options")))
+                task = record.task()
                 forms = [regraded_forms(task, d) for d in debates]
             rows += [
                 {"method": method, "seed": seed, "agent": agent, **shares}
@@ -312,11 +315,24 @@ def run_row(record: RunRecord) -> dict[str, Any]:
     }
 
 
+def tables_path(config: CompareConfig, grader: str = "recorded") -> Path:
+    """Where the tables of ``grader`` go: ``results_dir`` for the records as recorded, its
+    :data:`REGRADED` folder for the records re-graded (beside the tables as recorded, which stay)."""
+    return config.results_path() / REGRADED if check_grader(grader) == "current" else config.results_path()
+
+
 def write_tables(config: CompareConfig) -> dict[str, Any]:
-    """Build the results from the records (:func:`build_results`) and write every table and figure to
-    ``results_dir``; returns the results."""
+    """Build the results from the records as recorded (:func:`build_results`) and write every table and
+    figure to ``results_dir`` (:func:`write_outputs`); returns the results. The re-graded tables:
+    :func:`udpo.study.grader_comparison.write_regraded`."""
     results, runs = build_results(config)
-    out = config.results_path()
+    write_outputs(config.results_path(), results, runs)
+    return results
+
+
+def write_outputs(out: Path, results: dict[str, Any], runs: Evaluated) -> None:
+    """Every table and figure of ``results`` (from the debates ``runs``) into the folder ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
     write_json(out / "results.json", results)
     (out / "table.md").write_text(markdown_table(results) + "\n")
     write_csv(out / "table.csv", results)
@@ -335,7 +351,6 @@ def write_tables(config: CompareConfig) -> dict[str, Any]:
         writer.writeheader()
         writer.writerows(results["forms"])
     diagnose_gains(out / "diagnosis", runs)
-    return results
 
 
 def markdown_table(results: dict[str, Any]) -> str:
@@ -350,6 +365,14 @@ def markdown_table(results: dict[str, Any]) -> str:
         "| method | " + " | ".join(TABLE_METRICS) + " | accuracy change vs Standard MAD | accuracy per seed |"
     )
     lines = [head, "|---" * (len(TABLE_METRICS) + 3) + "|"]
+    if results.get("grader") == "current":
+        lines = [
+            "Re-graded: every turn's answer read again from its committed text by the run's task, the final "
+            "round voted again and each debate judged again (udpo.study.regrade); comparison.md sets these "
+            "tables beside the tables as recorded.",
+            "",
+            *lines,
+        ]
     for method, entry in results["methods"].items():
         cells = [
             f"{entry[m]['mean']:.3f} [{entry[m]['low']:.3f}, {entry[m]['high']:.3f}]" for m in TABLE_METRICS
