@@ -4,11 +4,14 @@ launcher's default told apart from the user's choice."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
+from train_helpers import EXPLICIT, write_recipe
 
 from udpo.threads import (
     ENV,
@@ -20,6 +23,7 @@ from udpo.threads import (
     describe,
 )
 
+REPO = Path(__file__).resolve().parents[1]
 #: how ``udpo.threads`` sees the shell a plain ``python train_udpo.py`` was typed in (not a launcher)
 SHELL = Parent(environ={}, argv=["bash"])
 
@@ -178,3 +182,55 @@ def test_the_busy_estimate_is_a_count_of_cpus():
 
     busy = _busy_now(window=0.05)
     assert 0.0 <= busy <= (os.cpu_count() or 1)
+
+
+#: a one-iteration training of the tiny model: long enough to print the run's header
+LAUNCHED = {**EXPLICIT, "max_iterations": 1, "eval_questions": 0, "save_steps": 1}
+HEADER = re.compile(
+    r"torch threads per process: (\d+) \((\d+) cores, about (\d+) busy with other work, (\d+) process\(es\) "
+    r"of this run \(OMP_NUM_THREADS=1 was the launcher's default\); set UDPO_NUM_THREADS to choose\)"
+)
+#: accelerate launch, told what it would otherwise warn about
+ACCELERATE_LAUNCH = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1",
+                     "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]  # fmt: skip
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+
+
+def launch(*cmd: str, **env: str) -> subprocess.CompletedProcess:
+    """``cmd`` from the repository, in an environment where the user chose no thread count, plus ``env``."""
+    chosen = (ENV, "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    base = {k: v for k, v in os.environ.items() if k not in chosen}
+    result = subprocess.run(
+        cmd, cwd=REPO, env={**base, "TOKENIZERS_PARALLELISM": "false", **env}, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    return result
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("launcher", "processes"), [(ACCELERATE_LAUNCH, 1), (TORCHRUN, 2)], ids=["accelerate", "torchrun"]
+)
+def test_a_launched_training_takes_its_share_of_the_cores(launcher, processes, tiny_model, tmp_path):
+    recipe = write_recipe(tmp_path / "recipe.yaml", tiny_model, output_dir=str(tmp_path / "run"), **LAUNCHED)
+    result = launch(*launcher, "train_udpo.py", "--config", str(recipe))
+    header = HEADER.search(result.stderr)
+    assert header is not None, result.stderr[-4000:]
+    threads, cores, busy, ranks = map(int, header.groups())
+    assert (cores, ranks) == (available_cores(), processes)
+    assert threads == choose_threads(cores, busy, ranks)  # not the launcher's 1
+
+
+CHOICE = "from udpo.threads import configure_threads; c = configure_threads(); print(c.threads, c.reason)"
+
+
+@pytest.mark.slow
+def test_a_thread_count_the_user_gave_the_launcher_is_kept(tmp_path):
+    script = tmp_path / "choice.py"
+    script.write_text(CHOICE)
+    in_the_shell = launch(*ACCELERATE_LAUNCH, str(script), OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    assert in_the_shell.stdout.splitlines()[-1] == "1 OMP_NUM_THREADS=1 (set by the user)"
+    flag = ["--num_cpu_threads_per_process", "1"]
+    by_flag = launch(*ACCELERATE_LAUNCH, *flag, str(script), PYTHONPATH=str(REPO))
+    assert by_flag.stdout.splitlines()[-1] == "1 --num_cpu_threads_per_process 1 of accelerate launch"
