@@ -25,7 +25,7 @@ unset in its own environment (and ``--nproc_per_node`` > 1); ``accelerate launch
 ``OMP_NUM_THREADS`` in the processes it starts, to its flag's value, else to the variable of its own
 environment, else to 1 (with ``--cpu`` and more than one physical core per process: that quotient). So a
 child cannot tell from its own environment where the variable came from; its launcher's can. Rule
-(:func:`thread_choice`): this process was started by a launcher when it carries a variable the launcher sets
+(:func:`user_choice`): this process was started by a launcher when it carries a variable the launcher sets
 in its children (``TORCHELASTIC_RUN_ID``: torchrun, and accelerate's multi-process paths through it;
 ``ACCELERATE_DYNAMO_BACKEND``: ``accelerate launch``) that its parent process's environment lacks. The
 parent is then the launcher, started from the user's shell, and its initial environment
