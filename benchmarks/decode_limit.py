@@ -54,10 +54,15 @@ def roofline(model, batch: int, dtype: torch.dtype, repeats: int = 20) -> tuple[
         a @ b
     seconds = (time.perf_counter() - start) / repeats
     gflops = 2 * batch * cfg.hidden_size * cfg.intermediate_size / seconds / 1e9
-    per_token = 2 * sum(p.numel() for n, p in model.named_parameters() if "embed_tokens" not in n)
+    per_token = 2 * sum(p.numel() for n, p in base_parameters(model) if "embed_tokens" not in n)
     if getattr(cfg, "tie_word_embeddings", False):
         per_token += 2 * cfg.vocab_size * cfg.hidden_size  # the output layer shares the embedding
     return gflops, per_token
+
+
+def base_parameters(model) -> list:
+    """``model``'s named parameters less any LoRA adapters' (a row passes through one adapter, not all)."""
+    return [(n, p) for n, p in model.named_parameters() if "lora_" not in n]
 
 
 def padded(tokenizer, chats: list) -> tuple[torch.Tensor, torch.Tensor]:

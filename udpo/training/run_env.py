@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from udpo import gpu_share
+from udpo import gpu_share, threads
 from udpo.config.groups import ModelArgs, RunArgs
 from udpo.env.backends.hf import pick_dtype
 from udpo.env.jsonl import write_json
@@ -127,10 +127,7 @@ class RunEnvironment:
         )
         if self.main:
             write_json(self.run_dir / "config.json", config)
-            print(
-                f"torch threads per process: {torch.get_num_threads()} (UDPO_NUM_THREADS=k chooses)",
-                file=sys.stderr,
-            )
+            print(f"torch threads per process: {threads.describe()}", file=sys.stderr)
         return tracker
 
     @contextmanager
