@@ -85,6 +85,12 @@ def iteration_figures(train: list[dict]) -> dict[str, float]:
     """Over the iterations ``train``: the median seconds of each part and their sum (``iteration``), the
     median rollout tokens/s and process 0's most memory (GPUs: the iteration's and each phase's peaks;
     CPUs: each phase's resident peak)."""
+    skipped = [r["iteration"] for r in train if r.get("update/skipped")]
+    if skipped:  # no update to time: dynamic sampling found no informative question within its cap
+        raise ValueError(
+            f"iterations {skipped} made no update (dynamic sampling dropped every question within its cap): "
+            "time a run whose debates differ, or set debates_per_question: 1 or dynamic_sampling: false"
+        )
     figures = {part: statistics.median(r[f"time/{part}"] for r in train) for part in PARTS}
     figures["iteration"] = sum(figures.values())
     figures["tokens_per_s"] = statistics.median(r["tokens_per_s"] for r in train)

@@ -67,7 +67,8 @@ def test_one_iteration_of_a_shape_built_in_memory_runs_on_cpu(tmp_path):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(
         "task: arithmetic\ntask_options: {difficulty: 1, n_questions: 40}\nn_agents: 3\nrounds: 1\n"
-        "max_tokens: 4\nquestions_per_iteration: 1\nbackend: hf\ndtype: fp32\neval_questions: 0\n"
+        "max_tokens: 4\nquestions_per_iteration: 1\ndebates_per_question: 1\nbackend: hf\ndtype: fp32\n"
+        "eval_questions: 0\n"
         "warmup_fraction: 0.0\nalpha: [0.3]\nbeta: [0.3]\ngamma: [0.3]\nlambda_: [1.0]\neta: [0.01]\n"
     )
     done = subprocess.run(
