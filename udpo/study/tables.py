@@ -247,12 +247,14 @@ def answer_forms(config: CompareConfig, records: Records, runs: Evaluated) -> li
     """One row per method, seed and agent: the share of each answer form and the echo rate
     (:mod:`udpo.env.answer_forms`) over every turn of the evaluation that stands for the method, each turn's
     text read again by the current parser of the run's task (the forms a record holds are the parser's of
-    its day, and older records hold none); a record without its config keeps the forms it recorded."""
+    its day, and older records hold none); a record without its config keeps the forms it recorded, and one
+    loaded with the ``current`` grader already carries the current parser's forms (read once, by
+    :func:`udpo.study.regrade.regrade`)."""
     rows = []
     for method, evaluated_seeds in runs.items():
         for seed, debates in evaluated_seeds:
             record = records[(config.trained()[0] if METHODS[method] is None else method, seed)]
-            if record.config is None:
+            if record.config is None or record.grader == "current":
                 forms = [recorded_forms(d) for d in debates]
             else:
                 task = record.task()
