@@ -414,7 +414,7 @@ def main() -> None:
     from decode import load
 
     from udpo.env.backends.attention import use_grouped_sdpa
-    from udpo.env.backends.hf import DTYPES, describe_numeric_path
+    from udpo.env.backends.machine import DTYPES, describe_numeric_path
     from udpo.threads import describe
 
     dtype = DTYPES[args.dtype]

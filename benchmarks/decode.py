@@ -33,7 +33,8 @@ from pathlib import Path
 import torch
 
 from udpo.env.backends import ChatRequest, SamplingParams
-from udpo.env.backends.hf import HFBackend, cpu_model, pick_decode, pick_dtype
+from udpo.env.backends.hf import HFBackend
+from udpo.env.backends.machine import cpu_model, pick_decode, pick_dtype
 from udpo.env.models import resolve_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from decode import load  # benchmarks/decode.py
 
-from udpo.env.backends.hf import cpu_model, pick_dtype
+from udpo.env.backends.machine import cpu_model, pick_dtype
 from udpo.env.backends.static_decode import MIN_COLUMNS, SHAPES, StaticDecoder, bucket
 
 

@@ -31,7 +31,8 @@ import time
 import torch
 
 from udpo.env.backends import ChatRequest, SamplingParams, make_backend
-from udpo.env.backends.hf import DTYPES, chat_prompt_ids
+from udpo.env.backends.chat import chat_prompt_ids
+from udpo.env.backends.machine import DTYPES
 from udpo.env.models import resolve_model
 from udpo.env.tasks.arithmetic import Arithmetic
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import torch
 
 from udpo.config import TrainConfig
-from udpo.env.backends.hf import describe_numeric_path
+from udpo.env.backends.machine import describe_numeric_path
 from udpo.threads import configure_threads
 from udpo.training import autosize
 from udpo.training.memory import TensorBytes

@@ -7,7 +7,7 @@ Each run folder holds ``eval/iter_000000`` (the untrained team) and later ``eval
 the same questions, sampled with the same ``eval_seed``, and ``metrics.jsonl``. The "after" evaluation
 is the last one every run has. Per question the script takes correctness, U_intra, U_inter, U_sys and
 the share of unparsed answers, and reports the mean change with a 95% bootstrap interval that resamples
-questions (``udpo.rewards.statistics.paired_bootstrap``), per run and over all runs (runs drawn with
+questions (``udpo.study.intervals.paired_bootstrap``), per run and over all runs (runs drawn with
 different seeds evaluate different questions; each is then resampled on its own). Writes
 ``OUT/results.json``, ``OUT/learning_curves.png`` and prints a Markdown table.
 """
@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from udpo.analysis.results import PER_QUESTION_METRICS, eval_iterations, per_question
-from udpo.rewards.statistics import paired_bootstrap
+from udpo.study.intervals import paired_bootstrap
 from udpo.training.tracking import read_metrics
 
 CURVES = {

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from udpo.config.groups import mapping
-    from udpo.env.backends.hf import describe_numeric_path
+    from udpo.env.backends.machine import describe_numeric_path
     from udpo.env.tasks import get_task
     from udpo.study import CompareConfig
     from udpo.study.cut import cut_summary

@@ -30,7 +30,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def header_lines() -> list[str]:
     """The run's numeric path (the CPU, its matrix units, what ``dtype: auto`` picks; ``UDPO_DTYPE`` forces
     it, docs/testing.md) and torch's threads."""
-    from udpo.env.backends.hf import describe_numeric_path
+    from udpo.env.backends.machine import describe_numeric_path
 
     return [describe_numeric_path(), f"torch threads: {THREADS.threads} ({THREADS.reason})"]
 

@@ -147,6 +147,7 @@ def test_recipe_comments_cite_existing_paths():
 LAB = ROOT / "docs" / "lab"
 #: the guides: the pages a user follows, at the top of docs/ (results, measurements, plans and logs: docs/lab/)
 GUIDES = {
+    "README.md",
     "algorithms.md",
     "architecture.md",
     "attacks.md",
@@ -191,6 +192,17 @@ def test_the_guides_speak_of_the_product_not_its_development(page):
         f"{_rel(page)} speaks of how the project is developed ({found}): say how things work, and cite "
         "docs/lab/ for what was measured, where and when"
     )
+
+
+def test_every_guide_is_listed_in_the_docs_index():
+    index = ROOT / "docs" / "README.md"
+    linked = {
+        (index.parent / target.partition("#")[0]).resolve() for target in LINK.findall(index.read_text())
+    }
+    unlisted = sorted(
+        name for name in GUIDES - {"README.md"} if (index.parent / name).resolve() not in linked
+    )
+    assert not unlisted, f"docs/README.md does not list {unlisted}: add each to its group"
 
 
 def test_every_lab_page_is_listed_in_the_lab_index():

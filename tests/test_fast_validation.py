@@ -188,7 +188,7 @@ def test_argtypes_refuse(parse, text, message):
 
 
 def test_dtype_names_are_those_the_hf_backend_maps():
-    from udpo.env.backends.hf import DTYPES
+    from udpo.env.backends.machine import DTYPES
 
     assert set(DTYPE_NAMES) == set(DTYPES)
 

@@ -11,7 +11,7 @@ import train_helpers
 from rounding import scored_bound
 from train_helpers import EXPLICIT, QUESTION_DIGEST, read_jsonl, tiny_config
 
-from udpo.env.backends import hf
+from udpo.env.backends import machine
 from udpo.training import accelerate_state
 from udpo.training.run_lock import RunBusyError
 from udpo.training.trainer import Trainer
@@ -39,26 +39,28 @@ def fresh_accelerate_state(monkeypatch):
 
 
 def test_udpo_dtype_forces_what_auto_resolves_to(monkeypatch):
-    monkeypatch.delenv(hf.DTYPE_ENV, raising=False)
-    assert hf.forced_dtype() is None
-    native = torch.bfloat16 if hf.cpu_has_bf16() else torch.float32
-    assert hf.pick_dtype("auto", "cpu") == native and hf.pick_dtype("auto", "cuda") == torch.bfloat16
+    monkeypatch.delenv(machine.DTYPE_ENV, raising=False)
+    assert machine.forced_dtype() is None
+    native = torch.bfloat16 if machine.cpu_has_bf16() else torch.float32
+    assert (
+        machine.pick_dtype("auto", "cpu") == native and machine.pick_dtype("auto", "cuda") == torch.bfloat16
+    )
     for value, dtype in (("fp32", torch.float32), ("BF16", torch.bfloat16)):
-        monkeypatch.setenv(hf.DTYPE_ENV, value)
-        assert hf.pick_dtype("auto", "cpu") == hf.pick_dtype("auto", "cuda") == dtype
-        assert hf.pick_dtype("fp16", "cpu") == torch.float16  # an explicit dtype is left alone
-        assert f"forced by UDPO_DTYPE={value.lower()}" in hf.describe_numeric_path()
-    monkeypatch.setenv(hf.DTYPE_ENV, "float64")
+        monkeypatch.setenv(machine.DTYPE_ENV, value)
+        assert machine.pick_dtype("auto", "cpu") == machine.pick_dtype("auto", "cuda") == dtype
+        assert machine.pick_dtype("fp16", "cpu") == torch.float16  # an explicit dtype is left alone
+        assert f"forced by UDPO_DTYPE={value.lower()}" in machine.describe_numeric_path()
+    monkeypatch.setenv(machine.DTYPE_ENV, "float64")
     with pytest.raises(ValueError, match=r"UDPO_DTYPE='float64': use fp32 or bf16"):
-        hf.pick_dtype("auto", "cpu")
+        machine.pick_dtype("auto", "cpu")
 
 
 def test_the_header_names_the_matrix_units_and_the_dtype_auto_picks(monkeypatch):
-    monkeypatch.delenv(hf.DTYPE_ENV, raising=False)
-    line = hf.describe_numeric_path()
-    units = hf.cpu_matrix_units()
-    assert f"({', '.join(units)}); dtype auto = {'bf16' if hf.cpu_has_bf16() else 'fp32'}" in line
-    assert hf.cpu_has_bf16() == bool({"amx_bf16", "avx512_bf16"} & set(units))
+    monkeypatch.delenv(machine.DTYPE_ENV, raising=False)
+    line = machine.describe_numeric_path()
+    units = machine.cpu_matrix_units()
+    assert f"({', '.join(units)}); dtype auto = {'bf16' if machine.cpu_has_bf16() else 'fp32'}" in line
+    assert machine.cpu_has_bf16() == bool({"amx_bf16", "avx512_bf16"} & set(units))
 
 
 #: how far the trainer's log-probs of the sampled tokens may be from the sampler's (``mismatch/abs_mean``,
@@ -99,7 +101,7 @@ def test_trainers_of_either_precision_follow_one_another(
     for dtype in order:
         config = config_for(digit_model, tmp_path / dtype, dtype)
         with Trainer(config) as trainer:
-            assert trainer.policy.dtype == hf.DTYPES[dtype]
+            assert trainer.policy.dtype == machine.DTYPES[dtype]
             with pytest.raises(RunBusyError):  # a trainer that fails to start lets go of accelerate too
                 Trainer(config)
             precisions = []
@@ -112,7 +114,7 @@ def test_trainers_of_either_precision_follow_one_another(
 
             trainer.policy.token_logprobs = recording
             trainer.train()
-            assert set(precisions) == {hf.DTYPES[dtype]}, dtype
+            assert set(precisions) == {machine.DTYPES[dtype]}, dtype
     assert not AcceleratorState._shared_state
     Accelerator(cpu=True, mixed_precision="bf16")  # what a later run of another library may ask for
 

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 from test_compare import finished_run, write_compare
 
-from udpo.rewards.statistics import seed_change
+from udpo.study.intervals import seed_change
 from udpo.study.plan import CompareConfig
 from udpo.study.runner import run_compare
 from udpo.study.seed_change_plot import seed_change_figure

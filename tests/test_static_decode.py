@@ -27,7 +27,8 @@ from tiny_models import tiny_team_with_distinct_adapters
 from transformers import AutoConfig
 
 from udpo.env.backends import decoding, static_decode
-from udpo.env.backends.hf import HFBackend, pick_decode
+from udpo.env.backends.hf import HFBackend
+from udpo.env.backends.machine import pick_decode
 from udpo.env.backends.stacked import StackedAdapters
 from udpo.env.backends.static_decode import StaticDecoder, bucket
 from udpo.training.policy import MultiAgentPolicy

@@ -15,11 +15,11 @@ from udpo.rewards.statistics import (
     bin_label,
     cohens_d,
     failure_vs_success,
-    paired_bootstrap,
     pearson,
     selective_prediction,
     stratified_gains,
 )
+from udpo.study.intervals import paired_bootstrap
 
 
 def test_cohens_d_by_hand():

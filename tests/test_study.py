@@ -193,7 +193,7 @@ def test_a_record_names_its_machine_and_numeric_path(tmp_path, monkeypatch):
     """machine.json: this CPU and its cores, no GPU here, the config's dtype as resolved on this machine."""
     import torch
 
-    from udpo.env.backends.hf import cpu_model
+    from udpo.env.backends.machine import cpu_model
 
     run = tmp_path / "run"
     finished_run(run, "udpo", [True], [True])

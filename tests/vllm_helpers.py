@@ -26,7 +26,7 @@ def engine_dtype() -> str:
     else fp32 (vLLM's own "auto" takes the checkpoint's bf16, emulated and about 4x slower there)."""
     import torch
 
-    from udpo.env.backends.hf import pick_dtype
+    from udpo.env.backends.machine import pick_dtype
 
     return "bfloat16" if pick_dtype("auto", "cpu") == torch.bfloat16 else "float32"
 

@@ -14,8 +14,8 @@ import math
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field, replace
 
-#: weight dtypes a backend accepts besides "auto" (the hf backend maps them to torch dtypes); listed here,
-#: without torch, so settings are checked before anything heavy is imported
+#: weight dtypes a backend accepts besides "auto" (``machine.DTYPES`` maps them to torch dtypes); listed
+#: here, without torch, so settings are checked before anything heavy is imported
 DTYPE_NAMES = ("bf16", "bfloat16", "fp16", "float16", "fp32", "float32")
 
 

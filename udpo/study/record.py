@@ -78,7 +78,7 @@ def machine_facts(dtype: str, gpu: str | None = None) -> dict[str, Any]:
 
     import torch
 
-    from udpo.env.backends.hf import cpu_model, pick_dtype
+    from udpo.env.backends.machine import cpu_model, pick_dtype
 
     if gpu is None and torch.cuda.is_available():
         gpu = torch.cuda.get_device_name()

@@ -2,7 +2,7 @@
 
 One panel per metric, one row per trained method: a dot for each seed's change (after - before, its mean
 over the test questions), the mean of the seeds' changes, the t-interval over seeds (thick bar) and the
-bootstrap over seeds and problems (thin bar with caps) of :func:`udpo.rewards.statistics.seed_change`. The line at
+bootstrap over seeds and problems (thin bar with caps) of :func:`udpo.study.intervals.seed_change`. The line at
 zero is "no change": the pre-registered reading (``docs/lab/preregistration.md``) asks whether both bars lie
 on one side of it.
 """

@@ -128,7 +128,7 @@ def check_same_start(config: CompareConfig, records: Records, seeds: list[int]) 
 def build_results(config: CompareConfig, grader: str = "recorded") -> tuple[dict[str, Any], Evaluated]:
     """Every number of the tables (results.json), and the evaluations they came from, every debate graded
     by ``grader`` (:data:`udpo.study.regrade.GRADERS`)."""
-    from udpo.rewards.statistics import paired_bootstrap, seed_change
+    from udpo.study.intervals import paired_bootstrap, seed_change
 
     records, seeds, missing = load_records(config, grader)
     if not seeds:
@@ -222,7 +222,7 @@ def arm_comparisons(
     evaluation draws, so each seed's difference is paired. ``metrics``: each arm's per-seed
     :func:`question_metrics` of ``runs``. Empty when the plan names none, or when the seeds' problems differ
     (no paired analysis then)."""
-    from udpo.rewards.statistics import seed_change
+    from udpo.study.intervals import seed_change
 
     out: dict[str, dict[str, Any]] = {}
     for a, b in config.comparisons:
@@ -359,7 +359,7 @@ def markdown_table(results: dict[str, Any]) -> str:
     """Table 1: each metric's mean over seeds and 95% interval (questions resampled within each seed, the
     trained adapters held fixed), accuracy's change over Standard MAD and accuracy per seed; then, when
     every seed evaluated the same problems, each metric's change with the t-interval over seeds and the
-    seeds x problems bootstrap (:func:`udpo.rewards.statistics.seed_change`), the pre-registered intervals;
+    seeds x problems bootstrap (:func:`udpo.study.intervals.seed_change`), the pre-registered intervals;
     then each run's training diagnostics. (A results.json written before the per-run table and the
     collapse rate existed gives the tables it has the numbers for.)"""
     changes = seed_changes(results)

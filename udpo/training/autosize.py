@@ -11,7 +11,7 @@ from all that is free.
 
 Besides what the process holds when the plan is made, the update shares the device with what the
 rollouts keep between their calls: the hf backend's decode buffers on its stacked paths (up to
-``KEPT_KV_CALLS x kv_cache_gib`` per base model, :func:`udpo.env.backends.hf.kept_kv_bytes`), allocated
+``KEPT_KV_CALLS x kv_cache_gib`` per base model, :func:`udpo.env.backends.machine.kept_kv_bytes`), allocated
 at the first rollout. They are set aside from the free memory before the update is sized
 (``UpdatePlan.kept_bytes``).
 
@@ -305,11 +305,11 @@ def plan_update(
 
 def decode_kept_bytes(config: Any, device: str) -> int:
     """Bytes the rollout backend's decode buffers keep through an update, per base model: the hf backend
-    on the live model keeps its stacked paths' KV buffers (:func:`udpo.env.backends.hf.kept_kv_bytes`);
+    on the live model keeps its stacked paths' KV buffers (:func:`udpo.env.backends.machine.kept_kv_bytes`);
     another engine (vLLM: its own memory share) none here."""
     if not config.backend_capabilities.serves_live_model:
         return 0
-    from udpo.env.backends.hf import kept_kv_bytes
+    from udpo.env.backends.machine import kept_kv_bytes
 
     return kept_kv_bytes(config.hf_decode, device)
 

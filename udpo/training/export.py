@@ -221,7 +221,7 @@ def merge_adapter(
     from peft import PeftModel
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    from udpo.env.backends.hf import pick_dtype
+    from udpo.env.backends.machine import pick_dtype
     from udpo.env.models import resolve_model
 
     path = resolve_model(base_model)

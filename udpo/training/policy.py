@@ -40,7 +40,8 @@ from torch import Tensor
 
 from udpo.env.backends.attention import use_grouped_sdpa
 from udpo.env.backends.base import Backend, logprob_temperature
-from udpo.env.backends.hf import HFBackend, pick_dtype
+from udpo.env.backends.hf import HFBackend
+from udpo.env.backends.machine import pick_dtype
 from udpo.env.backends.team import TeamBackend
 from udpo.env.debate import DebateConfig
 from udpo.env.models import DEFAULT_MODEL, resolve_model
@@ -126,7 +127,7 @@ class MultiAgentPolicy:
     ``name_or_path`` names it and gives the tokenizer unless ``tokenizer`` is given).
     n_agents: N. lora: adapter settings. shared_adapter: one adapter ("shared") for every agent.
     agent_models: one base model name per agent for heterogeneous teams (default: ``model`` for all).
-    dtype: "auto" (see :func:`~udpo.env.backends.hf.pick_dtype`), "bf16", "fp16" or "fp32". device: default cuda if
+    dtype: "auto" (see :func:`~udpo.env.backends.machine.pick_dtype`), "bf16", "fp16" or "fp32". device: default cuda if
     available, else cpu. reference: "base" (adapters disabled) or "lagged" (snapshot adapters).
     """
 

@@ -29,7 +29,7 @@ import torch
 
 from udpo import gpu_share, threads
 from udpo.config.groups import ModelArgs, RunArgs
-from udpo.env.backends.hf import pick_dtype
+from udpo.env.backends.machine import pick_dtype
 from udpo.env.jsonl import write_json
 from udpo.training import accelerate_state, run_lock
 from udpo.training import distributed as dist
