@@ -116,19 +116,20 @@ def test_mappo_advantages_use_the_centralized_state_before_each_round():
     s1 = critic_state("2+2?", ["4", "5"])
     critic = TableCritic({s0: 0.5, s1: 0.8})
     algo = MAPPO(critic, ActorCriticConfig(w_consensus=0.0, gamma=1.0, lam=1.0, advantage_norm="none"))
-    adv = algo.advantages(batch_of(algo, [t]))
+    out = algo.advantages(batch_of(algo, [t]))
+    adv = out.values
     # R = 1; lam = 1: A_r = R - V(s_r)
     assert adv.shape == (1, 2, 2)
     assert adv[0, 0].tolist() == pytest.approx([0.5, 0.2])
     assert adv[0, 1].tolist() == pytest.approx([0.5, 0.2])
-    # one target per distinct state: G = A + V = R for both
-    assert algo.targets[0] == [(s0, pytest.approx(1.0)), (s1, pytest.approx(1.0))]
+    # one target per distinct state: G = A + V = R for both, returned with the advantages
+    assert out.critic_targets == [[(s0, pytest.approx(1.0)), (s1, pytest.approx(1.0))]]
 
 
 def test_normalized_advantages_have_mean_zero_and_unit_std():
     ts = [debate([["4", "4"], ["5", "4"]], True), debate([["1", "2"], ["3", "3"]], False)]
     algo = MAPPO(TableCritic(), ActorCriticConfig())
-    adv = algo.advantages(batch_of(algo, ts))
+    adv = algo.advantages(batch_of(algo, ts)).values
     assert adv.mean().item() == pytest.approx(0.0, abs=1e-6)
     assert adv.flatten().std().item() == pytest.approx(1.0, abs=1e-5)
 
@@ -140,7 +141,7 @@ def test_actor_loss_at_ratio_one_is_minus_the_token_mean_advantage():
     algo = MAPPO(TableCritic(), ActorCriticConfig(eta=0.0))
     b = batch_of(algo, ts)
     logp = [torch.full((3,), -1.0, requires_grad=True) for _ in ts]
-    loss, info = algo.loss(b, 0, logp, None, torch.tensor([[1.0, -2.0], [3.0, 0.0]]))
+    loss, info = algo.loss(b, 0, logp, b.behavior(0), None, torch.tensor([[1.0, -2.0], [3.0, 0.0]]))
     assert loss.item() == pytest.approx(-1.0)
     assert info["clip_frac"] == 0.0
     loss.backward()
@@ -153,7 +154,7 @@ def test_actor_loss_clips_per_token():
     algo = MAPPO(TableCritic(), ActorCriticConfig(eta=0.0, clip_eps=0.2))
     b = batch_of(algo, ts)
     logp = [torch.tensor([-1.0 + math.log(2.0), -1.0])]  # rho = 2 then 1
-    loss, info = algo.loss(b, 0, logp, None, torch.tensor([[1.0, 1.0]]))
+    loss, info = algo.loss(b, 0, logp, b.behavior(0), None, torch.tensor([[1.0, 1.0]]))
     assert loss.item() == pytest.approx(-(1.2 + 1.0) / 2)
     assert info["clip_frac"] == pytest.approx(0.5)
 
@@ -164,7 +165,7 @@ def test_actor_loss_adds_the_per_token_kl_anchor():
     b = batch_of(algo, ts)
     logp = [torch.tensor([-1.0, -1.0])]
     ref = [torch.tensor([-1.0 + math.log(2.0), -1.0])]  # r = ln 2, 0: k3 = 2 - ln 2 - 1, 0
-    loss, info = algo.loss(b, 0, logp, ref, torch.zeros(1, 2))
+    loss, info = algo.loss(b, 0, logp, b.behavior(0), ref, torch.zeros(1, 2))
     assert info["kl"] == pytest.approx((1 - math.log(2.0)) / 2)
     assert loss.item() == pytest.approx(0.5 * (1 - math.log(2.0)) / 2)
 
@@ -174,13 +175,13 @@ def test_critic_loss_is_the_mean_squared_error_to_the_targets():
     s0, s1 = critic_state("2+2?", None), critic_state("2+2?", ["4", "5"])
     critic = TableCritic({s0: 0.5, s1: 0.8})
     algo = MAPPO(critic, ActorCriticConfig(w_consensus=0.0, lam=1.0, advantage_norm="none"))
-    algo.advantages(batch_of(algo, [t]))
-    loss, info = algo.critic_loss([0])
+    targets = algo.advantages(batch_of(algo, [t])).targets_of([0])
+    loss, info = algo.critic_loss(targets)
     assert loss.item() == pytest.approx(((0.5 - 1) ** 2 + (0.8 - 1) ** 2) / 2)
     loss.backward()
     assert critic.p.grad.item() == pytest.approx(2 * ((0.5 - 1) + (0.8 - 1)) / 2)
     with pytest.raises(ValueError, match="no value targets"):
-        MAPPO(critic).critic_loss([0])
+        MAPPO(critic).critic_loss([])
 
 
 # --- RMAAC: the adversary ---------------------------------------------------------------------------------

@@ -54,8 +54,8 @@ def test_k3_has_the_gradient_of_kl_ref_theta_and_k2_of_kl_theta_ref(seed):
 def test_udpo_uses_the_configured_kl_loss():
     b = batch([[[[-1.0, -2.0]]]], [[0.0]])
     logp, ref = leaf([-1.0, -2.0]), torch.tensor([-1.5, -1.0])
-    _, k3 = udpo(eta=(1.0,), kl_loss="k3").loss(b, 0, [logp], [ref], torch.tensor([0.0]))
-    _, k2 = udpo(eta=(1.0,), kl_loss="k2").loss(b, 0, [logp], [ref], torch.tensor([0.0]))
+    _, k3 = udpo(eta=(1.0,), kl_loss="k3").loss(b, 0, [logp], b.behavior(0), [ref], torch.tensor([0.0]))
+    _, k2 = udpo(eta=(1.0,), kl_loss="k2").loss(b, 0, [logp], b.behavior(0), [ref], torch.tensor([0.0]))
     r = torch.tensor([-0.5, 1.0])
     assert k3["kl"] == pytest.approx((r.exp() - r - 1).sum().item(), rel=1e-6)
     assert k2["kl"] == pytest.approx((0.5 * r**2).sum().item(), rel=1e-6)
@@ -89,10 +89,10 @@ def test_udpo_group_baseline_then_agent_normalisation():
         [[1.0, 0.0], [0.0, 2.0], [1.0, 4.0], [1.0, 0.0]],
         group_ids=["a", "a", "b", "b"],
     )
-    plain = udpo(eta=(0.0, 0.0), baseline="group").advantages(b)
+    plain = udpo(eta=(0.0, 0.0), baseline="group").advantages(b).values
     assert plain[:, 0].tolist() == pytest.approx([0.5, -0.5, 0.0, 0.0])
     assert plain[:, 1].tolist() == pytest.approx([-1.0, 1.0, 2.0, -2.0])
-    scaled = udpo(eta=(0.0, 0.0), baseline="group", advantage_norm="agent").advantages(b)
+    scaled = udpo(eta=(0.0, 0.0), baseline="group", advantage_norm="agent").advantages(b).values
     for i in range(2):
         assert scaled[:, i].std().item() == pytest.approx(1.0, abs=1e-5)
 
@@ -104,9 +104,9 @@ def test_mappo_group_baseline_puts_the_group_mean_reward_in_place_of_the_first_v
     cfg = {"w_consensus": 0.0, "lam": 1.0, "advantage_norm": "none"}
     critic = TableCritic({s0: 0.9})
     mappo = MAPPO(critic, ActorCriticConfig(**cfg))
-    plain = mappo.advantages(batch_of(mappo, [right, wrong]))
+    plain = mappo.advantages(batch_of(mappo, [right, wrong])).values
     group = MAPPO(critic, ActorCriticConfig(**cfg, baseline="group"))
-    adv = group.advantages(batch_of(group, [right, wrong]))
+    adv = group.advantages(batch_of(group, [right, wrong])).values
     # lam = 1: A_0 = R - V(s_0), with V(s_0) = 0.5 (the group mean) instead of 0.9
     assert plain[:, 0, 0].tolist() == pytest.approx([0.1, -0.9])
     assert adv[:, 0, 0].tolist() == pytest.approx([0.5, -0.5])
@@ -118,8 +118,8 @@ def test_loss_aggregation_sum_and_mean_for_udpo_and_mappo():
     # UDPO, trajectory ratio at rho = 1: sum -> -A, mean -> -A / tokens (3 tokens over two rounds)
     b = batch([[[[-1.0, -1.0], [-1.0]]]], [[0.0]])
     logp = [torch.tensor([-1.0, -1.0, -1.0])]
-    loss_sum, _ = udpo(loss_aggregation="sum").loss(b, 0, logp, None, torch.tensor([1.5]))
-    loss_mean, _ = udpo(loss_aggregation="mean").loss(b, 0, logp, None, torch.tensor([1.5]))
+    loss_sum, _ = udpo(loss_aggregation="sum").loss(b, 0, logp, b.behavior(0), None, torch.tensor([1.5]))
+    loss_mean, _ = udpo(loss_aggregation="mean").loss(b, 0, logp, b.behavior(0), None, torch.tensor([1.5]))
     assert (loss_sum.item(), loss_mean.item()) == pytest.approx((-1.5, -0.5))
     assert (
         udpo().config.loss_aggregation == "sum"
@@ -130,34 +130,39 @@ def test_loss_aggregation_sum_and_mean_for_udpo_and_mappo():
     advantages = torch.tensor([[1.0, 4.0]])
     for how, expected in (("mean", -2.0), ("sum", -6.0)):
         algo = MAPPO(TableCritic(), ActorCriticConfig(eta=0.0, loss_aggregation=how))
-        loss, _ = algo.loss(batch_of(algo, [t]), 0, [torch.full((3,), -1.0)], None, advantages)
+        b = batch_of(algo, [t])
+        loss, _ = algo.loss(b, 0, [torch.full((3,), -1.0)], b.behavior(0), None, advantages)
         assert loss.item() == pytest.approx(expected)
 
 
 # --- item 8: sampler/trainer importance weights ---------------------------------------------------------------
 def test_truncated_importance_weights_per_token_per_debate_and_mask():
     b = batch([[[[-1.0, -1.0]]], [[[-1.0, -1.0]]], [[[-1.0]]]], [[0.0], [0.0], [0.0]])
-    b.turns[0][0].engine_logratio = [math.log(3.0), math.log(0.5)]  # trainer/engine ratios 3 and 0.5
-    b.turns[1][0].engine_logratio = [math.log(1.5), math.log(1.2)]  # debate ratio 1.8
-    # debate 2 has no engine record: weight 1
-    tok, info = correction_weights(b, 0, "tis", 2.0, True, "cpu")
+    engine_logratio = {
+        0: torch.tensor([math.log(3.0), math.log(0.5)]),  # trainer/engine ratios 3 and 0.5
+        1: torch.tensor([math.log(1.5), math.log(1.2)]),  # debate ratio 1.8
+    }  # debate 2 has no engine record: weight 1
+    behavior = b.behavior(0, engine_logratio=engine_logratio)
+    tok, info = correction_weights(behavior, "tis", 2.0, True, "cpu")
     assert [w.tolist() for w in tok] == [pytest.approx([2.0, 0.5]), pytest.approx([1.5, 1.2]), [1.0]]
     assert info["is_clipped_frac"] == pytest.approx(1 / 5)
-    seq, _ = correction_weights(b, 0, "tis", 2.0, False, "cpu")
+    seq, _ = correction_weights(behavior, "tis", 2.0, False, "cpu")
     assert [w.item() for w in seq] == pytest.approx([1.5, 1.8, 1.0])
-    masked, info = correction_weights(b, 0, "mask", 1.7, False, "cpu")
+    masked, info = correction_weights(behavior, "mask", 1.7, False, "cpu")
     assert [w.item() for w in masked] == [1.0, 0.0, 1.0]  # 1.5 inside [1/1.7, 1.7], 1.8 outside
     assert info["is_clipped_frac"] == pytest.approx(1 / 3)
-    none, _ = correction_weights(b, 0, "none", 2.0, True, "cpu")
+    none, _ = correction_weights(behavior, "none", 2.0, True, "cpu")
     assert all(bool((w == 1).all()) for w in none)
 
 
 def test_udpo_surrogate_is_weighted_by_the_truncated_ratio():
     b = batch([[[[-1.0, -1.0]]]], [[0.0]])
-    b.turns[0][0].engine_logratio = [math.log(3.0), 0.0]  # sequence ratio 3, truncated to 2
+    behavior = b.behavior(
+        0, engine_logratio={0: torch.tensor([math.log(3.0), 0.0])}
+    )  # ratio 3, truncated to 2
     logp = [torch.tensor([-1.0, -1.0])]
-    plain, _ = udpo().loss(b, 0, logp, None, torch.tensor([1.0]))
-    weighted, info = udpo(is_correction="tis").loss(b, 0, logp, None, torch.tensor([1.0]))
+    plain, _ = udpo().loss(b, 0, logp, behavior, None, torch.tensor([1.0]))
+    weighted, info = udpo(is_correction="tis").loss(b, 0, logp, behavior, None, torch.tensor([1.0]))
     assert (plain.item(), weighted.item()) == pytest.approx((-1.0, -2.0))
     assert info["is_weight_mean"] == pytest.approx(2.0)
 

@@ -9,7 +9,16 @@ from typing import Any
 from udpo.config.groups import AlgorithmArgs, RewardArgs
 
 from .actor_critic import ActorCritic, ActorCriticConfig
-from .base import AgentTurns, Algorithm, LossSettings, RolloutBatch, fill_behavior_logprobs
+from .base import (
+    Advantages,
+    AgentTurns,
+    Algorithm,
+    Behavior,
+    LossSettings,
+    RolloutBatch,
+    fill_behavior_logprobs,
+    record_behavior,
+)
 from .mappo import MAPPO
 from .rmaac import RMAAC
 from .udpo import UDPO, Coefficients, UDPOLossConfig, compute_rewards
@@ -49,8 +58,10 @@ __all__ = [
     "UDPO",
     "ActorCritic",
     "ActorCriticConfig",
+    "Advantages",
     "AgentTurns",
     "Algorithm",
+    "Behavior",
     "Coefficients",
     "LossSettings",
     "RolloutBatch",
@@ -59,4 +70,5 @@ __all__ = [
     "build_algorithm",
     "compute_rewards",
     "fill_behavior_logprobs",
+    "record_behavior",
 ]

@@ -44,7 +44,9 @@ from udpo.algorithms.transfer import host_floats, to_device
 from udpo.rewards import debate_metrics
 
 from .base import (
+    Advantages,
     Algorithm,
+    Behavior,
     LossSettings,
     RolloutBatch,
     aggregate,
@@ -134,8 +136,8 @@ def per_token(advantages: Tensor, lengths: Sequence[int]) -> Tensor:
 class ActorCritic(Algorithm):
     """MAPPO-style actor-critic on debates; subclasses say what state each agent's critic value uses.
 
-    ``advantages`` returns [M, N, K] (K: the most rounds an agent spoke; rounds it did not speak are 0) and
-    keeps the value targets for :meth:`critic_loss` of the same batch."""
+    ``advantages`` returns [M, N, K] (K: the most rounds an agent spoke; rounds it did not speak are 0) with
+    the value targets :meth:`critic_loss` regresses on and the critic's explained variance."""
 
     needs_critic = True
     critic: Critic
@@ -143,8 +145,6 @@ class ActorCritic(Algorithm):
     def __init__(self, critic, config: ActorCriticConfig | None = None):
         self.critic = critic
         self.config = config or ActorCriticConfig()
-        self.targets: dict[int, list[tuple[str, float]]] = {}  # debate -> (state, G) of its states
-        self.explained_variance = float("nan")  # of the critic's values on the last batch's targets
 
     @classmethod
     def from_config(
@@ -194,7 +194,7 @@ class ActorCritic(Algorithm):
         return self.config.eta > 0
 
     @torch.no_grad()
-    def advantages(self, batch: RolloutBatch) -> Tensor:
+    def advantages(self, batch: RolloutBatch) -> Advantages:
         m, n = len(batch), batch.n_agents
         states = [[self.states(t, i) for i in range(n)] for t in batch.trajectories]
         k = max(len(s) for row in states for s in row)
@@ -216,9 +216,8 @@ class ActorCritic(Algorithm):
                 a, g = gae(v, batch.rewards[d, i], self.config.gamma, self.config.lam)
                 raw[d, i, : len(s)], targets[d, i, : len(s)] = a, g
                 mask[d, i, : len(s)] = True
-        self.explained_variance = explained_variance(values[mask], targets[mask])
-        self.targets = {
-            d: list(
+        critic_targets = [
+            list(
                 dict.fromkeys(  # a centralized state shared by the agents is one regression target
                     (states[d][i][r], float(targets[d, i, r]))
                     for i in range(n)
@@ -226,14 +225,18 @@ class ActorCritic(Algorithm):
                 )
             )
             for d in range(m)
-        }
-        return normalize_advantages(raw, self.config.advantage_norm, mask)
+        ]
+        return Advantages(
+            normalize_advantages(raw, self.config.advantage_norm, mask),
+            critic_targets,
+            explained_variance(values[mask], targets[mask]),
+        )
 
-    def batch_metrics(self, batch: RolloutBatch, advantages: Tensor) -> dict[str, float]:
+    def batch_metrics(self, batch: RolloutBatch, advantages: Advantages) -> dict[str, float]:
         """The shared statistics and ``critic/explained_variance`` (before this batch's update)."""
         return {
             **super().batch_metrics(batch, advantages),
-            "critic/explained_variance": self.explained_variance,
+            "critic/explained_variance": advantages.explained_variance,
         }
 
     def loss(
@@ -241,11 +244,11 @@ class ActorCritic(Algorithm):
         batch: RolloutBatch,
         agent: int,
         logp: list[Tensor],
+        behavior: Behavior,
         ref_logp: list[Tensor] | None,
         advantages: Tensor,
     ) -> tuple[Tensor, dict[str, float]]:
         cfg = self.config
-        behavior = batch.behavior_logprobs(agent, device=logp[0].device)
         if cfg.eta > 0 and ref_logp is None:
             raise ValueError(f"agent {agent}: the loss needs reference log-probs (eta > 0)")
         # each token gets its round's advantage A_r, [tokens] per debate
@@ -253,8 +256,8 @@ class ActorCritic(Algorithm):
             per_token(advantages[d].to(logp[0].device), [len(c) for c in row[agent].completion_ids])
             for d, row in enumerate(batch.turns)
         ]
-        rho = [ratio(lp, b) for lp, b in zip(logp, behavior, strict=True)]
-        w_is, is_info = correction_weights(batch, agent, cfg.is_correction, cfg.is_cap, True, logp[0].device)
+        rho = [ratio(lp, b) for lp, b in zip(logp, behavior.logprobs, strict=True)]
+        w_is, is_info = correction_weights(behavior, cfg.is_correction, cfg.is_cap, True, logp[0].device)
         l_clip = aggregate(
             [
                 clipped_surrogate(r, a, cfg.clip_eps, cfg.dual_clip) * w
@@ -274,16 +277,13 @@ class ActorCritic(Algorithm):
         loss = -objective
         return loss, {**loss_metrics(rho, A, l_clip, l_anchor, loss, cfg.clip_eps, cfg.dual_clip), **is_info}
 
-    def critic_loss(self, debates: Sequence[int]) -> tuple[Tensor, dict[str, float]]:
-        """``mean (V(s) - G)^2`` over the states of ``debates`` (positions in the batch given to
-        :meth:`advantages`), with gradients to the critic."""
-        pairs = [p for d in debates for p in self.targets.get(d, [])]
-        if not pairs:
-            raise ValueError(
-                f"no value targets for debates {list(debates)[:5]}: call advantages() on the batch first"
-            )
-        v = self.critic.values([s for s, _ in pairs], grad=True)
-        g = to_device(torch.tensor([t for _, t in pairs]), v.device)
+    def critic_loss(self, targets: Sequence[tuple[str, float]]) -> tuple[Tensor, dict[str, float]]:
+        """``mean (V(s) - G)^2`` over the (state, G) pairs ``targets`` (:meth:`Advantages.targets_of` of
+        what :meth:`advantages` returned), with gradients to the critic."""
+        if not targets:
+            raise ValueError("no value targets: give critic_loss the targets advantages() returned")
+        v = self.critic.values([s for s, _ in targets], grad=True)
+        g = to_device(torch.tensor([t for _, t in targets]), v.device)
         loss = ((v - g) ** 2).mean()
         return loss, host_floats({"value_loss": loss, "value_mean": v.mean(), "return_mean": g.mean()})
 

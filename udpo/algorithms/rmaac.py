@@ -10,15 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from torch import Tensor
-
 from udpo.config.groups import AlgorithmArgs, RewardArgs
 from udpo.env.protocols.adversary import RMAACAdversary, critic_state, observed_answers
 from udpo.env.tasks.base import Task
 from udpo.env.trajectory import Trajectory
 
 from .actor_critic import ActorCritic, ActorCriticConfig, previous_answers
-from .base import RolloutBatch
+from .base import Advantages, RolloutBatch
 
 
 class RMAAC(ActorCritic):
@@ -39,7 +37,7 @@ class RMAAC(ActorCritic):
             out.append(critic_state(trajectory.question, answers))
         return out
 
-    def batch_metrics(self, batch: RolloutBatch, advantages: Tensor) -> dict[str, float]:
+    def batch_metrics(self, batch: RolloutBatch, advantages: Advantages) -> dict[str, float]:
         """The actor-critic's statistics and ``adversary/swap_rate``: the share of the turns after round 0
         whose reader the adversary gave a swapped peer answer."""
         read = [turn for t in batch.trajectories for row in t.turns for turn in row if turn.round > 0]

@@ -40,7 +40,9 @@ from udpo.env.trajectory import Trajectory
 from udpo.rewards import Calibration, agent_rewards, coin_rewards, debate_metrics
 
 from .base import (
+    Advantages,
     Algorithm,
+    Behavior,
     LossSettings,
     RolloutBatch,
     aggregate,
@@ -259,10 +261,11 @@ class UDPO(Algorithm):
             out[name] = (term if term.dim() == 2 else term[:, None]) * torch.tensor(w, dtype=term.dtype)
         return out
 
-    def advantages(self, batch: RolloutBatch) -> Tensor:
+    def advantages(self, batch: RolloutBatch) -> Advantages:
         r = batch.rewards  # r_i(tau_m), eq. 4: [M, N]
         b = group_mean(r, batch.group_ids) if self.config.baseline == "group" else r.mean(0, keepdim=True)
-        return normalize_advantages(r - b, self.config.advantage_norm)  # eq. 9, then the option's scaling
+        # eq. 9, then the option's scaling
+        return Advantages(normalize_advantages(r - b, self.config.advantage_norm))
 
     def needs_reference(self, agent: int) -> bool:
         return self.coefficients.eta[agent] > 0
@@ -272,29 +275,30 @@ class UDPO(Algorithm):
         batch: RolloutBatch,
         agent: int,
         logp: list[Tensor],
+        behavior: Behavior,
         ref_logp: list[Tensor] | None,
         advantages: Tensor,
     ) -> tuple[Tensor, dict[str, float]]:
         cfg = self.config
         eps, c, eta = cfg.clip_eps, cfg.dual_clip, self.coefficients.eta[agent]
-        behavior = _checked_inputs(batch, agent, logp, ref_logp, need_reference=eta > 0)
+        _check_inputs(agent, logp, behavior, ref_logp, need_reference=eta > 0)
         # eq. 9: A_i(tau) = r_i(tau) - b, [M]
         A = advantages.to(logp[0].device)
         trajectory = cfg.ratio_level == "trajectory"
         # sampler/trainer importance weights: one per debate beside a trajectory ratio, else per token
         w_is, is_info = correction_weights(
-            batch, agent, cfg.is_correction, cfg.is_cap, not trajectory, logp[0].device
+            behavior, cfg.is_correction, cfg.is_cap, not trajectory, logp[0].device
         )
         if trajectory:
             # eq. 5: rho_i = exp(log pi_theta(tau) - log pi_behavior(tau)), all of agent i's tokens, [M]
-            rho = ratio(debate_sum(logp), debate_sum(behavior))
+            rho = ratio(debate_sum(logp), debate_sum(behavior.logprobs))
             # eq. 7, dual-clipped where A < 0, [M]; "mean" aggregation divides by the agent's token count
             l_clip = clipped_surrogate(rho, A, eps, c) * torch.stack(w_is)
             if cfg.loss_aggregation == "mean":
                 l_clip = l_clip / to_device(torch.tensor([max(lp.numel(), 1) for lp in logp]), A.device)
         else:
             # per-token ratios; eq. 7 per token, summed or averaged over agent i's tokens of each debate, [M]
-            rho = [ratio(lp, b) for lp, b in zip(logp, behavior, strict=True)]
+            rho = [ratio(lp, b) for lp, b in zip(logp, behavior.logprobs, strict=True)]
             l_clip = aggregate(
                 [clipped_surrogate(r, a, eps, c) * w for r, a, w in zip(rho, A, w_is, strict=True)],
                 cfg.loss_aggregation,
@@ -323,23 +327,21 @@ def group_mean(r: Tensor, group_ids: Sequence[str]) -> Tensor:
     return (sums / counts)[idx]
 
 
-def _checked_inputs(
-    batch: RolloutBatch, agent: int, logp: list[Tensor], ref_logp: list[Tensor] | None, need_reference: bool
-) -> list[Tensor]:
-    """Behavior log-probs of ``agent``, after checking that the given lists cover the same tokens."""
-    behavior = batch.behavior_logprobs(agent, device=logp[0].device)
+def _check_inputs(
+    agent: int, logp: list[Tensor], behavior: Behavior, ref_logp: list[Tensor] | None, need_reference: bool
+) -> None:
+    """Check that the given lists cover the tokens of ``agent``'s behavior log-probs."""
     if need_reference and ref_logp is None:
         raise ValueError(f"agent {agent} has eta > 0: the loss needs reference log-probs")
     given = [("log-probs", logp)] + (
         [("reference log-probs", ref_logp)] if need_reference and ref_logp is not None else []
     )
     for name, values in given:
-        if len(values) != len(behavior):
-            raise ValueError(f"got {name} for {len(values)} debates, the batch has {len(behavior)}")
-        for m, (lp, b) in enumerate(zip(values, behavior, strict=True)):
+        if len(values) != len(behavior.logprobs):
+            raise ValueError(f"got {name} for {len(values)} debates, the batch has {len(behavior.logprobs)}")
+        for m, (lp, b) in enumerate(zip(values, behavior.logprobs, strict=True)):
             if lp.shape != b.shape:
                 raise ValueError(
                     f"debate {m}: {lp.numel()} {name} for agent {agent}'s {b.numel()} generated tokens "
                     "(compute them from batch.agent_sequences(agent) and batch.per_debate)"
                 )
-    return behavior
