@@ -9,13 +9,14 @@ import math
 
 import pytest
 import torch
-from test_actor_critic import TableCritic, batch_of, debate
+from test_actor_critic import TableCritic, batch_of, debate, mappo_settings
 from test_objective import batch, leaf, udpo
 
-from udpo.algorithms.actor_critic import ActorCriticConfig, explained_variance
+from udpo.algorithms.actor_critic import explained_variance
 from udpo.algorithms.base import correction_weights, kl_estimate, normalize_advantages
 from udpo.algorithms.mappo import MAPPO
 from udpo.algorithms.rmaac import RMAAC
+from udpo.config import AlgorithmArgs
 from udpo.env.protocols.adversary import critic_state
 from udpo.training.update import lr_factor, mismatch_stats
 
@@ -101,11 +102,11 @@ def test_mappo_group_baseline_puts_the_group_mean_reward_in_place_of_the_first_v
     # one question debated twice: team rewards 1 and 0 (w_consensus 0); the critic says 0.9 for s_0
     right, wrong = debate([["4", "4"], ["4", "4"]], True), debate([["4", "5"], ["5", "5"]], False)
     s0 = critic_state("2+2?", None)
-    cfg = {"w_consensus": 0.0, "lam": 1.0, "advantage_norm": "none"}
+    cfg = {"w_consensus": 0.0, "gae_lambda": 1.0, "advantage_norm": "none"}
     critic = TableCritic({s0: 0.9})
-    mappo = MAPPO(critic, ActorCriticConfig(**cfg))
+    mappo = MAPPO(critic, mappo_settings(**cfg))
     plain = mappo.advantages(batch_of(mappo, [right, wrong])).values
-    group = MAPPO(critic, ActorCriticConfig(**cfg, baseline="group"))
+    group = MAPPO(critic, mappo_settings(**cfg, baseline="group"))
     adv = group.advantages(batch_of(group, [right, wrong])).values
     # lam = 1: A_0 = R - V(s_0), with V(s_0) = 0.5 (the group mean) instead of 0.9
     assert plain[:, 0, 0].tolist() == pytest.approx([0.1, -0.9])
@@ -122,17 +123,36 @@ def test_loss_aggregation_sum_and_mean_for_udpo_and_mappo():
     loss_mean, _ = udpo(loss_aggregation="mean").loss(b, 0, logp, b.behavior(0), None, torch.tensor([1.5]))
     assert (loss_sum.item(), loss_mean.item()) == pytest.approx((-1.5, -0.5))
     assert (
-        udpo().config.loss_aggregation == "sum"
-        and udpo(ratio_level="token").config.loss_aggregation == "mean"
+        udpo().settings.resolved_loss_aggregation == "sum"
+        and udpo(ratio_level="token").settings.resolved_loss_aggregation == "mean"
     )
     # MAPPO at rho = 1: tokens (2, 1) with round advantages (1, 4): mean -(2 + 4) / 3, sum -(2 + 4)
     t = debate([["4", "4"], ["4", "4"]])
     advantages = torch.tensor([[1.0, 4.0]])
     for how, expected in (("mean", -2.0), ("sum", -6.0)):
-        algo = MAPPO(TableCritic(), ActorCriticConfig(eta=0.0, loss_aggregation=how))
+        algo = MAPPO(TableCritic(), mappo_settings(loss_aggregation=how), eta=0.0)
         b = batch_of(algo, [t])
         loss, _ = algo.loss(b, 0, [torch.full((3,), -1.0)], b.behavior(0), None, advantages)
         assert loss.item() == pytest.approx(expected)
+
+
+def test_auto_is_resolved_in_the_config_alone_for_every_algorithm():
+    """advantage_norm and loss_aggregation ``auto`` are resolved by the run's algorithm settings, which every
+    algorithm is given and reads; an algorithm refuses another algorithm's settings."""
+    cases = {
+        ("udpo", "trajectory"): ("none", "sum"),
+        ("udpo", "token"): ("none", "mean"),
+        ("mappo", "trajectory"): ("batch", "mean"),
+        ("rmaac", "trajectory"): ("batch", "mean"),
+    }
+    for (name, level), expected in cases.items():
+        settings = AlgorithmArgs(algorithm=name, ratio_level=level)
+        assert (settings.resolved_advantage_norm, settings.resolved_loss_aggregation) == expected
+    given = AlgorithmArgs(algorithm="mappo", advantage_norm="agent", loss_aggregation="sum")
+    assert (given.resolved_advantage_norm, given.resolved_loss_aggregation) == ("agent", "sum")
+    assert MAPPO(TableCritic(), given).settings is given
+    with pytest.raises(ValueError, match="mappo was given the settings of algorithm 'udpo'"):
+        MAPPO(TableCritic(), AlgorithmArgs())
 
 
 # --- item 8: sampler/trainer importance weights ---------------------------------------------------------------
@@ -192,13 +212,13 @@ def test_explained_variance_by_hand():
 def test_mappo_logs_the_explained_variance_and_rmaac_the_swap_rate():
     s0 = critic_state("2+2?", None)
     t = debate([["4", "4"], ["5", "4"]], True)
-    algo = MAPPO(TableCritic({s0: 1.0}), ActorCriticConfig(w_consensus=0.0, lam=1.0))
+    algo = MAPPO(TableCritic({s0: 1.0}), mappo_settings(w_consensus=0.0, gae_lambda=1.0))
     b = batch_of(algo, [t])
     metrics = algo.batch_metrics(b, algo.advantages(b))
     # one debate: values (1, 0) for the targets (1, 1), which do not vary: no explained variance
     assert math.isnan(metrics["critic/explained_variance"])
     swap = {"peer": [1], "answer": ["7"], "value": 0.1, "clean_value": 0.2}
-    rm = RMAAC(TableCritic(), ActorCriticConfig())
+    rm = RMAAC(TableCritic())
     swapped = debate([["4", "4"], ["5", "4"]], True, details={(0, 1): {"adversary": swap}})
     rb = batch_of(rm, [swapped])
     # two turns after round 0 (one per agent), one of them read a swapped answer

@@ -33,13 +33,13 @@ import abc
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, get_args
 
 import torch
 from torch import Tensor
 
 from udpo.algorithms.transfer import host_floats, to_device
-from udpo.config.groups import AlgorithmArgs, RewardArgs
+from udpo.config.groups import AdvantageNorm, AlgorithmArgs, AlgorithmName, KLLoss, RewardArgs
 from udpo.env.trajectory import Trajectory, Turn
 
 if TYPE_CHECKING:
@@ -293,62 +293,18 @@ def clipped_surrogate(rho: Tensor, advantage: Tensor, eps: float, dual_clip: flo
     return surrogate
 
 
-KL_LOSSES = ("k3", "k2")
-ADVANTAGE_NORMS = ("none", "batch", "agent")
-AGGREGATIONS = ("auto", "sum", "mean")
-IS_CORRECTIONS = ("none", "tis", "mask")
+KL_LOSSES: tuple[KLLoss, ...] = get_args(KLLoss)
+ADVANTAGE_NORMS: tuple[AdvantageNorm, ...] = get_args(AdvantageNorm)
 
 
-@dataclass
-class LossSettings:
-    """What every algorithm's loss shares. clip_eps: epsilon of the clipped surrogate. dual_clip: c of dual
-    clipping for A < 0 (Ye et al. 2020; 0 turns it off). advantage_norm: "none", "batch" or "agent"
-    (:func:`normalize_advantages`). loss_aggregation: an agent's per-token surrogate and KL in a debate
-    summed ("sum") or averaged ("mean") over its tokens; "auto" is the algorithm's own default.
-    kl_loss: "k3" or "k2" (:func:`kl_estimate`). is_correction, is_cap: sampler/trainer importance
-    weights (:func:`correction_weights`)."""
-
-    clip_eps: float = 0.2
-    dual_clip: float = 3.0
-    advantage_norm: str = "none"
-    loss_aggregation: str = "auto"
-    kl_loss: str = "k3"
-    is_correction: str = "none"
-    is_cap: float = 2.0
-
-    def __post_init__(self) -> None:
-        if not 0 < self.clip_eps < 1:
-            raise ValueError(f"clip_eps must lie in (0, 1), got {self.clip_eps}")
-        if not (self.dual_clip == 0 or self.dual_clip > 1):
-            raise ValueError(f"dual_clip must be 0 (off) or > 1, got {self.dual_clip}")
-        choices = {
-            "advantage_norm": ADVANTAGE_NORMS,
-            "loss_aggregation": AGGREGATIONS,
-            "kl_loss": KL_LOSSES,
-            "is_correction": IS_CORRECTIONS,
-        }
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
-        if not self.is_cap > 1:
-            raise ValueError(f"is_cap must be > 1, got {self.is_cap}")
-
-
-def loss_settings(algorithm: AlgorithmArgs) -> dict[str, Any]:
-    """The :class:`LossSettings` a run's algorithm settings set, for every algorithm (``advantage_norm:
-    auto`` leaves each algorithm its own default)."""
-    shared: dict[str, Any] = {
-        "clip_eps": algorithm.clip_eps,
-        "dual_clip": algorithm.dual_clip,
-        "loss_aggregation": algorithm.loss_aggregation,
-        "kl_loss": algorithm.kl_loss,
-        "is_correction": algorithm.is_correction,
-        "is_cap": algorithm.is_cap,
-        "baseline": algorithm.baseline,
-    }
-    if algorithm.advantage_norm != "auto":
-        shared["advantage_norm"] = algorithm.advantage_norm
-    return shared
+def checked_settings(settings: AlgorithmArgs | None, name: AlgorithmName) -> AlgorithmArgs:
+    """The settings algorithm ``name`` is given (None: the config's defaults for it), checked as a config
+    checks them; a ValueError if they are another algorithm's (its ``auto`` would resolve for that one)."""
+    settings = AlgorithmArgs(algorithm=name) if settings is None else settings
+    if settings.algorithm != name:
+        raise ValueError(f"{name} was given the settings of algorithm {settings.algorithm!r}")
+    AlgorithmArgs.check(settings)  # the group's own check, also when given a whole TrainConfig
+    return settings
 
 
 def kl_estimate(logp: Tensor, logp_ref: Tensor, kind: str = "k3") -> Tensor:
@@ -442,7 +398,8 @@ class Algorithm(abc.ABC):
     critic's parameters are an optimizer group of their own.
     """
 
-    name = "algorithm"
+    #: the name a run gives it (``algorithm:``), its key in ``udpo.algorithms.ALGORITHMS``
+    name: ClassVar[AlgorithmName]
     #: whether the run must build a critic (a value head with its own adapter) and pass it to ``from_config``
     needs_critic = False
     #: a critic-based algorithm's critic (its parameters train with :meth:`critic_loss`); None otherwise

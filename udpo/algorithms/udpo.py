@@ -43,15 +43,14 @@ from .base import (
     Advantages,
     Algorithm,
     Behavior,
-    LossSettings,
     RolloutBatch,
     aggregate,
+    checked_settings,
     clipped_surrogate,
     correction_weights,
     debate_sum,
     kl_estimate,
     loss_metrics,
-    loss_settings,
     normalize_advantages,
     ratio,
 )
@@ -182,45 +181,27 @@ def compute_rewards(
     return as_tensor(r), {name: as_tensor(v) for name, v in terms.items()}
 
 
-@dataclass
-class UDPOLossConfig(LossSettings):
-    """The shared loss settings (:class:`~udpo.algorithms.base.LossSettings`) and UDPO's own. ratio_level:
-    "trajectory" (eq. 5, one ratio per agent and debate) or "token" (PPO-style per-token ratios). baseline:
-    "batch" (mean of r_i over the batch, eq. 9) or "group" (mean of r_i over the debates of the same question;
-    needs several debates per question, a lone debate gets A = 0). loss_aggregation "auto": "sum" beside a
-    trajectory ratio (the KL of trajectory distributions, docs/algorithms.md), "mean" beside per-token ratios
-    (GRPO)."""
-
-    ratio_level: str = "trajectory"
-    baseline: str = "batch"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.ratio_level not in ("trajectory", "token"):
-            raise ValueError(f"ratio_level must be 'trajectory' or 'token', got {self.ratio_level!r}")
-        if self.baseline not in ("batch", "group"):
-            raise ValueError(f"baseline must be 'batch' or 'group', got {self.baseline!r}")
-        if self.loss_aggregation == "auto":
-            self.loss_aggregation = "sum" if self.ratio_level == "trajectory" else "mean"
-
-
 class UDPO(Algorithm):
     """The UDPO objective with agent-tailored coefficients (set ``coefficients`` after calibration).
-    scope, functions, task_reward, seed: of the rewards (:func:`compute_rewards`)."""
+    settings: the run's algorithm settings (default: the config's defaults), of which UDPO reads the loss
+    settings every algorithm shares, ``ratio_level`` ("trajectory": eq. 5, one ratio per agent and debate;
+    "token": PPO-style per-token ratios) and ``baseline`` ("batch": the mean of r_i over the batch, eq. 9;
+    "group": its mean over the debates of the same question, a lone debate getting A = 0). scope,
+    functions, task_reward, seed: of the rewards (:func:`compute_rewards`)."""
 
     name = "udpo"
 
     def __init__(
         self,
         coefficients: Coefficients,
-        config: UDPOLossConfig | None = None,
+        settings: AlgorithmArgs | None = None,
         scope: Literal["trajectory", "agent"] = "trajectory",
         functions: Sequence[RewardFunction] = (),
         task_reward: str = "correct",
         seed: int = 0,
     ):
         self.coefficients = coefficients
-        self.config = config or UDPOLossConfig()
+        self.settings = checked_settings(settings, self.name)
         self.scope, self.functions = scope, list(functions)
         self.task_reward, self.seed = task_reward, seed
 
@@ -237,7 +218,7 @@ class UDPO(Algorithm):
         """Per-agent coefficients from the ``calibration`` record; no critic."""
         return cls(
             Coefficients.from_dict(calibration),
-            UDPOLossConfig(**loss_settings(algorithm), ratio_level=algorithm.ratio_level),
+            algorithm,
             scope=reward.reward_scope,
             functions=reward_functions,
             task_reward=reward.task_reward,
@@ -263,9 +244,9 @@ class UDPO(Algorithm):
 
     def advantages(self, batch: RolloutBatch) -> Advantages:
         r = batch.rewards  # r_i(tau_m), eq. 4: [M, N]
-        b = group_mean(r, batch.group_ids) if self.config.baseline == "group" else r.mean(0, keepdim=True)
+        b = group_mean(r, batch.group_ids) if self.settings.baseline == "group" else r.mean(0, keepdim=True)
         # eq. 9, then the option's scaling
-        return Advantages(normalize_advantages(r - b, self.config.advantage_norm))
+        return Advantages(normalize_advantages(r - b, self.settings.resolved_advantage_norm))
 
     def needs_reference(self, agent: int) -> bool:
         return self.coefficients.eta[agent] > 0
@@ -279,8 +260,9 @@ class UDPO(Algorithm):
         ref_logp: list[Tensor] | None,
         advantages: Tensor,
     ) -> tuple[Tensor, dict[str, float]]:
-        cfg = self.config
+        cfg = self.settings
         eps, c, eta = cfg.clip_eps, cfg.dual_clip, self.coefficients.eta[agent]
+        aggregation = cfg.resolved_loss_aggregation
         _check_inputs(agent, logp, behavior, ref_logp, need_reference=eta > 0)
         # eq. 9: A_i(tau) = r_i(tau) - b, [M]
         A = advantages.to(logp[0].device)
@@ -294,21 +276,21 @@ class UDPO(Algorithm):
             rho = ratio(debate_sum(logp), debate_sum(behavior.logprobs))
             # eq. 7, dual-clipped where A < 0, [M]; "mean" aggregation divides by the agent's token count
             l_clip = clipped_surrogate(rho, A, eps, c) * torch.stack(w_is)
-            if cfg.loss_aggregation == "mean":
+            if aggregation == "mean":
                 l_clip = l_clip / to_device(torch.tensor([max(lp.numel(), 1) for lp in logp]), A.device)
         else:
             # per-token ratios; eq. 7 per token, summed or averaged over agent i's tokens of each debate, [M]
             rho = [ratio(lp, b) for lp, b in zip(logp, behavior.logprobs, strict=True)]
             l_clip = aggregate(
                 [clipped_surrogate(r, a, eps, c) * w for r, a, w in zip(rho, A, w_is, strict=True)],
-                cfg.loss_aggregation,
+                aggregation,
             )
         # eq. 8: l_anchor, the per-token KL loss summed over the debate's tokens (the KL of trajectory
         # distributions, on the trajectory ratio's scale) or averaged over them, [M]
         if eta > 0 and ref_logp is not None:  # given whenever eta > 0 (checked above)
             l_anchor = aggregate(
                 [kl_estimate(lp, ref, cfg.kl_loss) for lp, ref in zip(logp, ref_logp, strict=True)],
-                cfg.loss_aggregation,
+                aggregation,
             )
         else:
             l_anchor = torch.zeros_like(A)
