@@ -30,7 +30,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 MEMORY_PROBE = """
@@ -151,6 +150,8 @@ def old_token_logprobs(policy, agent, prompts, completions, reference, counts, b
 def old_update(trainer, batch, advantages, counts: list[int]) -> None:
     """The replaced update loop (one process, one micro-batch, one epoch): per agent, a reference pass,
     a pass with gradients whose values become the behavior log-probs, the loss, backward; one step."""
+    from udpo.algorithms.base import Behavior
+
     total = len(batch)
     for agent in range(trainer.config.n_agents):
         prompts, completions = batch.agent_sequences(agent)
@@ -159,14 +160,9 @@ def old_update(trainer, batch, advantages, counts: list[int]) -> None:
             ref = batch.per_debate(
                 agent, old_token_logprobs(trainer.policy, agent, prompts, completions, True, counts)
             )
-        starts = np.cumsum([0, *(len(row[agent].completion_ids) for row in batch.turns)])
-        for m in range(total):
-            batch.turns[m][agent].behavior_logprobs = [
-                lp.detach().tolist() for lp in flat[starts[m] : starts[m + 1]]
-            ]
-        loss, _ = trainer.algorithm.loss(
-            batch, agent, batch.per_debate(agent, flat), ref, advantages[:, agent]
-        )
+        logp = batch.per_debate(agent, flat)
+        behavior = Behavior([lp.detach().float() for lp in logp], [None] * total)
+        loss, _ = trainer.algorithm.loss(batch, agent, logp, behavior, ref, advantages.values[:, agent])
         trainer.updater._backward(loss)
     trainer.updater.step(0, trainer._fail_non_finite)
 

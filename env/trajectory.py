@@ -2,8 +2,9 @@
 
 A trajectory holds the answer matrix ``answers`` (N agents x T+1 rounds of parsed answers, ``None``
 when unparsed) and, per agent and round, the ``Turn`` that produced it: the messages the agent saw,
-its text, the token ids it was conditioned on and generated, and the behavior log-probs.
-One debate is one JSON line; files are only ever appended to, one whole line per write.
+its text, the token ids it was conditioned on and generated, and the log-probs the rollout engine
+recorded for them. One debate is one JSON line; files are only ever appended to, one whole line per
+write. A trainer's own log-probs of a turn (``Turn.trainer_logprobs``) live in memory only.
 """
 
 from __future__ import annotations
@@ -30,6 +31,12 @@ class Turn:
     entropies and information-gain ratios, an injected round-0 response). form: how ``answer`` was read
     from ``text`` (``udpo.env.tasks.parsing.FORMS``: ``box``, ``stated``, ``letter``, ``restatement``, ...);
     ``unknown`` in a record written before forms were recorded.
+
+    logprobs: the rollout engine's log-probs of the sampled tokens, as it recorded them (what trajectory
+    files hold; empty when it recorded none). trainer_logprobs: the trainer's log-probs of the same tokens
+    under the sampling policy, computed in memory (the update's first epoch with ``behavior_logprobs:
+    recompute``, or :func:`udpo.algorithms.base.fill_behavior_logprobs` where the engine recorded none);
+    None until then, and never written to a trajectory file.
     """
 
     agent: int
@@ -45,6 +52,18 @@ class Turn:
     reads: list[list[int]] = field(default_factory=list)
     details: dict[str, Any] = field(default_factory=dict)
     form: str = FORM_UNKNOWN
+    trainer_logprobs: list[float] | None = None
+
+    @property
+    def behavior_logprobs(self) -> list[float]:
+        """The ratio's denominator: the trainer's log-probs where it computed them, else the engine's."""
+        return self.logprobs if self.trainer_logprobs is None else self.trainer_logprobs
+
+
+#: the fields of a Turn that live in memory only, never in a trajectory file
+IN_MEMORY_TURN_FIELDS = ("trainer_logprobs",)
+#: the keys a turn of a trajectory file may have
+TURN_FIELDS = tuple(f for f in Turn.__dataclass_fields__ if f not in IN_MEMORY_TURN_FIELDS)
 
 
 @dataclass
@@ -76,7 +95,13 @@ class Trajectory:
         return len(self.answers[0]) - 1 if self.answers else 0
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The trajectory file's record (a turn's in-memory fields left out)."""
+        d = asdict(self)
+        for row in d["turns"]:
+            for turn in row:
+                for name in IN_MEMORY_TURN_FIELDS:
+                    del turn[name]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Trajectory:
@@ -129,7 +154,7 @@ def validate_record(d: Any) -> None:
         for t, turn in enumerate(row):
             if not isinstance(turn, dict):
                 raise ValueError(f"turns[{i}][{t}] must be an object, got {type(turn).__name__}")
-            unknown = sorted(set(turn) - set(Turn.__dataclass_fields__))
+            unknown = sorted(set(turn) - set(TURN_FIELDS))
             absent = [k for k in TURN_KEYS if k not in turn]
             if unknown or absent:
                 raise ValueError(f"turns[{i}][{t}]: unknown key(s) {unknown}, missing key(s) {absent}")

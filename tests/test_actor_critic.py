@@ -9,10 +9,11 @@ import math
 import pytest
 import torch
 
-from udpo.algorithms.actor_critic import ActorCriticConfig, gae, per_token, team_rewards
+from udpo.algorithms.actor_critic import gae, per_token, team_rewards
 from udpo.algorithms.base import RolloutBatch
 from udpo.algorithms.mappo import MAPPO
 from udpo.algorithms.rmaac import RMAAC
+from udpo.config import AlgorithmArgs
 from udpo.env.debate import AgentSpec
 from udpo.env.protocols.adversary import (
     RMAACAdversary,
@@ -100,11 +101,16 @@ def test_team_reward_is_task_plus_weighted_final_consensus():
 
 def test_every_agent_gets_the_team_reward():
     t = debate([["4", "4"], ["4", "4"]], correct=False)
-    rewards, _ = MAPPO(TableCritic(), ActorCriticConfig(w_consensus=0.25)).rewards([t])
+    rewards, _ = MAPPO(TableCritic(), mappo_settings(w_consensus=0.25)).rewards([t])
     assert rewards.tolist() == [[0.25, 0.25]]
 
 
 # --- advantages, actor loss, critic loss ------------------------------------------------------------------
+def mappo_settings(**settings) -> AlgorithmArgs:
+    """A run's algorithm settings for mappo (the config's defaults but ``settings``)."""
+    return AlgorithmArgs(algorithm="mappo", **settings)
+
+
 def batch_of(algorithm, trajectories) -> RolloutBatch:
     rewards, terms = algorithm.rewards(trajectories)
     return RolloutBatch.from_trajectories(trajectories, rewards, terms)
@@ -115,20 +121,23 @@ def test_mappo_advantages_use_the_centralized_state_before_each_round():
     s0 = critic_state("2+2?", None)
     s1 = critic_state("2+2?", ["4", "5"])
     critic = TableCritic({s0: 0.5, s1: 0.8})
-    algo = MAPPO(critic, ActorCriticConfig(w_consensus=0.0, gamma=1.0, lam=1.0, advantage_norm="none"))
-    adv = algo.advantages(batch_of(algo, [t]))
+    algo = MAPPO(
+        critic, mappo_settings(w_consensus=0.0, gae_gamma=1.0, gae_lambda=1.0, advantage_norm="none")
+    )
+    out = algo.advantages(batch_of(algo, [t]))
+    adv = out.values
     # R = 1; lam = 1: A_r = R - V(s_r)
     assert adv.shape == (1, 2, 2)
     assert adv[0, 0].tolist() == pytest.approx([0.5, 0.2])
     assert adv[0, 1].tolist() == pytest.approx([0.5, 0.2])
-    # one target per distinct state: G = A + V = R for both
-    assert algo.targets[0] == [(s0, pytest.approx(1.0)), (s1, pytest.approx(1.0))]
+    # one target per distinct state: G = A + V = R for both, returned with the advantages
+    assert out.critic_targets == [[(s0, pytest.approx(1.0)), (s1, pytest.approx(1.0))]]
 
 
 def test_normalized_advantages_have_mean_zero_and_unit_std():
     ts = [debate([["4", "4"], ["5", "4"]], True), debate([["1", "2"], ["3", "3"]], False)]
-    algo = MAPPO(TableCritic(), ActorCriticConfig())
-    adv = algo.advantages(batch_of(algo, ts))
+    algo = MAPPO(TableCritic())  # advantage_norm auto: over the batch, as MAPPO does
+    adv = algo.advantages(batch_of(algo, ts)).values
     assert adv.mean().item() == pytest.approx(0.0, abs=1e-6)
     assert adv.flatten().std().item() == pytest.approx(1.0, abs=1e-5)
 
@@ -137,10 +146,10 @@ def test_actor_loss_at_ratio_one_is_minus_the_token_mean_advantage():
     # agent 0 spoke 2 tokens in round 0 (A = 1) and 1 token in round 1 (A = -2): token mean = 0
     # agent 0, debate 2: 2 tokens at A = 3, 1 token at A = 0: mean 2; loss = -(0 + 2) / 2
     ts = [debate([["4", "4"], ["4", "4"]]), debate([["4", "4"], ["4", "4"]])]
-    algo = MAPPO(TableCritic(), ActorCriticConfig(eta=0.0))
+    algo = MAPPO(TableCritic(), eta=0.0)
     b = batch_of(algo, ts)
     logp = [torch.full((3,), -1.0, requires_grad=True) for _ in ts]
-    loss, info = algo.loss(b, 0, logp, None, torch.tensor([[1.0, -2.0], [3.0, 0.0]]))
+    loss, info = algo.loss(b, 0, logp, b.behavior(0), None, torch.tensor([[1.0, -2.0], [3.0, 0.0]]))
     assert loss.item() == pytest.approx(-1.0)
     assert info["clip_frac"] == 0.0
     loss.backward()
@@ -150,21 +159,21 @@ def test_actor_loss_at_ratio_one_is_minus_the_token_mean_advantage():
 
 def test_actor_loss_clips_per_token():
     ts = [debate([["4", "4"]], tokens=(1, 1))]
-    algo = MAPPO(TableCritic(), ActorCriticConfig(eta=0.0, clip_eps=0.2))
+    algo = MAPPO(TableCritic(), mappo_settings(clip_eps=0.2), eta=0.0)
     b = batch_of(algo, ts)
     logp = [torch.tensor([-1.0 + math.log(2.0), -1.0])]  # rho = 2 then 1
-    loss, info = algo.loss(b, 0, logp, None, torch.tensor([[1.0, 1.0]]))
+    loss, info = algo.loss(b, 0, logp, b.behavior(0), None, torch.tensor([[1.0, 1.0]]))
     assert loss.item() == pytest.approx(-(1.2 + 1.0) / 2)
     assert info["clip_frac"] == pytest.approx(0.5)
 
 
 def test_actor_loss_adds_the_per_token_kl_anchor():
     ts = [debate([["4", "4"]], tokens=(1, 1))]
-    algo = MAPPO(TableCritic(), ActorCriticConfig(eta=0.5))
+    algo = MAPPO(TableCritic(), eta=0.5)
     b = batch_of(algo, ts)
     logp = [torch.tensor([-1.0, -1.0])]
     ref = [torch.tensor([-1.0 + math.log(2.0), -1.0])]  # r = ln 2, 0: k3 = 2 - ln 2 - 1, 0
-    loss, info = algo.loss(b, 0, logp, ref, torch.zeros(1, 2))
+    loss, info = algo.loss(b, 0, logp, b.behavior(0), ref, torch.zeros(1, 2))
     assert info["kl"] == pytest.approx((1 - math.log(2.0)) / 2)
     assert loss.item() == pytest.approx(0.5 * (1 - math.log(2.0)) / 2)
 
@@ -173,14 +182,14 @@ def test_critic_loss_is_the_mean_squared_error_to_the_targets():
     t = debate([["4", "4"], ["5", "4"]], correct=True)
     s0, s1 = critic_state("2+2?", None), critic_state("2+2?", ["4", "5"])
     critic = TableCritic({s0: 0.5, s1: 0.8})
-    algo = MAPPO(critic, ActorCriticConfig(w_consensus=0.0, lam=1.0, advantage_norm="none"))
-    algo.advantages(batch_of(algo, [t]))
-    loss, info = algo.critic_loss([0])
+    algo = MAPPO(critic, mappo_settings(w_consensus=0.0, gae_lambda=1.0, advantage_norm="none"))
+    targets = algo.advantages(batch_of(algo, [t])).targets_of([0])
+    loss, info = algo.critic_loss(targets)
     assert loss.item() == pytest.approx(((0.5 - 1) ** 2 + (0.8 - 1) ** 2) / 2)
     loss.backward()
     assert critic.p.grad.item() == pytest.approx(2 * ((0.5 - 1) + (0.8 - 1)) / 2)
     with pytest.raises(ValueError, match="no value targets"):
-        MAPPO(critic).critic_loss([0])
+        MAPPO(critic).critic_loss([])
 
 
 # --- RMAAC: the adversary ---------------------------------------------------------------------------------

@@ -264,12 +264,23 @@ def test_a_group_holds_its_own_fields_and_no_others():
 
 
 def test_algorithm_registry_matches_the_config_and_declares_needs():
-    """One registry: the config's names are its keys; the classes say whether they need a critic and
-    whether they perturb training rollouts."""
-    from udpo.algorithms import ALGORITHMS, MAPPO, RMAAC, UDPO, algorithm_class
-    from udpo.config import ALGORITHMS as NAMES
+    """One registry: the config's names (one Literal, also the command line's choices and the API
+    configs' type) are its keys; the classes say whether they need a critic and whether they perturb
+    training rollouts."""
+    from typing import get_args, get_type_hints
 
-    assert tuple(ALGORITHMS) == NAMES
+    from udpo.algorithms import ALGORITHMS, MAPPO, RMAAC, UDPO, algorithm_class
+    from udpo.api import MAPPOConfig
+    from udpo.config import ALGORITHMS as NAMES
+    from udpo.config import AlgorithmName
+    from udpo.config.recipes import config_parser
+
+    assert tuple(ALGORITHMS) == NAMES == get_args(AlgorithmName)
+    assert (
+        get_type_hints(TrainConfig)["algorithm"] == get_type_hints(MAPPOConfig)["algorithm"] == AlgorithmName
+    )
+    (action,) = [a for a in config_parser()._actions if a.dest == "algorithm"]
+    assert tuple(action.choices) == NAMES
     assert [algorithm_class(n).needs_critic for n in NAMES] == [False, True, True]
     with pytest.raises(ValueError, match="unknown algorithm 'ppo'; choose udpo, mappo, rmaac"):
         algorithm_class("ppo")
@@ -280,4 +291,7 @@ def test_algorithm_registry_matches_the_config_and_declares_needs():
     record = {"coefficients": {k: [0.5] * 3 for k in ("alpha", "beta", "gamma", "lambda_", "eta")}}
     config = TrainConfig(clip_eps=0.3, kl_loss="k2")
     udpo = UDPO.from_config(config.group(AlgorithmArgs), config.group(RewardArgs), record)
-    assert udpo.adversary_stage(None) is None and (udpo.config.clip_eps, udpo.config.kl_loss) == (0.3, "k2")
+    assert udpo.adversary_stage(None) is None and (udpo.settings.clip_eps, udpo.settings.kl_loss) == (
+        0.3,
+        "k2",
+    )

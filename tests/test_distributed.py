@@ -45,7 +45,7 @@ report = {
     "rank": trainer.rank, "world": trainer.world, "type": trainer.accelerator.distributed_type.value,
     "before": before, "after": digest(), "requests": sum(requests),
     "replay": hashlib.sha256(json.dumps(
-        [[[turn.logprobs for turn in row] for row in t.turns] for t in trainer.replay.items]
+        [[[turn.behavior_logprobs for turn in row] for row in t.turns] for t in trainer.replay.items]
     ).encode()).hexdigest(),
 }
 (out / f"rank{trainer.rank}.json").write_text(json.dumps(report))

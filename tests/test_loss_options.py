@@ -9,13 +9,14 @@ import math
 
 import pytest
 import torch
-from test_actor_critic import TableCritic, batch_of, debate
+from test_actor_critic import TableCritic, batch_of, debate, mappo_settings
 from test_objective import batch, leaf, udpo
 
-from udpo.algorithms.actor_critic import ActorCriticConfig, explained_variance
+from udpo.algorithms.actor_critic import explained_variance
 from udpo.algorithms.base import correction_weights, kl_estimate, normalize_advantages
 from udpo.algorithms.mappo import MAPPO
 from udpo.algorithms.rmaac import RMAAC
+from udpo.config import AlgorithmArgs
 from udpo.env.protocols.adversary import critic_state
 from udpo.training.update import lr_factor, mismatch_stats
 
@@ -54,8 +55,8 @@ def test_k3_has_the_gradient_of_kl_ref_theta_and_k2_of_kl_theta_ref(seed):
 def test_udpo_uses_the_configured_kl_loss():
     b = batch([[[[-1.0, -2.0]]]], [[0.0]])
     logp, ref = leaf([-1.0, -2.0]), torch.tensor([-1.5, -1.0])
-    _, k3 = udpo(eta=(1.0,), kl_loss="k3").loss(b, 0, [logp], [ref], torch.tensor([0.0]))
-    _, k2 = udpo(eta=(1.0,), kl_loss="k2").loss(b, 0, [logp], [ref], torch.tensor([0.0]))
+    _, k3 = udpo(eta=(1.0,), kl_loss="k3").loss(b, 0, [logp], b.behavior(0), [ref], torch.tensor([0.0]))
+    _, k2 = udpo(eta=(1.0,), kl_loss="k2").loss(b, 0, [logp], b.behavior(0), [ref], torch.tensor([0.0]))
     r = torch.tensor([-0.5, 1.0])
     assert k3["kl"] == pytest.approx((r.exp() - r - 1).sum().item(), rel=1e-6)
     assert k2["kl"] == pytest.approx((0.5 * r**2).sum().item(), rel=1e-6)
@@ -89,10 +90,10 @@ def test_udpo_group_baseline_then_agent_normalisation():
         [[1.0, 0.0], [0.0, 2.0], [1.0, 4.0], [1.0, 0.0]],
         group_ids=["a", "a", "b", "b"],
     )
-    plain = udpo(eta=(0.0, 0.0), baseline="group").advantages(b)
+    plain = udpo(eta=(0.0, 0.0), baseline="group").advantages(b).values
     assert plain[:, 0].tolist() == pytest.approx([0.5, -0.5, 0.0, 0.0])
     assert plain[:, 1].tolist() == pytest.approx([-1.0, 1.0, 2.0, -2.0])
-    scaled = udpo(eta=(0.0, 0.0), baseline="group", advantage_norm="agent").advantages(b)
+    scaled = udpo(eta=(0.0, 0.0), baseline="group", advantage_norm="agent").advantages(b).values
     for i in range(2):
         assert scaled[:, i].std().item() == pytest.approx(1.0, abs=1e-5)
 
@@ -101,12 +102,12 @@ def test_mappo_group_baseline_puts_the_group_mean_reward_in_place_of_the_first_v
     # one question debated twice: team rewards 1 and 0 (w_consensus 0); the critic says 0.9 for s_0
     right, wrong = debate([["4", "4"], ["4", "4"]], True), debate([["4", "5"], ["5", "5"]], False)
     s0 = critic_state("2+2?", None)
-    cfg = {"w_consensus": 0.0, "lam": 1.0, "advantage_norm": "none"}
+    cfg = {"w_consensus": 0.0, "gae_lambda": 1.0, "advantage_norm": "none"}
     critic = TableCritic({s0: 0.9})
-    mappo = MAPPO(critic, ActorCriticConfig(**cfg))
-    plain = mappo.advantages(batch_of(mappo, [right, wrong]))
-    group = MAPPO(critic, ActorCriticConfig(**cfg, baseline="group"))
-    adv = group.advantages(batch_of(group, [right, wrong]))
+    mappo = MAPPO(critic, mappo_settings(**cfg))
+    plain = mappo.advantages(batch_of(mappo, [right, wrong])).values
+    group = MAPPO(critic, mappo_settings(**cfg, baseline="group"))
+    adv = group.advantages(batch_of(group, [right, wrong])).values
     # lam = 1: A_0 = R - V(s_0), with V(s_0) = 0.5 (the group mean) instead of 0.9
     assert plain[:, 0, 0].tolist() == pytest.approx([0.1, -0.9])
     assert adv[:, 0, 0].tolist() == pytest.approx([0.5, -0.5])
@@ -118,46 +119,70 @@ def test_loss_aggregation_sum_and_mean_for_udpo_and_mappo():
     # UDPO, trajectory ratio at rho = 1: sum -> -A, mean -> -A / tokens (3 tokens over two rounds)
     b = batch([[[[-1.0, -1.0], [-1.0]]]], [[0.0]])
     logp = [torch.tensor([-1.0, -1.0, -1.0])]
-    loss_sum, _ = udpo(loss_aggregation="sum").loss(b, 0, logp, None, torch.tensor([1.5]))
-    loss_mean, _ = udpo(loss_aggregation="mean").loss(b, 0, logp, None, torch.tensor([1.5]))
+    loss_sum, _ = udpo(loss_aggregation="sum").loss(b, 0, logp, b.behavior(0), None, torch.tensor([1.5]))
+    loss_mean, _ = udpo(loss_aggregation="mean").loss(b, 0, logp, b.behavior(0), None, torch.tensor([1.5]))
     assert (loss_sum.item(), loss_mean.item()) == pytest.approx((-1.5, -0.5))
     assert (
-        udpo().config.loss_aggregation == "sum"
-        and udpo(ratio_level="token").config.loss_aggregation == "mean"
+        udpo().settings.resolved_loss_aggregation == "sum"
+        and udpo(ratio_level="token").settings.resolved_loss_aggregation == "mean"
     )
     # MAPPO at rho = 1: tokens (2, 1) with round advantages (1, 4): mean -(2 + 4) / 3, sum -(2 + 4)
     t = debate([["4", "4"], ["4", "4"]])
     advantages = torch.tensor([[1.0, 4.0]])
     for how, expected in (("mean", -2.0), ("sum", -6.0)):
-        algo = MAPPO(TableCritic(), ActorCriticConfig(eta=0.0, loss_aggregation=how))
-        loss, _ = algo.loss(batch_of(algo, [t]), 0, [torch.full((3,), -1.0)], None, advantages)
+        algo = MAPPO(TableCritic(), mappo_settings(loss_aggregation=how), eta=0.0)
+        b = batch_of(algo, [t])
+        loss, _ = algo.loss(b, 0, [torch.full((3,), -1.0)], b.behavior(0), None, advantages)
         assert loss.item() == pytest.approx(expected)
+
+
+def test_auto_is_resolved_in_the_config_alone_for_every_algorithm():
+    """advantage_norm and loss_aggregation ``auto`` are resolved by the run's algorithm settings, which every
+    algorithm is given and reads; an algorithm refuses another algorithm's settings."""
+    cases = {
+        ("udpo", "trajectory"): ("none", "sum"),
+        ("udpo", "token"): ("none", "mean"),
+        ("mappo", "trajectory"): ("batch", "mean"),
+        ("rmaac", "trajectory"): ("batch", "mean"),
+    }
+    for (name, level), expected in cases.items():
+        settings = AlgorithmArgs(algorithm=name, ratio_level=level)
+        assert (settings.resolved_advantage_norm, settings.resolved_loss_aggregation) == expected
+    given = AlgorithmArgs(algorithm="mappo", advantage_norm="agent", loss_aggregation="sum")
+    assert (given.resolved_advantage_norm, given.resolved_loss_aggregation) == ("agent", "sum")
+    assert MAPPO(TableCritic(), given).settings is given
+    with pytest.raises(ValueError, match="mappo was given the settings of algorithm 'udpo'"):
+        MAPPO(TableCritic(), AlgorithmArgs())
 
 
 # --- item 8: sampler/trainer importance weights ---------------------------------------------------------------
 def test_truncated_importance_weights_per_token_per_debate_and_mask():
     b = batch([[[[-1.0, -1.0]]], [[[-1.0, -1.0]]], [[[-1.0]]]], [[0.0], [0.0], [0.0]])
-    b.turns[0][0].engine_logratio = [math.log(3.0), math.log(0.5)]  # trainer/engine ratios 3 and 0.5
-    b.turns[1][0].engine_logratio = [math.log(1.5), math.log(1.2)]  # debate ratio 1.8
-    # debate 2 has no engine record: weight 1
-    tok, info = correction_weights(b, 0, "tis", 2.0, True, "cpu")
+    engine_logratio = {
+        0: torch.tensor([math.log(3.0), math.log(0.5)]),  # trainer/engine ratios 3 and 0.5
+        1: torch.tensor([math.log(1.5), math.log(1.2)]),  # debate ratio 1.8
+    }  # debate 2 has no engine record: weight 1
+    behavior = b.behavior(0, engine_logratio=engine_logratio)
+    tok, info = correction_weights(behavior, "tis", 2.0, True, "cpu")
     assert [w.tolist() for w in tok] == [pytest.approx([2.0, 0.5]), pytest.approx([1.5, 1.2]), [1.0]]
     assert info["is_clipped_frac"] == pytest.approx(1 / 5)
-    seq, _ = correction_weights(b, 0, "tis", 2.0, False, "cpu")
+    seq, _ = correction_weights(behavior, "tis", 2.0, False, "cpu")
     assert [w.item() for w in seq] == pytest.approx([1.5, 1.8, 1.0])
-    masked, info = correction_weights(b, 0, "mask", 1.7, False, "cpu")
+    masked, info = correction_weights(behavior, "mask", 1.7, False, "cpu")
     assert [w.item() for w in masked] == [1.0, 0.0, 1.0]  # 1.5 inside [1/1.7, 1.7], 1.8 outside
     assert info["is_clipped_frac"] == pytest.approx(1 / 3)
-    none, _ = correction_weights(b, 0, "none", 2.0, True, "cpu")
+    none, _ = correction_weights(behavior, "none", 2.0, True, "cpu")
     assert all(bool((w == 1).all()) for w in none)
 
 
 def test_udpo_surrogate_is_weighted_by_the_truncated_ratio():
     b = batch([[[[-1.0, -1.0]]]], [[0.0]])
-    b.turns[0][0].engine_logratio = [math.log(3.0), 0.0]  # sequence ratio 3, truncated to 2
+    behavior = b.behavior(
+        0, engine_logratio={0: torch.tensor([math.log(3.0), 0.0])}
+    )  # ratio 3, truncated to 2
     logp = [torch.tensor([-1.0, -1.0])]
-    plain, _ = udpo().loss(b, 0, logp, None, torch.tensor([1.0]))
-    weighted, info = udpo(is_correction="tis").loss(b, 0, logp, None, torch.tensor([1.0]))
+    plain, _ = udpo().loss(b, 0, logp, behavior, None, torch.tensor([1.0]))
+    weighted, info = udpo(is_correction="tis").loss(b, 0, logp, behavior, None, torch.tensor([1.0]))
     assert (plain.item(), weighted.item()) == pytest.approx((-1.0, -2.0))
     assert info["is_weight_mean"] == pytest.approx(2.0)
 
@@ -187,13 +212,13 @@ def test_explained_variance_by_hand():
 def test_mappo_logs_the_explained_variance_and_rmaac_the_swap_rate():
     s0 = critic_state("2+2?", None)
     t = debate([["4", "4"], ["5", "4"]], True)
-    algo = MAPPO(TableCritic({s0: 1.0}), ActorCriticConfig(w_consensus=0.0, lam=1.0))
+    algo = MAPPO(TableCritic({s0: 1.0}), mappo_settings(w_consensus=0.0, gae_lambda=1.0))
     b = batch_of(algo, [t])
     metrics = algo.batch_metrics(b, algo.advantages(b))
     # one debate: values (1, 0) for the targets (1, 1), which do not vary: no explained variance
     assert math.isnan(metrics["critic/explained_variance"])
     swap = {"peer": [1], "answer": ["7"], "value": 0.1, "clean_value": 0.2}
-    rm = RMAAC(TableCritic(), ActorCriticConfig())
+    rm = RMAAC(TableCritic())
     swapped = debate([["4", "4"], ["5", "4"]], True, details={(0, 1): {"adversary": swap}})
     rb = batch_of(rm, [swapped])
     # two turns after round 0 (one per agent), one of them read a swapped answer

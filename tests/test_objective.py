@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from udpo.algorithms.base import RolloutBatch, kl_estimate
-from udpo.algorithms.udpo import UDPO, Coefficients, UDPOLossConfig, compute_rewards, group_mean
+from udpo.algorithms.udpo import UDPO, Coefficients, compute_rewards, group_mean
+from udpo.config import AlgorithmArgs
 from udpo.env.trajectory import Trajectory, Turn
 
 LN = math.log
@@ -45,7 +46,7 @@ def batch(behaviors, rewards, group_ids=None, weights=None) -> RolloutBatch:
 
 def udpo(eta=(0.0,), **config) -> UDPO:
     ones = [1.0] * len(eta)
-    return UDPO(Coefficients(ones, ones, ones, ones, list(eta)), UDPOLossConfig(**config))
+    return UDPO(Coefficients(ones, ones, ones, ones, list(eta)), AlgorithmArgs(**config))
 
 
 def leaf(values) -> torch.Tensor:
@@ -69,7 +70,7 @@ BEHAVIOR = [-1.0, -2.0]  # one agent, one round, two tokens
 def test_clipped_surrogate_cases(rho, advantage, surrogate, clipped):
     b = batch([[[BEHAVIOR]]], [[0.0]])
     logp = leaf([BEHAVIOR[0] + LN(rho), BEHAVIOR[1]])  # sum(logp) - sum(behavior) = ln(rho)
-    loss, info = udpo().loss(b, 0, [logp], None, torch.tensor([advantage]))
+    loss, info = udpo().loss(b, 0, [logp], b.behavior(0), None, torch.tensor([advantage]))
     assert loss.item() == pytest.approx(-surrogate, abs=1e-6)
     loss.backward()
     # d loss / d logp_k = -A rho for each token when unclipped, 0 when the clipped branch is taken
@@ -84,7 +85,7 @@ def test_ratio_spans_all_rounds_of_the_agent():
     behavior = [[[-1.0], [-1.0]], [[-2.0, -3.0], [-1.5]]]
     b = batch([behavior], [[0.0, 0.0]])
     logp = [leaf([-2.0 + LN(1.25), -3.0, -1.5 + LN(0.8)])]
-    _, info = udpo(eta=(0.0, 0.0)).loss(b, 1, logp, None, torch.tensor([1.0]))
+    _, info = udpo(eta=(0.0, 0.0)).loss(b, 1, logp, b.behavior(1), None, torch.tensor([1.0]))
     assert info["ratio_mean"] == pytest.approx(1.0, abs=1e-6)
 
 
@@ -92,14 +93,14 @@ def test_token_level_ratio_option():
     # per-token log-ratios ln 1.5, 0, ln 0.5 with A = 1: per-token surrogates 1.2, 1.0, 0.5, mean 0.9
     b = batch([[[[-1.0, -1.0, -1.0]]]], [[0.0]])
     logp = leaf([-1.0 + LN(1.5), -1.0, -1.0 + LN(0.5)])
-    loss, info = udpo(ratio_level="token").loss(b, 0, [logp], None, torch.tensor([1.0]))
+    loss, info = udpo(ratio_level="token").loss(b, 0, [logp], b.behavior(0), None, torch.tensor([1.0]))
     assert loss.item() == pytest.approx(-0.9, abs=1e-6)
     assert info["clip_frac"] == pytest.approx(2 / 3)
     assert (info["ratio_min"], info["ratio_max"]) == (pytest.approx(0.5), pytest.approx(1.5))
     loss.backward()  # only the unclipped tokens (ratio 1.0 and 0.5) get -A rho / n_tokens
     assert torch.allclose(logp.grad, torch.tensor([0.0, -1.0 / 3, -0.5 / 3]), atol=1e-6)
     # the same tokens at trajectory level: rho = 1.5 * 1 * 0.5 = 0.75, inside the clip range
-    loss, _ = udpo().loss(b, 0, [logp.detach()], None, torch.tensor([1.0]))
+    loss, _ = udpo().loss(b, 0, [logp.detach()], b.behavior(0), None, torch.tensor([1.0]))
     assert loss.item() == pytest.approx(-0.75, abs=1e-6)
 
 
@@ -107,7 +108,9 @@ def test_huge_log_ratio_stays_finite():
     b = batch([[[[-50.0] * 4]]], [[0.0]])
     for advantage in (1.0, -1.0):
         logp = leaf([0.0] * 4)  # log-ratio 200
-        loss, _ = udpo(ratio_level="trajectory").loss(b, 0, [logp], None, torch.tensor([advantage]))
+        loss, _ = udpo(ratio_level="trajectory").loss(
+            b, 0, [logp], b.behavior(0), None, torch.tensor([advantage])
+        )
         loss.backward()
         assert torch.isfinite(loss) and torch.isfinite(logp.grad).all()
 
@@ -128,10 +131,10 @@ def test_anchor_is_summed_over_the_trajectory_beside_a_trajectory_ratio():
     b = batch([[[[-1.0, -1.0]]], [[[-1.0]]]], [[0.0], [0.0]])
     logp = [torch.tensor([-1.0, -1.0]), torch.tensor([-1.0])]
     ref = [torch.tensor([-1.0 + LN(2), -1.0 - LN(2)]), torch.tensor([-1.0])]
-    loss, info = udpo(eta=(0.5,)).loss(b, 0, logp, ref, torch.zeros(2))
+    loss, info = udpo(eta=(0.5,)).loss(b, 0, logp, b.behavior(0), ref, torch.zeros(2))
     assert info["kl"] == pytest.approx(0.25, abs=1e-6)
     assert loss.item() == pytest.approx(0.5 * 0.25, abs=1e-6)
-    loss, info = udpo(eta=(0.5,), ratio_level="token").loss(b, 0, logp, ref, torch.zeros(2))
+    loss, info = udpo(eta=(0.5,), ratio_level="token").loss(b, 0, logp, b.behavior(0), ref, torch.zeros(2))
     assert info["kl"] == pytest.approx(0.125, abs=1e-6)
     assert loss.item() == pytest.approx(0.5 * 0.125, abs=1e-6)
 
@@ -143,7 +146,7 @@ def test_anchor_scales_with_the_trajectory_like_the_ratio():
         b = batch([[[[-1.0] * n]]], [[0.0]])
         logp = [torch.full((n,), -1.0)]
         ref = [torch.full((n,), -1.0 + LN(2))]
-        _, info = udpo(eta=(1.0,)).loss(b, 0, logp, ref, torch.zeros(1))
+        _, info = udpo(eta=(1.0,)).loss(b, 0, logp, b.behavior(0), ref, torch.zeros(1))
         assert info["kl"] == pytest.approx(n * (2 - LN(2) - 1), rel=1e-5)
 
 
@@ -153,11 +156,11 @@ def test_eta_weights_each_agents_anchor():
     algo = udpo(eta=(0.0, 0.1, 1.0))
     logp = [torch.tensor([-1.0, -1.0])]
     ref = [torch.tensor([-1.0 + LN(2), -1.0 - LN(2)])]  # trajectory KL 0.5
-    losses = [algo.loss(b, i, logp, ref, torch.zeros(1))[0].item() for i in range(3)]
+    losses = [algo.loss(b, i, logp, b.behavior(i), ref, torch.zeros(1))[0].item() for i in range(3)]
     assert losses == [pytest.approx(0.0), pytest.approx(0.05), pytest.approx(0.5)]
     assert [algo.needs_reference(i) for i in range(3)] == [False, True, True]
     with pytest.raises(ValueError, match="reference log-probs"):
-        algo.loss(b, 2, logp, None, torch.zeros(1))
+        algo.loss(b, 2, logp, b.behavior(2), None, torch.zeros(1))
 
 
 # dual clipping -------------------------------------------------------------------------------------------
@@ -173,7 +176,7 @@ def test_eta_weights_each_agents_anchor():
 def test_dual_clip_cases(rho, advantage, dual_clip, surrogate, grad_flows):
     b = batch([[[BEHAVIOR]]], [[0.0]])
     logp = leaf([BEHAVIOR[0] + LN(rho), BEHAVIOR[1]])
-    loss, info = udpo(dual_clip=dual_clip).loss(b, 0, [logp], None, torch.tensor([advantage]))
+    loss, info = udpo(dual_clip=dual_clip).loss(b, 0, [logp], b.behavior(0), None, torch.tensor([advantage]))
     assert loss.item() == pytest.approx(-surrogate, abs=1e-6)
     loss.backward()
     expected = -advantage * rho if grad_flows else 0.0
@@ -187,11 +190,11 @@ def test_dual_clip_bounds_a_stale_samples_gradient():
     b = batch([[[BEHAVIOR]]], [[0.0]])
     for c, bounded in ((0.0, False), (3.0, True)):
         logp = leaf([BEHAVIOR[0] + 10.0, BEHAVIOR[1]])
-        loss, _ = udpo(dual_clip=c).loss(b, 0, [logp], None, torch.tensor([-1.0]))
+        loss, _ = udpo(dual_clip=c).loss(b, 0, [logp], b.behavior(0), None, torch.tensor([-1.0]))
         loss.backward()
         assert (logp.grad.abs().max().item() == 0.0) == bounded
-    with pytest.raises(ValueError, match="dual_clip"):
-        UDPOLossConfig(dual_clip=0.5)
+    with pytest.raises(ValueError, match="dual_clip must be 0 \\(off\\) or a finite number > 1"):
+        udpo(dual_clip=0.5)  # checked as the config checks it
 
 
 # baseline and replay weights ---------------------------------------------------------------------------
@@ -200,14 +203,14 @@ REWARDS = [[1.0, 0.0], [0.0, 1.0], [0.5, 0.5], [1.0, 1.0]]
 
 def test_batch_mean_baseline():
     b = batch([[[[-1.0]], [[-1.0]]]] * 4, REWARDS, group_ids=["a", "a", "b", "b"])
-    adv = udpo(eta=(0.0, 0.0)).advantages(b)
+    adv = udpo(eta=(0.0, 0.0)).advantages(b).values
     # column means 0.625 and 0.625
     assert torch.allclose(adv, torch.tensor(REWARDS) - 0.625)
 
 
 def test_group_mean_baseline():
     b = batch([[[[-1.0]], [[-1.0]]]] * 4, REWARDS, group_ids=["a", "a", "b", "c"])
-    adv = udpo(eta=(0.0, 0.0), baseline="group").advantages(b)
+    adv = udpo(eta=(0.0, 0.0), baseline="group").advantages(b).values
     # group a: means (0.5, 0.5); b and c are alone: advantage 0
     assert torch.allclose(adv, torch.tensor([[0.5, -0.5], [-0.5, 0.5], [0.0, 0.0], [0.0, 0.0]]))
     assert torch.allclose(
@@ -218,7 +221,7 @@ def test_group_mean_baseline():
 def test_replay_weights_multiply_the_surrogate():
     b = batch([[[[-1.0]]], [[[-1.0]]]], [[0.0], [0.0]], weights=[1.0, 0.5])
     logp = [leaf([-1.0]), leaf([-1.0])]  # rho = 1
-    loss, _ = udpo().loss(b, 0, logp, None, torch.tensor([1.0, -1.0]))
+    loss, _ = udpo().loss(b, 0, logp, b.behavior(0), None, torch.tensor([1.0, -1.0]))
     assert loss.item() == pytest.approx(-(1.0 * 1.0 + 0.5 * -1.0) / 2)
     loss.backward()
     assert logp[0].grad.item() == pytest.approx(-0.5) and logp[1].grad.item() == pytest.approx(0.25)
@@ -227,7 +230,7 @@ def test_replay_weights_multiply_the_surrogate():
 def test_loss_checks_token_counts():
     b = batch([[[[-1.0, -1.0]]]], [[0.0]])
     with pytest.raises(ValueError, match="debate 0: 3 log-probs for agent 0's 2 generated tokens"):
-        udpo().loss(b, 0, [torch.zeros(3)], None, torch.zeros(1))
+        udpo().loss(b, 0, [torch.zeros(3)], b.behavior(0), None, torch.zeros(1))
 
 
 def test_missing_behavior_logprobs_are_reported():
@@ -235,7 +238,7 @@ def test_missing_behavior_logprobs_are_reported():
     t.turns[0][0].logprobs = []
     b = RolloutBatch.from_trajectories([t], torch.zeros(1, 1), {})
     with pytest.raises(ValueError, match="fill_behavior_logprobs"):
-        udpo().loss(b, 0, [torch.zeros(2)], None, torch.zeros(1))
+        b.behavior(0)
 
 
 # rewards (eq. 4) and ablations ---------------------------------------------------------------------------

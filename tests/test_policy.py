@@ -353,12 +353,15 @@ def test_fill_behavior_logprobs(tiny_path):
         for row in t.turns:
             for turn in row:
                 turn.prompt_ids, turn.logprobs = PROMPTS[0], []
+    assert (
+        fill_behavior_logprobs(trajectories, policy, temperature=0.7) == 8
+    )  # 2 debates x 2 agents x 2 rounds
+    assert all(turn.logprobs == [] for t in trajectories for row in t.turns for turn in row)  # the engine's
     rewards, terms = compute_rewards(trajectories, Coefficients.uniform(2))
     batch = RolloutBatch.from_trajectories(trajectories, rewards, terms)
-    assert fill_behavior_logprobs(batch, policy, temperature=0.7) == 8  # 2 debates x 2 agents x 2 rounds
     prompts, completions = batch.agent_sequences(1)
     flat = policy.token_logprobs(1, prompts, completions, temperature=0.7)
-    behavior = batch.behavior_logprobs(1)
+    behavior = batch.behavior(1).logprobs
     bound = scored_bound(
         policy._set_active(1), [p + c for p, c in zip(prompts, completions, strict=True)], 0.7
     )
@@ -366,9 +369,11 @@ def test_fill_behavior_logprobs(tiny_path):
         torch.allclose(a.detach(), b, rtol=0, atol=bound)
         for a, b in zip(batch.per_debate(1, flat), behavior, strict=True)
     )
-    # written into the stored trajectories too (what a replay buffer keeps)
-    stored = [torch.tensor([x for turn in t.turns[1] for x in turn.logprobs]) for t in trajectories]
+    # recorded as the turns' trainer log-probs (what a replay buffer keeps), not in the trajectory files
+    stored = [torch.tensor([x for turn in t.turns[1] for x in turn.trainer_logprobs]) for t in trajectories]
     assert all(torch.equal(a, b) for a, b in zip(stored, behavior, strict=True))
+    assert all("trainer_logprobs" not in turn for row in trajectories[0].to_dict()["turns"] for turn in row)
+    assert fill_behavior_logprobs(trajectories, policy, temperature=0.7) == 0  # nothing missing now
 
 
 # sampled debates: the ratio starts at 1, and the full UDPO loss trains one adapter ----------------------------
@@ -469,7 +474,7 @@ def test_udpo_update_on_a_real_debate_moves_only_that_agent(real_policy, real_de
         ref = batch.per_debate(
             agent, real_policy.token_logprobs(agent, prompts, completions, reference=True, temperature=0.7)
         )
-    loss, info = algo.loss(batch, agent, logp, ref, advantages[:, agent])
+    loss, info = algo.loss(batch, agent, logp, batch.behavior(agent), ref, advantages.values[:, agent])
     assert info["ratio_min"] == pytest.approx(1, abs=2e-3) and info["ratio_max"] == pytest.approx(1, abs=2e-3)
     assert info["kl"] > 0 and info["clip_frac"] == 0
     loss.backward()

@@ -95,6 +95,25 @@ def test_state_dict_round_trip_through_json():
         other.load_state_dict({"items": []})
 
 
+def test_state_keeps_the_trainers_logprobs_beside_the_trajectory_records():
+    buf = filled()
+    buf.items[1].turns[2][0].trainer_logprobs = [-0.75, -0.125]  # recorded by the loop before storing
+    state = json.loads(json.dumps(buf.state_dict()))
+    assert state["items"] == [t.to_dict() for t in buf.items]  # the trajectory file's records
+    other = ReplayBuffer()
+    other.load_state_dict(state)
+    turns = [turn for t in other.items for row in t.turns for turn in row]
+    assert other.items[1].turns[2][0].behavior_logprobs == [-0.75, -0.125]
+    assert sum(turn.trainer_logprobs is not None for turn in turns) == 1
+    assert other.items[1].turns[2][0].logprobs == [-0.5, -0.25]  # the engine's, as recorded
+    # a state written before the trainer's log-probs were kept apart held them in the records' log-probs
+    del state["trainer_logprobs"]
+    state["items"][1]["turns"][2][0]["logprobs"] = [-0.75, -0.125]
+    old = ReplayBuffer()
+    old.load_state_dict(state)
+    assert old.items[1].turns[2][0].behavior_logprobs == [-0.75, -0.125]
+
+
 def test_bad_settings_are_rejected():
     with pytest.raises(ValueError, match="capacity"):
         ReplayBuffer(capacity=0)
@@ -131,7 +150,7 @@ def test_a_runs_buffer_takes_its_settings_and_the_calibrations_base_weights():
     assert given.base_weights == (0.2, 0.2, 0.6)  # explicit base weights win over the calibration's
 
 
-def test_a_runs_update_batch_draws_after_the_refresh_and_stores_the_fresh_debates_last():
+def test_a_runs_update_batch_draws_after_the_refresh_and_leaves_the_fresh_debates_to_the_loop():
     from udpo.env.tasks.base import Question
 
     bases = {"alpha_base": BASE[0], "beta_base": BASE[1], "gamma_base": BASE[2]}
@@ -145,11 +164,12 @@ def test_a_runs_update_batch_draws_after_the_refresh_and_stores_the_fresh_debate
         refreshed.extend(debate(q.id) for q in qs)
         return list(refreshed)
 
-    # iteration 1: nothing stored yet, nothing drawn (the fresh debates are stored after the draw)
+    # iteration 1: nothing stored yet, nothing drawn; the loop stores the fresh debates after their update
     fresh = [debate("settled"), debate("mixed"), debate("split#1"), debate("mixed#1")]
     batch, weights, drawn = replay.update_batch(fresh, 1, questions, again)
     assert (batch, weights, drawn, asked) == (fresh, [1.0] * 4, 0, [])
-    assert replay.items == fresh
+    assert replay.items == []
+    replay.add(fresh)
     # iteration 2: the refresh is due; the stored questions are debated again, in the questions' order,
     # their new debates replacing the stored ones; then 3 are drawn (0.6 of the update batch of 5), the
     # draw of the run's seed (11) and the iteration
@@ -165,4 +185,6 @@ def test_a_runs_update_batch_draws_after_the_refresh_and_stores_the_fresh_debate
     assert [t.question_id for t in batch[2:]] == [t.question_id for t in expected]
     assert all(any(t is r for r in refreshed) for t in batch[2:])  # drawn from the refreshed debates
     assert weights == [1.0, 1.0, *expected_weights.tolist()]
+    assert [id(t) for t in replay.items] == [id(t) for t in refreshed]
+    replay.add(fresh)
     assert [id(t) for t in replay.items] == [id(t) for t in [*refreshed, *fresh]]

@@ -5,6 +5,7 @@ failure paths (missing model, used run directory, NaN loss, out of memory)."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import json
 import re
@@ -15,6 +16,7 @@ import train_helpers
 from safetensors.torch import load_file
 from train_helpers import EXPLICIT, QUESTION_DIGEST, read_jsonl, tiny_config
 
+from udpo.algorithms.base import record_behavior
 from udpo.config import ConfigError
 from udpo.env.tasks.base import Question
 from udpo.env.tasks.parsing import FORMS
@@ -200,20 +202,25 @@ def test_updates_increase_the_objective_on_a_fixed_batch(trained):
     questions = trainer.schedule.for_iteration(3) + trainer.schedule.for_iteration(4)
     batch = trainer.rollout_batch(trainer.debate(questions, {"phase": "test"}))
     advantages = trainer.algorithm.advantages(batch)
-    assert advantages.abs().sum() > 0, "all debates got the same reward; nothing to learn from"
+    assert advantages.values.abs().sum() > 0, "all debates got the same reward; nothing to learn from"
     objectives = []
     for step in range(3):
-        # step 0 records the behavior log-probs (ratio 1); later steps keep them, so the ratio moves
-        stats = trainer.update(batch, advantages, fresh_count=len(batch) if step == 0 else 0, iteration=100)
-        objectives.append(-stats["update/loss"])  # measured before this step's optimizer update
+        # step 0 measures the behavior log-probs (ratio 1), recorded on the debates; later steps divide
+        # by them, so the ratio moves
+        result = trainer.update(batch, advantages, fresh_count=len(batch) if step == 0 else 0, iteration=100)
+        if step == 0:
+            record_behavior(batch.trajectories, result.behavior)
+            batch = trainer.rollout_batch(batch.trajectories)
+        objectives.append(-result.metrics["update/loss"])  # measured before this step's optimizer update
     assert objectives[1] > objectives[0]
     assert objectives[-1] > objectives[0]
 
 
 def test_replayed_debates_keep_the_recomputed_behavior_logprobs(tiny_model, tmp_path):
-    """behavior_logprobs: recompute with replay on: the update writes the recomputed behavior log-probs (at
-    the sampling temperature) into the stored trajectories, so the buffer holds the numbers the fresh update
-    used and a replayed debate gets the same ratio denominator it had when fresh."""
+    """behavior_logprobs: recompute with replay on: the update returns the recomputed behavior log-probs
+    (at the sampling temperature), the loop records them on the fresh debates as the trainer's log-probs
+    before storing them, so a replayed debate gets the same ratio denominator it had when fresh; the
+    engine's log-probs stay as recorded (what the trajectory file holds)."""
     config = tiny_config(
         tiny_model, tmp_path / "run", replay=True, replay_fraction=0.5, eval_questions=0, **EXPLICIT
     )
@@ -235,22 +242,25 @@ def test_replayed_debates_keep_the_recomputed_behavior_logprobs(tiny_model, tmp_
         trainer.use_calibration(trainer.calibrate()[0])
         loss = trainer.algorithm.loss
 
-        def recording_loss(batch, agent, *args):
-            behavior = batch.behavior_logprobs(agent)
+        def recording_loss(batch, agent, logp, behavior, *args):
             used[trainer.iteration + 1] += [
-                (t, agent, b) for t, b in zip(batch.trajectories, behavior, strict=True)
+                (t, agent, b) for t, b in zip(batch.trajectories, behavior.logprobs, strict=True)
             ]
-            return loss(batch, agent, *args)
+            return loss(batch, agent, logp, behavior, *args)
 
         trainer.algorithm.loss = recording_loss
         trainer.run_iteration(1)
         trainer.state.iteration = 1
         fresh = {(id(t), agent): b for t, agent, b in used[1]}
         assert len(fresh) == 2 * 2 and len(trainer.replay) == 2
-        for t in trainer.replay.items:
+        written = read_jsonl(trainer.run_dir / "trajectories" / "train.jsonl")
+        for t, record in zip(trainer.replay.items, written, strict=True):
             for agent in range(2):
-                stored = torch.tensor([x for turn in t.turns[agent] for x in turn.logprobs])
+                stored = torch.tensor([x for turn in t.turns[agent] for x in turn.trainer_logprobs])
                 assert torch.equal(stored, fresh[id(t), agent])
+                assert [turn.logprobs for turn in t.turns[agent]] == [
+                    turn["logprobs"] for turn in record["turns"][agent]
+                ]
         metrics = trainer.run_iteration(2)
     finally:
         trainer.close()
@@ -260,6 +270,57 @@ def test_replayed_debates_keep_the_recomputed_behavior_logprobs(tiny_model, tmp_
     for t, agent, behavior in replayed:
         assert torch.equal(behavior, fresh[id(t), agent])  # the same denominator as when fresh
     assert temperatures and set(temperatures) == {config.temperature} == {0.7}
+
+
+def test_replay_does_not_rely_on_the_buffer_sharing_the_loops_debates(digit_model, tmp_path, monkeypatch):
+    """A buffer that stores and hands out deep copies of the debates trains the same run: the same
+    losses, ratios and metrics and the same adapters, so nothing reaches a replayed debate through
+    objects the buffer shares with the loop."""
+    from udpo.training.replay import ReplayBuffer
+
+    def run(name: str) -> tuple[list[dict], list[torch.Tensor]]:
+        config = tiny_config(
+            digit_model,
+            tmp_path / name,
+            reward_functions=[QUESTION_DIGEST],  # advantages that differ: the adapters move
+            replay=True,
+            replay_fraction=0.5,
+            update_epochs=2,
+            eval_questions=0,
+            max_iterations=3,
+            **EXPLICIT,
+        )
+        trainer = Trainer(config)
+        try:
+            trainer.train()
+            params = [p.detach().clone() for p in trainer.params]
+        finally:
+            trainer.close()
+        volatile = ("time", "tokens_per_s", "time/", "memory/")
+        records = [
+            {k: v for k, v in r.items() if not k.startswith(volatile)}
+            for r in read_jsonl(tmp_path / name / "metrics.jsonl")
+            if r["kind"] == "train"
+        ]
+        return records, params
+
+    shared, shared_params = run("shared")
+    add, sample = ReplayBuffer.add, ReplayBuffer.sample
+
+    def copying_add(self, trajectories, replace=False):
+        add(self, copy.deepcopy(list(trajectories)), replace)
+
+    def copying_sample(self, k, rng=None):
+        items, weights = sample(self, k, rng)
+        return copy.deepcopy(items), weights
+
+    monkeypatch.setattr(ReplayBuffer, "add", copying_add)
+    monkeypatch.setattr(ReplayBuffer, "sample", copying_sample)
+    copied, copied_params = run("copied")
+    assert [r["replayed"] for r in shared] == [0, 2, 2]
+    assert any(r["agent_0/ratio_mean"] != 1.0 for r in shared[1:])  # replayed debates move the ratio
+    assert copied == shared
+    assert all(torch.equal(a, b) for a, b in zip(shared_params, copied_params, strict=True))
 
 
 def test_missing_model_is_named(tmp_path):
@@ -353,8 +414,8 @@ def test_nan_loss_stops_with_a_checkpoint(tiny_model, tmp_path, monkeypatch):
 
     real_loss = UDPO.loss
 
-    def nan_loss(self, batch, agent, logp, ref_logp, advantages):
-        loss, info = real_loss(self, batch, agent, logp, ref_logp, advantages)
+    def nan_loss(self, batch, agent, logp, behavior, ref_logp, advantages):
+        loss, info = real_loss(self, batch, agent, logp, behavior, ref_logp, advantages)
         return loss * float("nan"), info
 
     monkeypatch.setattr(UDPO, "loss", nan_loss)

@@ -91,6 +91,22 @@ def test_required_keys_are_present_in_each_line(tmp_path):
         assert key in turn
 
 
+def test_the_trainers_logprobs_stay_in_memory(tmp_path):
+    """A turn's trainer log-probs are the ratio's denominator in memory and never reach a trajectory file:
+    a debate the trainer scored writes the same line as before, and reads back with the engine's."""
+    t = make("a")
+    line = json.dumps(t.to_dict())
+    t.turns[0][0].trainer_logprobs = [-0.25]
+    assert t.turns[0][0].behavior_logprobs == [-0.25] and t.turns[0][1].behavior_logprobs == [-0.5]
+    assert json.dumps(t.to_dict()) == line
+    assert Trajectory.from_dict(t.to_dict()).turns[0][0].behavior_logprobs == [-0.5]
+    record = t.to_dict()
+    record["turns"][0][0]["trainer_logprobs"] = [-0.25]  # not a key of the file format
+    (tmp_path / "t.jsonl").write_text(json.dumps(record) + "\n")
+    with pytest.raises(TrajectoryFormatError, match="unknown key"):
+        list(iter_records(tmp_path / "t.jsonl"))
+
+
 @pytest.mark.parametrize(
     ("line", "needle"),
     [

@@ -26,10 +26,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from udpo.algorithms.reward_functions import RewardFn, load_reward_functions
-from udpo.config import TrainConfig, _f
+from udpo.config import AlgorithmName, TrainConfig, _f
 from udpo.env.backends.base import Backend
 from udpo.env.tasks import Task, register_task
 from udpo.env.tasks.custom import DatasetTask, Records
@@ -48,21 +48,21 @@ _ALGORITHM_HELP = "udpo (uncertainty-driven rewards), or the baselines mappo and
 class UDPOConfig(TrainConfig):
     """Every setting of a training run (the fields of ``udpo train --help``), UDPO by default."""
 
-    algorithm: Literal["udpo", "mappo", "rmaac"] = _f("udpo", _ALGORITHM_HELP)
+    algorithm: AlgorithmName = _f("udpo", _ALGORITHM_HELP)
 
 
 @dataclass
 class MAPPOConfig(TrainConfig):
     """The training config with ``algorithm: mappo`` (a centralized critic on the team reward)."""
 
-    algorithm: Literal["udpo", "mappo", "rmaac"] = _f("mappo", _ALGORITHM_HELP)
+    algorithm: AlgorithmName = _f("mappo", _ALGORITHM_HELP)
 
 
 @dataclass
 class RMAACConfig(TrainConfig):
     """The training config with ``algorithm: rmaac`` (MAPPO's critic plus a state adversary)."""
 
-    algorithm: Literal["udpo", "mappo", "rmaac"] = _f("rmaac", _ALGORITHM_HELP)
+    algorithm: AlgorithmName = _f("rmaac", _ALGORITHM_HELP)
 
 
 class UDPOTrainer(Trainer):

@@ -6,17 +6,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from udpo.config.groups import AlgorithmArgs, RewardArgs
+from udpo.config.groups import AlgorithmArgs, AlgorithmName, RewardArgs
 
-from .actor_critic import ActorCritic, ActorCriticConfig
-from .base import AgentTurns, Algorithm, LossSettings, RolloutBatch, fill_behavior_logprobs
+from .actor_critic import ActorCritic
+from .base import (
+    Advantages,
+    AgentTurns,
+    Algorithm,
+    Behavior,
+    RolloutBatch,
+    fill_behavior_logprobs,
+    record_behavior,
+)
 from .mappo import MAPPO
 from .rmaac import RMAAC
-from .udpo import UDPO, Coefficients, UDPOLossConfig, compute_rewards
+from .udpo import UDPO, Coefficients, compute_rewards
 
-#: every algorithm a run can name, by name; each class declares what it needs (``needs_critic``, an
-#: ``adversary_stage``) and builds itself from a run's config (``from_config``)
-ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (UDPO, MAPPO, RMAAC)}
+#: every algorithm a run can name (udpo.config.AlgorithmName), by name; each class declares what it needs
+#: (``needs_critic``, an ``adversary_stage``) and builds itself from a run's config (``from_config``)
+ALGORITHMS: dict[AlgorithmName, type[Algorithm]] = {cls.name: cls for cls in (UDPO, MAPPO, RMAAC)}
 
 
 def algorithm_class(name: str) -> type[Algorithm]:
@@ -48,15 +56,15 @@ __all__ = [
     "RMAAC",
     "UDPO",
     "ActorCritic",
-    "ActorCriticConfig",
+    "Advantages",
     "AgentTurns",
     "Algorithm",
+    "Behavior",
     "Coefficients",
-    "LossSettings",
     "RolloutBatch",
-    "UDPOLossConfig",
     "algorithm_class",
     "build_algorithm",
     "compute_rewards",
     "fill_behavior_logprobs",
+    "record_behavior",
 ]

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -44,49 +43,20 @@ from udpo.algorithms.transfer import host_floats, to_device
 from udpo.rewards import debate_metrics
 
 from .base import (
+    Advantages,
     Algorithm,
-    LossSettings,
+    Behavior,
     RolloutBatch,
     aggregate,
+    checked_settings,
     clipped_surrogate,
     correction_weights,
     kl_estimate,
     loss_metrics,
-    loss_settings,
     normalize_advantages,
     ratio,
 )
 from .udpo import group_mean
-
-
-@dataclass
-class ActorCriticConfig(LossSettings):
-    """The shared loss settings (:class:`~udpo.algorithms.base.LossSettings`; advantages normalized over
-    the batch by default, as MAPPO does; ``loss_aggregation`` "auto" is "mean") and the actor-critic's
-    own. eta: weight of the per-token KL anchor (0: none). w_consensus: weight of ``1 - C_T`` in the team
-    reward. gamma, lam: GAE's discount and lambda over rounds. baseline: "batch" (the critic's values
-    alone) or "group" (the value of a debate's first state, the question alone, is the mean team reward
-    of the debates of its question instead of the critic's)."""
-
-    advantage_norm: str = "batch"
-    eta: float = 0.01
-    w_consensus: float = 0.5
-    gamma: float = 1.0
-    lam: float = 0.95
-    baseline: str = "batch"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        for name in ("eta", "w_consensus"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        for name in ("gamma", "lam"):
-            if not 0 <= getattr(self, name) <= 1:
-                raise ValueError(f"{name} must lie in [0, 1], got {getattr(self, name)}")
-        if self.baseline not in ("batch", "group"):
-            raise ValueError(f"baseline must be 'batch' or 'group', got {self.baseline!r}")
-        if self.loss_aggregation == "auto":
-            self.loss_aggregation = "mean"
 
 
 def team_rewards(trajectories: Sequence[Trajectory], w_consensus: float) -> tuple[Tensor, dict[str, Tensor]]:
@@ -134,17 +104,26 @@ def per_token(advantages: Tensor, lengths: Sequence[int]) -> Tensor:
 class ActorCritic(Algorithm):
     """MAPPO-style actor-critic on debates; subclasses say what state each agent's critic value uses.
 
-    ``advantages`` returns [M, N, K] (K: the most rounds an agent spoke; rounds it did not speak are 0) and
-    keeps the value targets for :meth:`critic_loss` of the same batch."""
+    settings: the run's algorithm settings (default: the config's defaults for this algorithm), of which
+    the actor-critic reads the loss settings every algorithm shares (advantages normalized over the batch
+    by ``auto``, as MAPPO does; ``loss_aggregation`` ``auto`` is "mean"), ``w_consensus`` (the weight of
+    ``1 - C_T`` in the team reward), ``gae_gamma`` and ``gae_lambda`` (GAE's discount and lambda over
+    rounds) and ``baseline`` ("batch": the critic's values alone; "group": the value of a debate's first
+    state, the question alone, is the mean team reward of the debates of its question instead of the
+    critic's). eta: the weight of the per-token KL anchor (0: none).
+
+    ``advantages`` returns [M, N, K] (K: the most rounds an agent spoke; rounds it did not speak are 0) with
+    the value targets :meth:`critic_loss` regresses on and the critic's explained variance."""
 
     needs_critic = True
     critic: Critic
 
-    def __init__(self, critic, config: ActorCriticConfig | None = None):
+    def __init__(self, critic, settings: AlgorithmArgs | None = None, eta: float = 0.01):
+        if eta < 0:
+            raise ValueError(f"eta must be >= 0, got {eta}")
         self.critic = critic
-        self.config = config or ActorCriticConfig()
-        self.targets: dict[int, list[tuple[str, float]]] = {}  # debate -> (state, G) of its states
-        self.explained_variance = float("nan")  # of the critic's values on the last batch's targets
+        self.settings = checked_settings(settings, self.name)
+        self.eta = eta
 
     @classmethod
     def from_config(
@@ -159,25 +138,14 @@ class ActorCritic(Algorithm):
         """The run's ``critic`` and its settings; one KL weight (``eta[0]`` or ``eta_base``)."""
         if critic is None:
             raise ValueError(f"algorithm {cls.name} needs a critic")
-        return cls(critic, cls.settings(algorithm, reward))
-
-    @staticmethod
-    def settings(algorithm: AlgorithmArgs, reward: RewardArgs) -> ActorCriticConfig:
-        """The :class:`ActorCriticConfig` a run's algorithm and reward settings set."""
-        return ActorCriticConfig(
-            **loss_settings(algorithm),
-            eta=reward.eta[0] if reward.eta else reward.eta_base,
-            w_consensus=algorithm.w_consensus,
-            gamma=algorithm.gae_gamma,
-            lam=algorithm.gae_lambda,
-        )
+        return cls(critic, algorithm, eta=reward.eta[0] if reward.eta else reward.eta_base)
 
     @abc.abstractmethod
     def states(self, trajectory: Trajectory, agent: int) -> list[str]:
         """The state before each of ``agent``'s rounds in ``trajectory``, as critic text."""
 
     def rewards(self, trajectories: Sequence[Trajectory]) -> tuple[Tensor, dict[str, Tensor]]:
-        team, terms = team_rewards(trajectories, self.config.w_consensus)
+        team, terms = team_rewards(trajectories, self.settings.w_consensus)
         n = trajectories[0].n_agents
         return team[:, None].expand(-1, n).contiguous(), terms
 
@@ -186,15 +154,15 @@ class ActorCritic(Algorithm):
         n = batch.n_agents
         parts = {
             "r_task": batch.terms["r_task"],
-            "consensus": self.config.w_consensus * batch.terms["consensus"],
+            "consensus": self.settings.w_consensus * batch.terms["consensus"],
         }
         return {name: v[:, None].expand(-1, n) for name, v in parts.items()}
 
     def needs_reference(self, agent: int) -> bool:
-        return self.config.eta > 0
+        return self.eta > 0
 
     @torch.no_grad()
-    def advantages(self, batch: RolloutBatch) -> Tensor:
+    def advantages(self, batch: RolloutBatch) -> Advantages:
         m, n = len(batch), batch.n_agents
         states = [[self.states(t, i) for i in range(n)] for t in batch.trajectories]
         k = max(len(s) for row in states for s in row)
@@ -205,7 +173,8 @@ class ActorCritic(Algorithm):
         targets = torch.zeros(m, n, k)
         values = torch.zeros(m, n, k)
         # baseline "group": the first state's value is the mean team reward of the question's debates
-        first = group_mean(batch.rewards, batch.group_ids) if self.config.baseline == "group" else None
+        cfg = self.settings
+        first = group_mean(batch.rewards, batch.group_ids) if cfg.baseline == "group" else None
         for d in range(m):
             for i in range(n):
                 s = states[d][i]
@@ -213,12 +182,11 @@ class ActorCritic(Algorithm):
                 values[d, i, : len(s)] = v
                 if first is not None:
                     v[0] = first[d, i]
-                a, g = gae(v, batch.rewards[d, i], self.config.gamma, self.config.lam)
+                a, g = gae(v, batch.rewards[d, i], cfg.gae_gamma, cfg.gae_lambda)
                 raw[d, i, : len(s)], targets[d, i, : len(s)] = a, g
                 mask[d, i, : len(s)] = True
-        self.explained_variance = explained_variance(values[mask], targets[mask])
-        self.targets = {
-            d: list(
+        critic_targets = [
+            list(
                 dict.fromkeys(  # a centralized state shared by the agents is one regression target
                     (states[d][i][r], float(targets[d, i, r]))
                     for i in range(n)
@@ -226,14 +194,18 @@ class ActorCritic(Algorithm):
                 )
             )
             for d in range(m)
-        }
-        return normalize_advantages(raw, self.config.advantage_norm, mask)
+        ]
+        return Advantages(
+            normalize_advantages(raw, cfg.resolved_advantage_norm, mask),
+            critic_targets,
+            explained_variance(values[mask], targets[mask]),
+        )
 
-    def batch_metrics(self, batch: RolloutBatch, advantages: Tensor) -> dict[str, float]:
+    def batch_metrics(self, batch: RolloutBatch, advantages: Advantages) -> dict[str, float]:
         """The shared statistics and ``critic/explained_variance`` (before this batch's update)."""
         return {
             **super().batch_metrics(batch, advantages),
-            "critic/explained_variance": self.explained_variance,
+            "critic/explained_variance": advantages.explained_variance,
         }
 
     def loss(
@@ -241,49 +213,46 @@ class ActorCritic(Algorithm):
         batch: RolloutBatch,
         agent: int,
         logp: list[Tensor],
+        behavior: Behavior,
         ref_logp: list[Tensor] | None,
         advantages: Tensor,
     ) -> tuple[Tensor, dict[str, float]]:
-        cfg = self.config
-        behavior = batch.behavior_logprobs(agent, device=logp[0].device)
-        if cfg.eta > 0 and ref_logp is None:
+        cfg, aggregation = self.settings, self.settings.resolved_loss_aggregation
+        if self.eta > 0 and ref_logp is None:
             raise ValueError(f"agent {agent}: the loss needs reference log-probs (eta > 0)")
         # each token gets its round's advantage A_r, [tokens] per debate
         A = [
             per_token(advantages[d].to(logp[0].device), [len(c) for c in row[agent].completion_ids])
             for d, row in enumerate(batch.turns)
         ]
-        rho = [ratio(lp, b) for lp, b in zip(logp, behavior, strict=True)]
-        w_is, is_info = correction_weights(batch, agent, cfg.is_correction, cfg.is_cap, True, logp[0].device)
+        rho = [ratio(lp, b) for lp, b in zip(logp, behavior.logprobs, strict=True)]
+        w_is, is_info = correction_weights(behavior, cfg.is_correction, cfg.is_cap, True, logp[0].device)
         l_clip = aggregate(
             [
                 clipped_surrogate(r, a, cfg.clip_eps, cfg.dual_clip) * w
                 for r, a, w in zip(rho, A, w_is, strict=True)
             ],
-            cfg.loss_aggregation,
+            aggregation,
         )
         l_anchor = (
             aggregate(
                 [kl_estimate(lp, ref, cfg.kl_loss) for lp, ref in zip(logp, ref_logp, strict=True)],
-                cfg.loss_aggregation,
+                aggregation,
             )
-            if cfg.eta > 0 and ref_logp is not None  # given whenever eta > 0 (checked above)
+            if self.eta > 0 and ref_logp is not None  # given whenever eta > 0 (checked above)
             else torch.zeros_like(l_clip)
         )
-        objective = (to_device(batch.weights, l_clip.device) * l_clip).mean() - cfg.eta * l_anchor.mean()
+        objective = (to_device(batch.weights, l_clip.device) * l_clip).mean() - self.eta * l_anchor.mean()
         loss = -objective
         return loss, {**loss_metrics(rho, A, l_clip, l_anchor, loss, cfg.clip_eps, cfg.dual_clip), **is_info}
 
-    def critic_loss(self, debates: Sequence[int]) -> tuple[Tensor, dict[str, float]]:
-        """``mean (V(s) - G)^2`` over the states of ``debates`` (positions in the batch given to
-        :meth:`advantages`), with gradients to the critic."""
-        pairs = [p for d in debates for p in self.targets.get(d, [])]
-        if not pairs:
-            raise ValueError(
-                f"no value targets for debates {list(debates)[:5]}: call advantages() on the batch first"
-            )
-        v = self.critic.values([s for s, _ in pairs], grad=True)
-        g = to_device(torch.tensor([t for _, t in pairs]), v.device)
+    def critic_loss(self, targets: Sequence[tuple[str, float]]) -> tuple[Tensor, dict[str, float]]:
+        """``mean (V(s) - G)^2`` over the (state, G) pairs ``targets`` (:meth:`Advantages.targets_of` of
+        what :meth:`advantages` returned), with gradients to the critic."""
+        if not targets:
+            raise ValueError("no value targets: give critic_loss the targets advantages() returned")
+        v = self.critic.values([s for s, _ in targets], grad=True)
+        g = to_device(torch.tensor([t for _, t in targets]), v.device)
         loss = ((v - g) ** 2).mean()
         return loss, host_floats({"value_loss": loss, "value_mean": v.mean(), "return_mean": g.mean()})
 

@@ -1,10 +1,12 @@
-"""What every policy-optimization algorithm sees: a batch of debates, and two methods to fill in.
+"""What every policy-optimization algorithm sees: a batch of debates, and the methods to fill in.
 
 A :class:`RolloutBatch` holds M debate trajectories, each agent's generated turns as stored token ids
-(with the behavior log-probs recorded when they were sampled), each agent's reward ``r_i`` per debate
-and the reward terms behind it. An :class:`Algorithm` (UDPO, and later the MAPPO and RMAAC baselines)
-turns rewards into advantages and, per agent, log-probs into a loss; rollouts, the policy, logging and
-evaluation are shared.
+(with the behavior log-probs known when the batch was built), each agent's reward ``r_i`` per debate
+and the reward terms behind it. An :class:`Algorithm` (UDPO, and the MAPPO and RMAAC baselines) turns
+rewards into :class:`Advantages` (a critic's value targets with them) and, per agent, log-probs into a
+loss against the sampling policy's numbers it is given (:class:`Behavior`); rollouts, the policy,
+logging and evaluation are shared. Nothing here writes into the batch or its trajectories: the update
+passes what it measures to the loss and returns it, and the loop records it (:func:`record_behavior`).
 
 Shared math, named once here:
 
@@ -29,15 +31,15 @@ from __future__ import annotations
 
 import abc
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, ClassVar, get_args
 
 import torch
 from torch import Tensor
 
-from udpo.algorithms.transfer import host_floats, lists_to_device, to_device
-from udpo.config.groups import AlgorithmArgs, RewardArgs
+from udpo.algorithms.transfer import host_floats, to_device
+from udpo.config.groups import AdvantageNorm, AlgorithmArgs, AlgorithmName, KLLoss, RewardArgs
 from udpo.env.trajectory import Trajectory, Turn
 
 if TYPE_CHECKING:
@@ -46,19 +48,23 @@ if TYPE_CHECKING:
 LOG_RATIO_CLAMP = 20.0
 
 
+#: (debate, agent, round) -> the trainer's log-probs of that turn's tokens under the sampling policy:
+#: what the update measures and :func:`fill_behavior_logprobs` computes, recorded by :func:`record_behavior`
+TrainerLogprobs = dict[tuple[int, int, int], list[float]]
+
+
 @dataclass
 class AgentTurns:
     """One agent's turns in one debate, one entry per round it spoke (token ids as generated)."""
 
     prompt_ids: list[list[int]]
     completion_ids: list[list[int]]
+    #: per round, the ratio's denominator as recorded when the batch was built: the trainer's log-probs
+    #: where it computed them, else the engine's (:attr:`udpo.env.trajectory.Turn.behavior_logprobs`)
     behavior_logprobs: list[list[float]]
     #: the log-probs the rollout engine recorded, all rounds concatenated (None unless every round has
-    #: one per token); kept when the trainer fills or recomputes ``behavior_logprobs``
+    #: one per token): what the update's first epoch measures the sampler/trainer mismatch against
     engine_logprobs: list[float] | None = None
-    #: per token, all rounds: log pi_trainer - log pi_engine of the sampling policy, set by the update's
-    #: first epoch on fresh debates with an engine record (None: no record, importance weight 1)
-    engine_logratio: list[float] | None = None
 
     @classmethod
     def from_turns(cls, turns: Sequence[Turn]) -> AgentTurns:
@@ -66,7 +72,7 @@ class AgentTurns:
         return cls(
             prompt_ids=[list(t.prompt_ids) for t in turns],
             completion_ids=[list(t.completion_ids) for t in turns],
-            behavior_logprobs=[list(t.logprobs) for t in turns],
+            behavior_logprobs=[list(t.behavior_logprobs) for t in turns],
             engine_logprobs=[float(x) for t in turns for x in t.logprobs] if recorded else None,
         )
 
@@ -80,6 +86,35 @@ class AgentTurns:
         return all(
             len(lp) == len(c) for lp, c in zip(self.behavior_logprobs, self.completion_ids, strict=True)
         )
+
+
+@dataclass(frozen=True)
+class Behavior:
+    """What a loss is given of the policy that sampled one agent's tokens, one entry per debate of the
+    (micro-)batch: ``logprobs``, the ratio's denominator (all the agent's rounds concatenated); and
+    ``engine_logratio``, per token ``log pi_trainer - log pi_engine`` of the sampling policy, measured by
+    the update's first epoch on a fresh debate whose engine recorded log-probs (None: no such
+    measurement, importance weight 1; :func:`correction_weights`)."""
+
+    logprobs: list[Tensor]
+    engine_logratio: list[Tensor | None]
+
+
+@dataclass(frozen=True)
+class Advantages:
+    """What :meth:`Algorithm.advantages` gives the update. values: every agent's advantage in every
+    debate, [M, N] (or per round, [M, N, R]). critic_targets: a critic-based algorithm's value targets,
+    per debate the (state, G) pairs of its states (one per distinct state; empty without a critic), what
+    :meth:`Algorithm.critic_loss` regresses on. explained_variance: of the critic's values on those
+    targets (nan without a critic)."""
+
+    values: Tensor
+    critic_targets: list[list[tuple[str, float]]] = field(default_factory=list)
+    explained_variance: float = float("nan")
+
+    def targets_of(self, debates: Sequence[int]) -> list[tuple[str, float]]:
+        """The value targets of ``debates`` (positions in the batch), debate by debate."""
+        return [pair for d in debates for pair in self.critic_targets[d]]
 
 
 @dataclass
@@ -167,60 +202,81 @@ class RolloutBatch:
             raise ValueError(f"got {len(flat)} per-round tensors; agent {agent} has {k} turns in this batch")
         return out
 
-    def set_behavior_logprobs(self, m: int, agent: int, rnd: int, values: Sequence[float]) -> None:
-        """Replace the behavior log-probs of ``agent``'s round ``rnd`` in debate ``m``, in this batch and in
-        the stored trajectory itself: a replay buffer holding the trajectory then gives a replayed debate
-        the same ratio denominator it had when fresh."""
-        values = [float(v) for v in values]
-        turns = self.turns[m][agent]
-        if len(values) != len(turns.completion_ids[rnd]):
-            raise ValueError(
-                f"{len(values)} log-probs for the {len(turns.completion_ids[rnd])} tokens of debate {m}, "
-                f"agent {agent}, round {rnd}"
-            )
-        turns.behavior_logprobs[rnd] = values
-        self.trajectories[m].turns[agent][rnd].logprobs = list(values)
-
-    def behavior_logprobs(self, agent: int, device: torch.device | str | None = None) -> list[Tensor]:
-        """Behavior log-probs of ``agent``'s tokens, one tensor per debate (all its rounds concatenated)."""
+    def behavior(
+        self,
+        agent: int,
+        device: torch.device | str | None = None,
+        measured: Mapping[int, Tensor] | None = None,
+        engine_logratio: Mapping[int, Tensor] | None = None,
+    ) -> Behavior:
+        """The sampling policy's numbers for ``agent``'s tokens, one tensor per debate (all its rounds
+        concatenated): the trainer's log-probs ``measured[m]`` (float32 on the host) where given, else the
+        behavior log-probs recorded in this batch; with ``engine_logratio[m]`` where given (debates are
+        positions in this batch)."""
+        measured, engine_logratio = measured or {}, engine_logratio or {}
         per_debate = []
         for m, row in enumerate(self.turns):
+            if m in measured:
+                per_debate.append(measured[m])
+                continue
             turns = row[agent]
             if not turns.has_behavior:
                 raise ValueError(
                     f"debate {m} (question {self.group_ids[m]}): agent {agent} has turns without behavior "
-                    "log-probs; call fill_behavior_logprobs(batch, policy) before the first update"
+                    "log-probs; call fill_behavior_logprobs(trajectories, policy) before the first update"
                 )
-            per_debate.append([x for lp in turns.behavior_logprobs for x in lp])
-        return lists_to_device(per_debate, "cpu" if device is None else device, torch.float32)
+            per_debate.append(
+                torch.tensor([x for lp in turns.behavior_logprobs for x in lp], dtype=torch.float32)
+            )
+        flat = to_device(torch.cat(per_debate), "cpu" if device is None else device) if per_debate else None
+        logprobs = list(flat.split([len(lp) for lp in per_debate])) if flat is not None else []
+        return Behavior(logprobs, [engine_logratio.get(m) for m in range(len(self))])
+
+
+def record_behavior(
+    trajectories: Sequence[Trajectory], measured: Mapping[tuple[int, int, int], Sequence[float]]
+) -> None:
+    """Record the trainer's log-probs ``measured`` ((debate, agent, round) -> one per completion token;
+    debates are positions in ``trajectories``) as those turns' ``trainer_logprobs``: how the loop keeps what
+    an update or :func:`fill_behavior_logprobs` computed, once, before the debates are stored for replay."""
+    for (m, agent, rnd), values in measured.items():
+        turn = trajectories[m].turns[agent][rnd]
+        if len(values) != len(turn.completion_ids):
+            raise ValueError(
+                f"{len(values)} log-probs for the {len(turn.completion_ids)} tokens of debate {m}, "
+                f"agent {agent}, round {rnd}"
+            )
+        turn.trainer_logprobs = [float(v) for v in values]
 
 
 @torch.no_grad()
-def fill_behavior_logprobs(batch: RolloutBatch, policy, *, temperature: float = 1.0, **scoring) -> int:
-    """Recompute, with the current policy at the sampling ``temperature``, the behavior log-probs a backend
-    did not record (e.g. an OpenAI-compatible server), in the batch and in its stored trajectories. Call
-    before the first update on the batch; ``scoring`` goes to ``policy.token_logprobs`` (``batch_size``,
-    ``token_budget``). Returns the turns filled."""
-    filled = 0
-    for i in range(batch.n_agents):
-        missing = []  # (debate, round) without recorded log-probs
-        for m, row in enumerate(batch.turns):
-            for r, (lp, c) in enumerate(zip(row[i].behavior_logprobs, row[i].completion_ids, strict=True)):
-                if len(lp) != len(c):
-                    missing.append((m, r))
+def fill_behavior_logprobs(
+    trajectories: Sequence[Trajectory], policy, *, temperature: float = 1.0, **scoring
+) -> int:
+    """Compute, with the current policy at the sampling ``temperature``, the behavior log-probs a backend
+    did not record (e.g. an OpenAI-compatible server) and record them as the turns' ``trainer_logprobs``
+    (:func:`record_behavior`). Call before the debates' batch is built; ``scoring`` goes to
+    ``policy.token_logprobs`` (``batch_size``, ``token_budget``). Returns the turns filled."""
+    filled: TrainerLogprobs = {}
+    for i in range(max((t.n_agents for t in trajectories), default=0)):
+        missing = [  # (debate, round) without behavior log-probs
+            (m, r)
+            for m, t in enumerate(trajectories)
+            for r, turn in enumerate(t.turns[i])
+            if len(turn.behavior_logprobs) != len(turn.completion_ids)
+        ]
         if not missing:
             continue
         logps = policy.token_logprobs(
             i,
-            [batch.turns[m][i].prompt_ids[r] for m, r in missing],
-            [batch.turns[m][i].completion_ids[r] for m, r in missing],
+            [list(trajectories[m].turns[i][r].prompt_ids) for m, r in missing],
+            [list(trajectories[m].turns[i][r].completion_ids) for m, r in missing],
             temperature=temperature,
             **scoring,
         )
-        for (m, r), lp in zip(missing, logps, strict=True):
-            batch.set_behavior_logprobs(m, i, r, lp.tolist())
-        filled += len(missing)
-    return filled
+        filled.update({(m, i, r): lp.tolist() for (m, r), lp in zip(missing, logps, strict=True)})
+    record_behavior(trajectories, filled)
+    return len(filled)
 
 
 def ratio(logp: Tensor, logp_behavior: Tensor) -> Tensor:
@@ -237,62 +293,18 @@ def clipped_surrogate(rho: Tensor, advantage: Tensor, eps: float, dual_clip: flo
     return surrogate
 
 
-KL_LOSSES = ("k3", "k2")
-ADVANTAGE_NORMS = ("none", "batch", "agent")
-AGGREGATIONS = ("auto", "sum", "mean")
-IS_CORRECTIONS = ("none", "tis", "mask")
+KL_LOSSES: tuple[KLLoss, ...] = get_args(KLLoss)
+ADVANTAGE_NORMS: tuple[AdvantageNorm, ...] = get_args(AdvantageNorm)
 
 
-@dataclass
-class LossSettings:
-    """What every algorithm's loss shares. clip_eps: epsilon of the clipped surrogate. dual_clip: c of dual
-    clipping for A < 0 (Ye et al. 2020; 0 turns it off). advantage_norm: "none", "batch" or "agent"
-    (:func:`normalize_advantages`). loss_aggregation: an agent's per-token surrogate and KL in a debate
-    summed ("sum") or averaged ("mean") over its tokens; "auto" is the algorithm's own default.
-    kl_loss: "k3" or "k2" (:func:`kl_estimate`). is_correction, is_cap: sampler/trainer importance
-    weights (:func:`correction_weights`)."""
-
-    clip_eps: float = 0.2
-    dual_clip: float = 3.0
-    advantage_norm: str = "none"
-    loss_aggregation: str = "auto"
-    kl_loss: str = "k3"
-    is_correction: str = "none"
-    is_cap: float = 2.0
-
-    def __post_init__(self) -> None:
-        if not 0 < self.clip_eps < 1:
-            raise ValueError(f"clip_eps must lie in (0, 1), got {self.clip_eps}")
-        if not (self.dual_clip == 0 or self.dual_clip > 1):
-            raise ValueError(f"dual_clip must be 0 (off) or > 1, got {self.dual_clip}")
-        choices = {
-            "advantage_norm": ADVANTAGE_NORMS,
-            "loss_aggregation": AGGREGATIONS,
-            "kl_loss": KL_LOSSES,
-            "is_correction": IS_CORRECTIONS,
-        }
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
-        if not self.is_cap > 1:
-            raise ValueError(f"is_cap must be > 1, got {self.is_cap}")
-
-
-def loss_settings(algorithm: AlgorithmArgs) -> dict[str, Any]:
-    """The :class:`LossSettings` a run's algorithm settings set, for every algorithm (``advantage_norm:
-    auto`` leaves each algorithm its own default)."""
-    shared: dict[str, Any] = {
-        "clip_eps": algorithm.clip_eps,
-        "dual_clip": algorithm.dual_clip,
-        "loss_aggregation": algorithm.loss_aggregation,
-        "kl_loss": algorithm.kl_loss,
-        "is_correction": algorithm.is_correction,
-        "is_cap": algorithm.is_cap,
-        "baseline": algorithm.baseline,
-    }
-    if algorithm.advantage_norm != "auto":
-        shared["advantage_norm"] = algorithm.advantage_norm
-    return shared
+def checked_settings(settings: AlgorithmArgs | None, name: AlgorithmName) -> AlgorithmArgs:
+    """The settings algorithm ``name`` is given (None: the config's defaults for it), checked as a config
+    checks them; a ValueError if they are another algorithm's (its ``auto`` would resolve for that one)."""
+    settings = AlgorithmArgs(algorithm=name) if settings is None else settings
+    if settings.algorithm != name:
+        raise ValueError(f"{name} was given the settings of algorithm {settings.algorithm!r}")
+    AlgorithmArgs.check(settings)  # the group's own check, also when given a whole TrainConfig
+    return settings
 
 
 def kl_estimate(logp: Tensor, logp_ref: Tensor, kind: str = "k3") -> Tensor:
@@ -334,21 +346,19 @@ def normalize_advantages(advantages: Tensor, how: str, mask: Tensor | None = Non
 
 
 def correction_weights(
-    batch: RolloutBatch, agent: int, how: str, cap: float, per_token: bool, device: torch.device | str
+    behavior: Behavior, how: str, cap: float, per_token: bool, device: torch.device | str
 ) -> tuple[list[Tensor], dict[str, float]]:
-    """Sampler/trainer importance weights of ``agent``'s samples, one tensor per debate: per token
+    """Sampler/trainer importance weights of one agent's samples, one tensor per debate: per token
     ``min(exp(log pi_trainer - log pi_engine), cap)`` (``tis`` with ``per_token``), per debate the same
     of the summed log-ratio (``tis``), or 1 where the debate's ratio lies in ``[1/cap, cap]`` and 0
-    elsewhere (``mask``). A debate without an engine record (``engine_logratio`` None, e.g. replayed)
-    gets 1. Also returns ``is_weight_mean`` and ``is_clipped_frac`` (share truncated or masked)."""
+    elsewhere (``mask``). A debate without an engine log-ratio (``behavior.engine_logratio`` None, e.g.
+    replayed) gets 1. Also returns ``is_weight_mean`` and ``is_clipped_frac`` (share truncated or masked)."""
     weights = []  # built on the host from the engine's log-ratios, sent to the device in one copy
-    for row in batch.turns:
-        turns = row[agent]
-        n = turns.n_tokens if per_token else 1
-        if how == "none" or turns.engine_logratio is None:
+    for logprobs, log_ratio in zip(behavior.logprobs, behavior.engine_logratio, strict=True):
+        n = logprobs.numel() if per_token else 1
+        if how == "none" or log_ratio is None:
             weights.append(torch.ones(n))
             continue
-        log_ratio = torch.tensor(turns.engine_logratio, dtype=torch.float32)
         if how == "mask":
             inside = log_ratio.sum().abs() <= math.log(cap)
             weights.append(torch.full((n,), float(inside)))
@@ -377,22 +387,23 @@ class Algorithm(abc.ABC):
     """A policy-optimization algorithm: rewards -> advantages, and per agent, log-probs -> loss.
 
     The training loop, per update: ``A = algo.advantages(batch)`` once on the whole batch, then for each
-    agent i: log-probs ``logp[m]`` (all of agent i's tokens in debate m, under theta, with gradients) and
-    ``ref_logp[m]`` (under the reference, when ``needs_reference(i)``), then
-    ``loss, metrics = algo.loss(batch, i, logp, ref_logp, A[:, i])`` and ``loss.backward()``.
-    Per-round advantages (MAPPO-style critics) fit the same call: return [M, N, R] from ``advantages``
-    and split ``logp[m]`` by round with the completion lengths in ``batch.turns[m][i]``. An algorithm with
-    a ``critic`` also gets ``loss = algo.critic_loss(micro_batch)`` and ``loss.backward()`` per micro-batch;
-    the critic's parameters are an optimizer group of their own.
+    agent i: log-probs ``logp[m]`` (all of agent i's tokens in debate m, under theta, with gradients), the
+    sampling policy's ``behavior`` (:class:`Behavior`: the recorded ones, :meth:`RolloutBatch.behavior`,
+    or what the update measured) and ``ref_logp[m]`` (under the reference, when ``needs_reference(i)``),
+    then ``loss, metrics = algo.loss(batch, i, logp, behavior, ref_logp, A.values[:, i])`` and
+    ``loss.backward()``. Per-round advantages (MAPPO-style critics) fit the same call: return [M, N, R] in
+    ``A.values`` and split ``logp[m]`` by round with the completion lengths in ``batch.turns[m][i]``. An
+    algorithm with a ``critic`` returns its value targets in ``A.critic_targets`` and gets
+    ``loss = algo.critic_loss(A.targets_of(micro_batch))`` and ``loss.backward()`` per micro-batch; the
+    critic's parameters are an optimizer group of their own.
     """
 
-    name = "algorithm"
+    #: the name a run gives it (``algorithm:``), its key in ``udpo.algorithms.ALGORITHMS``
+    name: ClassVar[AlgorithmName]
     #: whether the run must build a critic (a value head with its own adapter) and pass it to ``from_config``
     needs_critic = False
     #: a critic-based algorithm's critic (its parameters train with :meth:`critic_loss`); None otherwise
     critic: Critic | None = None
-    #: a critic-based algorithm's explained variance of its values on the last batch (nan otherwise)
-    explained_variance = float("nan")
 
     @classmethod
     @abc.abstractmethod
@@ -437,8 +448,9 @@ class Algorithm(abc.ABC):
         of (:func:`udpo.training.dynamic_sampling.reward_shares`)."""
 
     @abc.abstractmethod
-    def advantages(self, batch: RolloutBatch) -> Tensor:
-        """Advantages of every agent in every debate, [M, N] (or per round, [M, N, R])."""
+    def advantages(self, batch: RolloutBatch) -> Advantages:
+        """Advantages of every agent in every debate, [M, N] (or per round, [M, N, R]), and a critic's value
+        targets (:class:`Advantages`)."""
 
     @abc.abstractmethod
     def loss(
@@ -446,32 +458,35 @@ class Algorithm(abc.ABC):
         batch: RolloutBatch,
         agent: int,
         logp: list[Tensor],
+        behavior: Behavior,
         ref_logp: list[Tensor] | None,
         advantages: Tensor,
     ) -> tuple[Tensor, dict[str, float]]:
-        """Scalar loss to minimize for ``agent`` and its metrics (plain floats)."""
+        """Scalar loss to minimize for ``agent`` and its metrics (plain floats): ``logp`` against the
+        sampling policy's ``behavior``, with ``advantages`` (the agent's column of :attr:`Advantages.values`)."""
 
     def needs_reference(self, agent: int) -> bool:
         """Whether ``loss`` uses reference log-probs for ``agent`` (the loop skips that forward pass if not)."""
         return True
 
-    def critic_loss(self, debates: Sequence[int]) -> tuple[Tensor, dict[str, float]]:
-        """The critic's loss on ``debates`` (positions in the batch last given to :meth:`advantages`)."""
+    def critic_loss(self, targets: Sequence[tuple[str, float]]) -> tuple[Tensor, dict[str, float]]:
+        """The critic's loss on value ``targets``, (state, G) pairs (:meth:`Advantages.targets_of`)."""
         raise NotImplementedError(f"{self.name} has no critic")
 
-    def batch_metrics(self, batch: RolloutBatch, advantages: Tensor) -> dict[str, float]:
+    def batch_metrics(self, batch: RolloutBatch, advantages: Advantages) -> dict[str, float]:
         """Reward, reward-term and advantage statistics of a batch, for logging."""
         out = {"reward/mean": batch.rewards.mean().item()}
         for i in range(batch.n_agents):
             out[f"reward/agent_{i}"] = batch.rewards[:, i].mean().item()
         for name, value in batch.terms.items():
             out[f"reward/{name}"] = value.float().mean().item()
+        values = advantages.values
         out.update(
             {
-                "advantage/mean": advantages.mean().item(),
-                "advantage/std": advantages.std().item() if advantages.numel() > 1 else 0.0,
-                "advantage/min": advantages.min().item(),
-                "advantage/max": advantages.max().item(),
+                "advantage/mean": values.mean().item(),
+                "advantage/std": values.std().item() if values.numel() > 1 else 0.0,
+                "advantage/min": values.min().item(),
+                "advantage/max": values.max().item(),
                 "replay_weight/mean": batch.weights.mean().item(),
             }
         )

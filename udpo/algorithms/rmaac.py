@@ -1,34 +1,25 @@
 """RMAAC (He et al. 2023), adapted to debate as the UDPO paper does (docs/algorithms.md, "The baselines: MAPPO
 and RMAAC"): the state an agent observes is the set of peer answers; during training rollouts an adversary
-swaps at most ``budget`` peers' answers per round for the candidate the critic values lowest
+swaps at most ``adversary_budget`` peers' answers per round for the candidate the critic values lowest
 (:class:`udpo.env.protocols.adversary.RMAACAdversary`). The actors train on the debates they saw, perturbed
 prompts included, and the critic on the perturbed states (the swap is recorded in each turn's
 ``details["adversary"]``). Advantages, losses and GAE are MAPPO's (:mod:`.actor_critic`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
-from torch import Tensor
-
-from udpo.config.groups import AlgorithmArgs, RewardArgs
 from udpo.env.protocols.adversary import RMAACAdversary, critic_state, observed_answers
 from udpo.env.tasks.base import Task
 from udpo.env.trajectory import Trajectory
 
-from .actor_critic import ActorCritic, ActorCriticConfig, previous_answers
-from .base import RolloutBatch
+from .actor_critic import ActorCritic, previous_answers
+from .base import Advantages, RolloutBatch
 
 
 class RMAAC(ActorCritic):
-    """Per-agent state: what the agent observed, the adversary's swap applied."""
+    """Per-agent state: what the agent observed, the adversary's swap applied; the adversary swaps at most
+    ``settings.adversary_budget`` peers' answers per agent and round."""
 
     name = "rmaac"
-
-    def __init__(self, critic, config: ActorCriticConfig | None = None, budget: int = 1):
-        super().__init__(critic, config)
-        self.budget = budget
 
     def states(self, trajectory: Trajectory, agent: int) -> list[str]:
         out = []
@@ -39,7 +30,7 @@ class RMAAC(ActorCritic):
             out.append(critic_state(trajectory.question, answers))
         return out
 
-    def batch_metrics(self, batch: RolloutBatch, advantages: Tensor) -> dict[str, float]:
+    def batch_metrics(self, batch: RolloutBatch, advantages: Advantages) -> dict[str, float]:
         """The actor-critic's statistics and ``adversary/swap_rate``: the share of the turns after round 0
         whose reader the adversary gave a swapped peer answer."""
         read = [turn for t in batch.trajectories for row in t.turns for turn in row if turn.round > 0]
@@ -47,21 +38,8 @@ class RMAAC(ActorCritic):
         rate = swapped / len(read) if read else 0.0
         return {**super().batch_metrics(batch, advantages), "adversary/swap_rate": rate}
 
-    @classmethod
-    def from_config(
-        cls,
-        algorithm: AlgorithmArgs,
-        reward: RewardArgs,
-        calibration: dict[str, Any] | None = None,
-        critic=None,
-        reward_functions: Sequence = (),
-        seed: int = 0,
-    ) -> RMAAC:
-        """MAPPO's settings plus ``adversary_budget``."""
-        if critic is None:
-            raise ValueError(f"algorithm {cls.name} needs a critic")
-        return cls(critic, cls.settings(algorithm, reward), budget=algorithm.adversary_budget)
-
     def adversary_stage(self, task: Task) -> RMAACAdversary:
         """The protocol stage that perturbs training rollouts, scoring states with this critic."""
-        return RMAACAdversary(task, lambda texts: self.critic.values(texts).tolist(), self.budget)
+        return RMAACAdversary(
+            task, lambda texts: self.critic.values(texts).tolist(), self.settings.adversary_budget
+        )

@@ -40,16 +40,17 @@ from udpo.env.trajectory import Trajectory
 from udpo.rewards import Calibration, agent_rewards, coin_rewards, debate_metrics
 
 from .base import (
+    Advantages,
     Algorithm,
-    LossSettings,
+    Behavior,
     RolloutBatch,
     aggregate,
+    checked_settings,
     clipped_surrogate,
     correction_weights,
     debate_sum,
     kl_estimate,
     loss_metrics,
-    loss_settings,
     normalize_advantages,
     ratio,
 )
@@ -180,45 +181,27 @@ def compute_rewards(
     return as_tensor(r), {name: as_tensor(v) for name, v in terms.items()}
 
 
-@dataclass
-class UDPOLossConfig(LossSettings):
-    """The shared loss settings (:class:`~udpo.algorithms.base.LossSettings`) and UDPO's own. ratio_level:
-    "trajectory" (eq. 5, one ratio per agent and debate) or "token" (PPO-style per-token ratios). baseline:
-    "batch" (mean of r_i over the batch, eq. 9) or "group" (mean of r_i over the debates of the same question;
-    needs several debates per question, a lone debate gets A = 0). loss_aggregation "auto": "sum" beside a
-    trajectory ratio (the KL of trajectory distributions, docs/algorithms.md), "mean" beside per-token ratios
-    (GRPO)."""
-
-    ratio_level: str = "trajectory"
-    baseline: str = "batch"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.ratio_level not in ("trajectory", "token"):
-            raise ValueError(f"ratio_level must be 'trajectory' or 'token', got {self.ratio_level!r}")
-        if self.baseline not in ("batch", "group"):
-            raise ValueError(f"baseline must be 'batch' or 'group', got {self.baseline!r}")
-        if self.loss_aggregation == "auto":
-            self.loss_aggregation = "sum" if self.ratio_level == "trajectory" else "mean"
-
-
 class UDPO(Algorithm):
     """The UDPO objective with agent-tailored coefficients (set ``coefficients`` after calibration).
-    scope, functions, task_reward, seed: of the rewards (:func:`compute_rewards`)."""
+    settings: the run's algorithm settings (default: the config's defaults), of which UDPO reads the loss
+    settings every algorithm shares, ``ratio_level`` ("trajectory": eq. 5, one ratio per agent and debate;
+    "token": PPO-style per-token ratios) and ``baseline`` ("batch": the mean of r_i over the batch, eq. 9;
+    "group": its mean over the debates of the same question, a lone debate getting A = 0). scope,
+    functions, task_reward, seed: of the rewards (:func:`compute_rewards`)."""
 
     name = "udpo"
 
     def __init__(
         self,
         coefficients: Coefficients,
-        config: UDPOLossConfig | None = None,
+        settings: AlgorithmArgs | None = None,
         scope: Literal["trajectory", "agent"] = "trajectory",
         functions: Sequence[RewardFunction] = (),
         task_reward: str = "correct",
         seed: int = 0,
     ):
         self.coefficients = coefficients
-        self.config = config or UDPOLossConfig()
+        self.settings = checked_settings(settings, self.name)
         self.scope, self.functions = scope, list(functions)
         self.task_reward, self.seed = task_reward, seed
 
@@ -235,7 +218,7 @@ class UDPO(Algorithm):
         """Per-agent coefficients from the ``calibration`` record; no critic."""
         return cls(
             Coefficients.from_dict(calibration),
-            UDPOLossConfig(**loss_settings(algorithm), ratio_level=algorithm.ratio_level),
+            algorithm,
             scope=reward.reward_scope,
             functions=reward_functions,
             task_reward=reward.task_reward,
@@ -259,10 +242,11 @@ class UDPO(Algorithm):
             out[name] = (term if term.dim() == 2 else term[:, None]) * torch.tensor(w, dtype=term.dtype)
         return out
 
-    def advantages(self, batch: RolloutBatch) -> Tensor:
+    def advantages(self, batch: RolloutBatch) -> Advantages:
         r = batch.rewards  # r_i(tau_m), eq. 4: [M, N]
-        b = group_mean(r, batch.group_ids) if self.config.baseline == "group" else r.mean(0, keepdim=True)
-        return normalize_advantages(r - b, self.config.advantage_norm)  # eq. 9, then the option's scaling
+        b = group_mean(r, batch.group_ids) if self.settings.baseline == "group" else r.mean(0, keepdim=True)
+        # eq. 9, then the option's scaling
+        return Advantages(normalize_advantages(r - b, self.settings.resolved_advantage_norm))
 
     def needs_reference(self, agent: int) -> bool:
         return self.coefficients.eta[agent] > 0
@@ -272,39 +256,41 @@ class UDPO(Algorithm):
         batch: RolloutBatch,
         agent: int,
         logp: list[Tensor],
+        behavior: Behavior,
         ref_logp: list[Tensor] | None,
         advantages: Tensor,
     ) -> tuple[Tensor, dict[str, float]]:
-        cfg = self.config
+        cfg = self.settings
         eps, c, eta = cfg.clip_eps, cfg.dual_clip, self.coefficients.eta[agent]
-        behavior = _checked_inputs(batch, agent, logp, ref_logp, need_reference=eta > 0)
+        aggregation = cfg.resolved_loss_aggregation
+        _check_inputs(agent, logp, behavior, ref_logp, need_reference=eta > 0)
         # eq. 9: A_i(tau) = r_i(tau) - b, [M]
         A = advantages.to(logp[0].device)
         trajectory = cfg.ratio_level == "trajectory"
         # sampler/trainer importance weights: one per debate beside a trajectory ratio, else per token
         w_is, is_info = correction_weights(
-            batch, agent, cfg.is_correction, cfg.is_cap, not trajectory, logp[0].device
+            behavior, cfg.is_correction, cfg.is_cap, not trajectory, logp[0].device
         )
         if trajectory:
             # eq. 5: rho_i = exp(log pi_theta(tau) - log pi_behavior(tau)), all of agent i's tokens, [M]
-            rho = ratio(debate_sum(logp), debate_sum(behavior))
+            rho = ratio(debate_sum(logp), debate_sum(behavior.logprobs))
             # eq. 7, dual-clipped where A < 0, [M]; "mean" aggregation divides by the agent's token count
             l_clip = clipped_surrogate(rho, A, eps, c) * torch.stack(w_is)
-            if cfg.loss_aggregation == "mean":
+            if aggregation == "mean":
                 l_clip = l_clip / to_device(torch.tensor([max(lp.numel(), 1) for lp in logp]), A.device)
         else:
             # per-token ratios; eq. 7 per token, summed or averaged over agent i's tokens of each debate, [M]
-            rho = [ratio(lp, b) for lp, b in zip(logp, behavior, strict=True)]
+            rho = [ratio(lp, b) for lp, b in zip(logp, behavior.logprobs, strict=True)]
             l_clip = aggregate(
                 [clipped_surrogate(r, a, eps, c) * w for r, a, w in zip(rho, A, w_is, strict=True)],
-                cfg.loss_aggregation,
+                aggregation,
             )
         # eq. 8: l_anchor, the per-token KL loss summed over the debate's tokens (the KL of trajectory
         # distributions, on the trajectory ratio's scale) or averaged over them, [M]
         if eta > 0 and ref_logp is not None:  # given whenever eta > 0 (checked above)
             l_anchor = aggregate(
                 [kl_estimate(lp, ref, cfg.kl_loss) for lp, ref in zip(logp, ref_logp, strict=True)],
-                cfg.loss_aggregation,
+                aggregation,
             )
         else:
             l_anchor = torch.zeros_like(A)
@@ -323,23 +309,21 @@ def group_mean(r: Tensor, group_ids: Sequence[str]) -> Tensor:
     return (sums / counts)[idx]
 
 
-def _checked_inputs(
-    batch: RolloutBatch, agent: int, logp: list[Tensor], ref_logp: list[Tensor] | None, need_reference: bool
-) -> list[Tensor]:
-    """Behavior log-probs of ``agent``, after checking that the given lists cover the same tokens."""
-    behavior = batch.behavior_logprobs(agent, device=logp[0].device)
+def _check_inputs(
+    agent: int, logp: list[Tensor], behavior: Behavior, ref_logp: list[Tensor] | None, need_reference: bool
+) -> None:
+    """Check that the given lists cover the tokens of ``agent``'s behavior log-probs."""
     if need_reference and ref_logp is None:
         raise ValueError(f"agent {agent} has eta > 0: the loss needs reference log-probs")
     given = [("log-probs", logp)] + (
         [("reference log-probs", ref_logp)] if need_reference and ref_logp is not None else []
     )
     for name, values in given:
-        if len(values) != len(behavior):
-            raise ValueError(f"got {name} for {len(values)} debates, the batch has {len(behavior)}")
-        for m, (lp, b) in enumerate(zip(values, behavior, strict=True)):
+        if len(values) != len(behavior.logprobs):
+            raise ValueError(f"got {name} for {len(values)} debates, the batch has {len(behavior.logprobs)}")
+        for m, (lp, b) in enumerate(zip(values, behavior.logprobs, strict=True)):
             if lp.shape != b.shape:
                 raise ValueError(
                     f"debate {m}: {lp.numel()} {name} for agent {agent}'s {b.numel()} generated tokens "
                     "(compute them from batch.agent_sequences(agent) and batch.per_debate)"
                 )
-    return behavior

@@ -1,6 +1,10 @@
 """The six groups of training settings, each a dataclass of documented fields whose ``check`` validates
 its own fields: :class:`ModelArgs`, :class:`DebateArgs`, :class:`RewardArgs`, :class:`AlgorithmArgs`,
-:class:`OptimizerArgs`, :class:`RunArgs`. :class:`udpo.config.TrainConfig` joins them."""
+:class:`OptimizerArgs`, :class:`RunArgs`. :class:`udpo.config.TrainConfig` joins them.
+
+:class:`AlgorithmArgs` is the one home of the loss settings: every algorithm is given it and reads its
+settings there, ``auto`` resolved there alone (``resolved_advantage_norm``, ``resolved_loss_aggregation``);
+:data:`AlgorithmName` is the one spelling of the algorithms' names."""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from udpo.env.backends.base import SamplingParams
 from udpo.env.debate import DebateConfig
@@ -17,8 +21,16 @@ from udpo.env.models import DEFAULT_MODEL
 if TYPE_CHECKING:
     from udpo.env.backends.base import Capabilities
 
-#: the names of udpo.algorithms.ALGORITHMS (a test keeps them equal): the config is checked before torch loads
-ALGORITHMS = ("udpo", "mappo", "rmaac")
+#: the algorithms a run can name, the one spelling of their names: the config checks ``algorithm`` against
+#: it (before torch loads), the command line offers it, udpo.algorithms.ALGORITHMS registers a class under
+#: each (a test keeps them equal) and the study's methods name them through it
+AlgorithmName = Literal["udpo", "mappo", "rmaac"]
+ALGORITHMS: tuple[AlgorithmName, ...] = get_args(AlgorithmName)
+#: the values of the loss settings every algorithm shares (``auto`` resolved: :class:`AlgorithmArgs`)
+AdvantageNorm = Literal["none", "batch", "agent"]
+LossAggregation = Literal["sum", "mean"]
+KLLoss = Literal["k3", "k2"]
+ISCorrection = Literal["none", "tis", "mask"]
 TRACKERS = ("none", "jsonl", "wandb", "tensorboard")
 #: per-agent reward coefficients (paper eq. 4 and 6) that may be given explicitly instead of calibrated
 COEFFICIENTS = ("alpha", "beta", "gamma", "lambda_", "eta")
@@ -423,9 +435,7 @@ class RewardArgs:
 class AlgorithmArgs:
     """The policy-optimization algorithm: its objective, advantages, reference, critic, sampler correction, replay."""
 
-    algorithm: Literal["udpo", "mappo", "rmaac"] = _f(
-        "udpo", "Advantage and loss: udpo (mappo, rmaac: baselines)."
-    )
+    algorithm: AlgorithmName = _f("udpo", "Advantage and loss: udpo (mappo, rmaac: baselines).")
     clip_eps: float = _f(0.2, "eps: the ratio is clipped to [1 - eps, 1 + eps].")
     ratio_level: Literal["trajectory", "token"] = _f(
         "trajectory", "Importance ratio per debate (paper) or per token (PPO/GRPO style)."
@@ -433,19 +443,19 @@ class AlgorithmArgs:
     baseline: Literal["batch", "group"] = _f(
         "batch", "Advantage baseline b_i: batch mean of r_i, or mean over the debates of the same question."
     )
-    advantage_norm: Literal["auto", "none", "batch", "agent"] = _f(
+    advantage_norm: Literal["auto", AdvantageNorm] = _f(
         "auto",
         "Advantage normalisation, every algorithm: none; batch (mean 0, std 1 over the batch); agent (each "
         "agent's advantages by its own mean and std, as Dr. MAS: agents' reward scales differ). auto: batch "
         "for mappo and rmaac, none for udpo.",
     )
-    loss_aggregation: Literal["auto", "sum", "mean"] = _f(
+    loss_aggregation: Literal["auto", LossAggregation] = _f(
         "auto",
         "Length normalisation, every algorithm: an agent's surrogate and KL in one debate summed over its "
         "tokens (sum) or divided by their number (mean). auto: sum at ratio_level trajectory (udpo), mean "
         "at ratio_level token and for mappo and rmaac.",
     )
-    kl_loss: Literal["k3", "k2"] = _f(
+    kl_loss: KLLoss = _f(
         "k3",
         "Per-token KL loss, r = logp_ref - logp_theta: k3 = exp(r) - r - 1 (as GRPO; its gradient is that of "
         "KL(ref || theta)) or k2 = r^2 / 2 (its gradient is that of KL(theta || ref)).",
@@ -465,7 +475,7 @@ class AlgorithmArgs:
         "Denominator of the ratio: log-probs recorded by the rollout engine, or recomputed by the trainer "
         "before the first update (removes engine/trainer numeric mismatch).",
     )
-    is_correction: Literal["none", "tis", "mask"] = _f(
+    is_correction: ISCorrection = _f(
         "none",
         "behavior_logprobs: recompute with engine-recorded log-probs: weight each sample's surrogate by the "
         "truncated importance ratio min(exp(logp_trainer - logp_engine), is_cap) (tis: per token, or per "
@@ -556,6 +566,23 @@ class AlgorithmArgs:
             raise ConfigError("replay: true with replay_fraction: 0 never replays; set replay_fraction > 0")
         if not self.replay and self.replay_refresh_interval > 0:
             raise ConfigError("replay_refresh_interval needs replay: true")
+
+    @property
+    def resolved_advantage_norm(self) -> AdvantageNorm:
+        """``advantage_norm``, with ``auto`` resolved: ``batch`` for mappo and rmaac (MAPPO normalizes its
+        advantages over the batch), ``none`` for udpo (the paper does not scale them)."""
+        if self.advantage_norm != "auto":
+            return self.advantage_norm
+        return "none" if self.algorithm == "udpo" else "batch"
+
+    @property
+    def resolved_loss_aggregation(self) -> LossAggregation:
+        """``loss_aggregation``, with ``auto`` resolved: ``sum`` beside udpo's trajectory ratio (the KL of
+        trajectory distributions), ``mean`` beside per-token ratios (udpo at ``ratio_level: token``, GRPO's;
+        mappo and rmaac)."""
+        if self.loss_aggregation != "auto":
+            return self.loss_aggregation
+        return "sum" if self.algorithm == "udpo" and self.ratio_level == "trajectory" else "mean"
 
 
 @dataclass

@@ -23,7 +23,15 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from udpo.config import ConfigError, TrainConfig, apply_env, load_yaml, read_yaml, unknown_key_error
+from udpo.config import (
+    AlgorithmName,
+    ConfigError,
+    TrainConfig,
+    apply_env,
+    load_yaml,
+    read_yaml,
+    unknown_key_error,
+)
 from udpo.study.record import RUN, record_name
 
 #: TrainConfig's own eval_seed, which eval_seed_per_seed offsets when neither recipe nor plan sets one
@@ -32,18 +40,26 @@ EVAL_SEED_DEFAULT: int = next(f.default for f in fields(TrainConfig) if f.name =
 #: the correctness-reward baseline of UDPO's trainer (SPEC section 3): its reward coefficients, one value
 #: for every agent
 TASK_ONLY = {"alpha": [0.0], "beta": [0.0], "gamma": [0.0], "lambda_": [1.0]}
+
+
+def trains(algorithm: AlgorithmName, **settings: Any) -> dict[str, Any]:
+    """The training settings of a method that trains ``algorithm`` (a name of the config's one list, which
+    the type checker holds every method to), with its own ``settings``."""
+    return {"algorithm": algorithm, **settings}
+
+
 #: method -> the training settings that define it (None: not trained)
 METHODS: dict[str, dict[str, Any] | None] = {
     "standard_mad": None,
-    "mappo": {"algorithm": "mappo"},
-    "rmaac": {"algorithm": "rmaac"},
-    "udpo": {"algorithm": "udpo", "ablations": []},
-    "udpo_floor": {"algorithm": "udpo", "ablations": [], "correctness_floor": True},
-    "udpo_wo_intra": {"algorithm": "udpo", "ablations": ["intra"]},
-    "udpo_wo_inter": {"algorithm": "udpo", "ablations": ["inter"]},
-    "udpo_wo_sys": {"algorithm": "udpo", "ablations": ["sys"]},
-    "task_only": {"algorithm": "udpo", "ablations": [], **TASK_ONLY},
-    "coin_control": {"algorithm": "udpo", "ablations": [], **TASK_ONLY, "task_reward": "coin"},
+    "mappo": trains("mappo"),
+    "rmaac": trains("rmaac"),
+    "udpo": trains("udpo", ablations=[]),
+    "udpo_floor": trains("udpo", ablations=[], correctness_floor=True),
+    "udpo_wo_intra": trains("udpo", ablations=["intra"]),
+    "udpo_wo_inter": trains("udpo", ablations=["inter"]),
+    "udpo_wo_sys": trains("udpo", ablations=["sys"]),
+    "task_only": trains("udpo", ablations=[], **TASK_ONLY),
+    "coin_control": trains("udpo", ablations=[], **TASK_ONLY, task_reward="coin"),
 }
 #: settings that fix a run's budget and questions: one value for every method
 BUDGET_FIELDS = (

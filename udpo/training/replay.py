@@ -6,13 +6,15 @@ The buffer keeps the most recent ``capacity`` debates. A debate's priority is it
 unsettled debates (hard questions) come back more often. The bias this adds is corrected by importance
 weights ``w = (1 / (n P(tau)))^beta_is``, divided by the largest weight any stored debate could get
 (so w <= 1; as in prioritized experience replay). Replayed debates keep their recorded behavior
-log-probs, so their ratio compares the current policy with the one that generated them.
+log-probs (the trainer's, recorded on the debates before they are stored, else the engine's), so their
+ratio compares the current policy with the one that generated them.
 
 A run's replay (:class:`RunReplay`, ``replay: true``) is such a buffer with the run's settings: each
 update batch adds to the fresh debates as many drawn ones as make ``replay_fraction`` of it
 (:func:`replayed_count`), the draw seeded by the run's seed and the iteration (the same on every
 process); every ``replay_refresh_interval`` iterations the stored questions are debated again with the
-current policy first, replacing their stored debates.
+current policy first, replacing their stored debates. The loop stores the fresh debates after their
+update (:meth:`ReplayBuffer.add`).
 """
 
 from __future__ import annotations
@@ -137,17 +139,22 @@ class ReplayBuffer:
         }
 
     def state_dict(self) -> dict:
-        """JSON-serializable state (settings and stored debates with their token ids and log-probs)."""
+        """JSON-serializable state: settings, the stored debates as trajectory records (token ids, the
+        engine's log-probs) and, beside them, each turn's trainer log-probs (null where none)."""
         return {
             "capacity": self.capacity,
             "eta_replay": self.eta_replay,
             "beta_is": self.beta_is,
             "base_weights": list(self.base_weights),
             "items": [t.to_dict() for t in self._items],
+            "trainer_logprobs": [
+                [[turn.trainer_logprobs for turn in row] for row in t.turns] for t in self._items
+            ],
         }
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore :meth:`state_dict` output (settings included)."""
+        """Restore :meth:`state_dict` output (settings included). A state written before the trainer's
+        log-probs were kept apart holds them in the items' log-probs, where they serve as well."""
         missing = [
             k for k in ("capacity", "eta_replay", "beta_is", "base_weights", "items") if k not in state
         ]
@@ -157,7 +164,13 @@ class ReplayBuffer:
         self.eta_replay, self.beta_is = float(state["eta_replay"]), float(state["beta_is"])
         self.base_weights = tuple(float(w) for w in state["base_weights"])
         self._items, self._terms = deque(maxlen=self.capacity), deque(maxlen=self.capacity)
-        self.add(Trajectory.from_dict(d) for d in state["items"])
+        items = [Trajectory.from_dict(d) for d in state["items"]]
+        trainer = state.get("trainer_logprobs")  # absent from a state written before they were kept apart
+        for t, rows in zip(items, trainer or [], strict=trainer is not None):
+            for row, values in zip(t.turns, rows, strict=True):
+                for turn, lp in zip(row, values, strict=True):
+                    turn.trainer_logprobs = lp
+        self.add(items)
 
 
 class RunReplay(ReplayBuffer):
@@ -178,7 +191,7 @@ class RunReplay(ReplayBuffer):
         """Iteration ``iteration``'s update batch: the ``fresh`` debates, then the drawn ones; with their
         weights (1 for a fresh debate, the importance weight for a drawn one) and the number drawn. Every
         ``refresh_interval`` iterations the stored questions (of ``questions``) are debated again first.
-        The fresh debates are stored after the draw."""
+        The fresh debates are not stored here: the loop adds them once their update has run."""
         if self.refresh_interval and iteration % self.refresh_interval == 0 and len(self):
             stored = set(self.question_ids())
             again = [q for q in questions if q.id in stored]
@@ -186,5 +199,4 @@ class RunReplay(ReplayBuffer):
         wanted = replayed_count(len(fresh), self.fraction)
         rng = np.random.default_rng([self.seed, iteration, 7])  # the same draw on every process
         replayed, weights = self.sample(min(wanted, len(self)), rng)
-        self.add(fresh)
         return [*fresh, *replayed], [1.0] * len(fresh) + weights.tolist(), len(replayed)

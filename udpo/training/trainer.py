@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from tqdm.auto import tqdm
 
-from udpo.algorithms.base import Algorithm, RolloutBatch, fill_behavior_logprobs
+from udpo.algorithms.base import Advantages, Algorithm, RolloutBatch, fill_behavior_logprobs, record_behavior
 from udpo.algorithms.reward_functions import RewardFunction
 from udpo.config import TrainConfig
 from udpo.config.groups import AlgorithmArgs, ModelArgs, RewardArgs, RunArgs
@@ -63,6 +63,7 @@ from udpo.training.replay import RunReplay
 from udpo.training.run_env import RunEnvironment
 from udpo.training.state import TrainingState
 from udpo.training.tracking import Timer, Tracker, format_result, progress_bar
+from udpo.training.update import UpdateResult
 
 __all__ = [
     "EvalCallback",
@@ -285,12 +286,15 @@ class Trainer:
                 if self.replay is None
                 else self.replay.update_batch(fresh, k, self.data.train_set, self.debate)
             )
-            batch = self.rollout_batch(trajectories, weights)
             if cfg.behavior_logprobs == "rollout":  # engines that return none
-                fill_behavior_logprobs(batch, self.policy, **self.updater.scoring())
+                fill_behavior_logprobs(trajectories, self.policy, **self.updater.scoring())
+            batch = self.rollout_batch(trajectories, weights)
             advantages = algorithm.advantages(batch)
         with timer("update"), explain_oom(cfg), peaks("update"):
-            update_stats = self.update(batch, advantages, fresh_count=len(fresh), iteration=k)
+            result = self.update(batch, advantages, fresh_count=len(fresh), iteration=k)
+        record_behavior(fresh, result.behavior)  # the fresh debates are the batch's first
+        if self.replay is not None:
+            self.replay.add(fresh)  # with the behavior log-probs their update used
         own = batch.select(range(len(fresh)))  # the fresh debates: the within-question differences
         shares = dynamic_sampling.reward_shares(algorithm.reward_parts(own), own.group_ids)
         return {
@@ -300,7 +304,7 @@ class Trainer:
             ),
             **{f"reward_share/{name}": round(v, 6) for name, v in shares.items()},
             **(self.replay.stats() if self.replay is not None else {}),
-            **update_stats,
+            **result.metrics,
             "replayed": n_replayed,
             "update/skipped": 0,
         }
@@ -382,8 +386,8 @@ class Trainer:
         return self._algorithm().batch(trajectories, weights)
 
     def update(
-        self, batch: RolloutBatch, advantages: torch.Tensor, fresh_count: int, iteration: int
-    ) -> dict[str, float]:
+        self, batch: RolloutBatch, advantages: Advantages, fresh_count: int, iteration: int
+    ) -> UpdateResult:
         """One update on ``batch`` (:meth:`udpo.training.update.Updater.update`)."""
         return self.updater.update(
             self._algorithm(), batch, advantages, fresh_count, iteration, self._fail_non_finite

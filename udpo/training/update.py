@@ -4,9 +4,12 @@ own, one AdamW step; then (critic-based algorithms) ``critic_epochs`` passes of 
 step of the critic's parameter group alone, at its own learning rate.
 
 The schedule (:func:`lr_factor`) warms up linearly from ``1 / (warmup + 1)`` of the peak, so the first
-optimizer step moves, then decays (cosine, linear) or stays (constant). The first epoch also measures the
-sampler/trainer mismatch of the fresh debates whose engine recorded log-probs (``mismatch/*``) and keeps
-each agent's per-token log-ratio for the importance weights of ``is_correction``.
+optimizer step moves, then decays (cosine, linear) or stays (constant). The first epoch also measures, on
+the fresh debates, the trainer's log-probs of the sampling policy (the adapters have not moved yet): with
+``behavior_logprobs: recompute`` they are the behavior log-probs the loss is given in every epoch, and
+the update returns them (:class:`UpdateResult`) for the loop to record; where the engine recorded
+log-probs, the sampler/trainer mismatch (``mismatch/*``) and each agent's per-token log-ratio for the
+importance weights of ``is_correction``. Nothing is written into the batch or its trajectories.
 
 The same steps run on every path. Without DeepSpeed the gradients are summed with one all-reduce
 (:func:`udpo.training.distributed.sum_gradients`) and the optimizer is torch's AdamW. Under DeepSpeed (ZeRO-2/3)
@@ -31,18 +34,38 @@ import contextlib
 import functools
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 from torch.profiler import record_function
 
-from udpo.algorithms.base import LOG_RATIO_CLAMP, Algorithm, RolloutBatch
+from udpo.algorithms.base import (
+    LOG_RATIO_CLAMP,
+    Advantages,
+    Algorithm,
+    Behavior,
+    RolloutBatch,
+    TrainerLogprobs,
+)
 from udpo.config.groups import AlgorithmArgs, OptimizerArgs
 from udpo.training import distributed as dist
 
 #: on_non_finite(iteration, what, metrics): stop the run (save the last good state, raise)
 NonFinite = Callable[[int, str, dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class UpdateResult:
+    """What one update measured. metrics: the per-agent loss statistics, gradient norms, mismatch and
+    pass statistics (the same on every process). behavior: with ``behavior_logprobs: recompute``, the
+    trainer's log-probs of every fresh debate's turns from the first epoch, before any step (every
+    process's debates; empty otherwise): what the loop records on the debates
+    (:func:`udpo.algorithms.base.record_behavior`) before it stores them for replay."""
+
+    metrics: dict[str, float]
+    behavior: TrainerLogprobs
 
 
 class Updater:
@@ -172,19 +195,20 @@ class Updater:
         self,
         algorithm: Algorithm,
         batch: RolloutBatch,
-        advantages: torch.Tensor,
+        advantages: Advantages,
         fresh_count: int,
         iteration: int,
         on_non_finite: NonFinite,
-    ) -> dict[str, float]:
-        """``update_epochs`` optimizer steps on the batch; returns per-agent loss statistics.
+    ) -> UpdateResult:
+        """``update_epochs`` optimizer steps on the batch (its first ``fresh_count`` debates fresh); returns
+        the per-agent loss statistics and the behavior log-probs it measured.
 
         The reference log-probs of this process's debates come first, from no-grad passes (with
         ``reference: base`` all agents share them: one model, adapters off). Then per epoch, agent and
         micro-batch: the agent's log-probs with gradients, its loss, backward. In epoch 0 the adapters have
         not moved, so with ``behavior_logprobs: recompute`` those log-probs are also the fresh debates'
-        behavior log-probs: they are written into the stored trajectories (what replay keeps) and shared
-        with the other processes.
+        behavior log-probs: the loss is given them in every epoch, and they are returned, gathered from
+        every process.
         """
         settings, total = self.algorithm, len(batch.trajectories)
         local = dist.shard(total, self.rank, self.world)
@@ -192,9 +216,9 @@ class Updater:
         self.policy.forward_stats.reset()
         with record_function("update/reference"), self.autocast():
             reference = self._reference_logprobs(algorithm, batch, local)
-        recompute = settings.behavior_logprobs == "recompute" and fresh_count > 0
         stats: dict[str, list[float]] = {}
-        mismatch: list[torch.Tensor] = []  # per fresh debate and agent: log pi_trainer - log pi_engine
+        # what epoch 0 measures on the fresh debates, and whether it is their behavior log-probs
+        first = FirstEpoch(recompute=settings.behavior_logprobs == "recompute" and fresh_count > 0)
 
         for epoch in range(settings.update_epochs):
             for agent in range(self.n_agents):
@@ -206,19 +230,19 @@ class Updater:
                     if epoch == 0:  # the adapters have not moved: these are the sampling policy's log-probs
                         with record_function("update/fresh_logprobs"):
                             fresh = [m for m, g in enumerate(chunk) if g < fresh_count]
-                            host = _on_host(flat) if fresh else []
-                            mismatch += _engine_logratios(sub, agent, fresh, host)
-                            if recompute:
-                                _set_behavior(sub, agent, fresh, host)
+                            first.measure(sub, agent, chunk, fresh, _on_host(flat) if fresh else [])
                     with record_function(f"update/loss/agent_{agent}"):
+                        logp = sub.per_debate(agent, flat)
+                        behavior = first.behavior(sub, agent, chunk, logp[0].device)
                         loss, info = algorithm.loss(
                             sub,
                             agent,
-                            sub.per_debate(agent, flat),
+                            logp,
+                            behavior,
                             [reference[agent, g] for g in chunk]
                             if algorithm.needs_reference(agent)
                             else None,
-                            advantages[chunk, agent],
+                            advantages.values[chunk, agent],
                         )
                     with record_function("update/record"):
                         self._record(
@@ -232,24 +256,22 @@ class Updater:
                         )
                     with record_function(f"update/backward/agent_{agent}"):
                         self._backward(loss * len(chunk) / total)
-            if epoch == 0 and recompute and self.world > 1:
-                _share_behavior(batch, [g for g in local if g < fresh_count])
             with record_function("update/step"):
                 stats.update(self.step(iteration, on_non_finite, groups=self.actor_groups))
         if algorithm.critic is not None:
             with record_function("update/critic"):
                 for _ in range(settings.critic_epochs):
-                    self._critic_pass(algorithm, chunks, total, stats, iteration, on_non_finite)
+                    self._critic_pass(algorithm, advantages, chunks, total, stats, iteration, on_non_finite)
         with record_function("update/stats"):
             means = {key: float(np.mean(v)) for key, v in stats.items()}
-            means.update(mismatch_stats(mismatch))
+            means.update(mismatch_stats(list(first.engine_logratio.values())))
             means["update/padding"] = self.policy.forward_stats.padding
             means["update/empty_passes"] = float(self.policy.forward_stats.empty_passes)
             means = dist.mean_over_processes(means)
         for key in {k.split("/", 1)[1] for k in means if k.startswith("agent_")}:
             values = [means[f"agent_{i}/{key}"] for i in range(self.n_agents) if f"agent_{i}/{key}" in means]
             means[f"update/{key}"] = float(np.mean(values))
-        return means
+        return UpdateResult(means, first.gathered())
 
     @property
     def actor_groups(self) -> list[str]:
@@ -270,35 +292,37 @@ class Updater:
         losses = []
         try:
             for _ in range(epochs):
-                algorithm.advantages(batch)
                 stats: dict[str, list[float]] = {}
-                self._critic_pass(algorithm, chunks, total, stats, 0, on_non_finite)
+                self._critic_pass(
+                    algorithm, algorithm.advantages(batch), chunks, total, stats, 0, on_non_finite
+                )
                 losses.append(float(np.mean(stats["critic/value_loss"])))
         finally:
             group["lr"] = scheduled
-        algorithm.advantages(batch)  # the explained variance of the fitted critic
+        fitted = algorithm.advantages(batch)  # the explained variance of the fitted critic
         return dist.mean_over_processes(
             {
                 "critic_warmup/value_loss_first": losses[0],
                 "critic_warmup/value_loss_last": losses[-1],
-                "critic_warmup/explained_variance": algorithm.explained_variance,
+                "critic_warmup/explained_variance": fitted.explained_variance,
             }
         )
 
     def _critic_pass(
         self,
         algorithm: Algorithm,
+        advantages: Advantages,
         chunks: list[list[int]],
         total: int,
         stats: dict[str, list[float]],
         iteration: int,
         on_non_finite: NonFinite,
     ) -> None:
-        """One pass of the critic's loss over ``chunks`` and one step of the critic's group alone (the
-        schedule advances with the actors' steps only)."""
+        """One pass of the critic's loss on the value targets of ``advantages`` over ``chunks`` and one step
+        of the critic's group alone (the schedule advances with the actors' steps only)."""
         for chunk in chunks:
             with self.autocast():
-                loss, info = algorithm.critic_loss(chunk)
+                loss, info = algorithm.critic_loss(advantages.targets_of(chunk))
             self._record(stats, "critic", loss, info, "the critic's loss", iteration, on_non_finite)
             self._backward(loss * len(chunk) / total)
         for key, value in self.step(iteration, on_non_finite, groups=["critic"], schedule=False).items():
@@ -443,24 +467,56 @@ def _on_host(flat: list[torch.Tensor]) -> list[torch.Tensor]:
     return list(host.split([lp.numel() for lp in flat]))
 
 
-def _engine_logratios(
-    batch: RolloutBatch, agent: int, debates: list[int], flat: list[torch.Tensor]
-) -> list[torch.Tensor]:
-    """For each of ``debates`` whose engine recorded log-probs: the per-token ``log pi_trainer - log
-    pi_engine`` of ``agent``'s tokens (``flat``: the trainer's log-probs before any step, on the host
-    (:func:`_on_host`), ordered as ``batch.agent_sequences(agent)``), kept on the batch for the importance
-    weights and returned."""
-    starts = np.cumsum([0, *(len(row[agent].completion_ids) for row in batch.turns)])
-    out = []
-    for m in debates:
-        turns = batch.turns[m][agent]
-        if turns.engine_logprobs is None:
-            continue
-        trainer = torch.cat(flat[starts[m] : starts[m + 1]])
-        diff = trainer - torch.tensor(turns.engine_logprobs, dtype=torch.float32)
-        turns.engine_logratio = diff.tolist()
-        out.append(diff)
-    return out
+class FirstEpoch:
+    """What an update's first epoch measures on the fresh debates, before any step: per (agent, debate),
+    the trainer's log-probs of each round (on the host), and ``log pi_trainer - log pi_engine`` of its
+    tokens where the engine recorded log-probs. recompute: whether the measured log-probs are the fresh
+    debates' behavior log-probs (``behavior_logprobs: recompute``)."""
+
+    def __init__(self, recompute: bool) -> None:
+        self.recompute = recompute
+        self.rounds: dict[tuple[int, int], list[torch.Tensor]] = {}
+        self.engine_logratio: dict[tuple[int, int], torch.Tensor] = {}
+
+    def measure(
+        self, sub: RolloutBatch, agent: int, chunk: list[int], fresh: list[int], flat: list[torch.Tensor]
+    ) -> None:
+        """Keep ``flat`` (``agent``'s per-round log-probs of micro-batch ``sub``, on the host
+        (:func:`_on_host`), ordered as ``sub.agent_sequences(agent)``) for its ``fresh`` debates (positions
+        in ``sub``, whose batch positions are ``chunk``)."""
+        starts = np.cumsum([0, *(len(row[agent].completion_ids) for row in sub.turns)])
+        for m in fresh:
+            rounds = flat[starts[m] : starts[m + 1]]
+            self.rounds[agent, chunk[m]] = rounds
+            engine = sub.turns[m][agent].engine_logprobs
+            if engine is not None:
+                trainer = torch.cat(rounds)
+                self.engine_logratio[agent, chunk[m]] = trainer - torch.tensor(engine, dtype=torch.float32)
+
+    def behavior(self, sub: RolloutBatch, agent: int, chunk: list[int], device: torch.device) -> Behavior:
+        """What ``agent``'s loss on micro-batch ``sub`` (batch positions ``chunk``) is given: the measured
+        log-probs as the behavior log-probs with ``recompute``, else those recorded in the batch; the
+        engine log-ratios measured."""
+        own = [(m, (agent, g)) for m, g in enumerate(chunk)]
+        measured = (
+            {m: torch.cat(self.rounds[key]) for m, key in own if key in self.rounds}
+            if self.recompute
+            else None
+        )
+        logratio = {m: self.engine_logratio[key] for m, key in own if key in self.engine_logratio}
+        return sub.behavior(agent, device, measured, logratio)
+
+    def gathered(self) -> TrainerLogprobs:
+        """With ``recompute``, the measured log-probs of every process, (debate, agent, round) -> values
+        (a collective: every process calls it); else nothing."""
+        if not self.recompute:
+            return {}
+        mine = {
+            (g, agent, r): lp.tolist()
+            for (agent, g), rounds in self.rounds.items()
+            for r, lp in enumerate(rounds)
+        }
+        return {key: values for theirs in dist.gather_objects(mine) for key, values in theirs.items()}
 
 
 def mismatch_stats(logratios: list[torch.Tensor]) -> dict[str, float]:
@@ -480,24 +536,3 @@ def mismatch_stats(logratios: list[torch.Tensor]) -> dict[str, float]:
         "mismatch/kl": (torch.exp(d) - d - 1).mean().item(),
         "mismatch/tokens": float(d.numel()),
     }
-
-
-def _set_behavior(batch: RolloutBatch, agent: int, debates: list[int], flat: list[torch.Tensor]) -> None:
-    """Make ``flat`` (per-round tensors on the host, ordered as ``batch.agent_sequences(agent)``) the
-    behavior log-probs of ``debates`` (positions in ``batch``), in the batch and in the stored trajectories."""
-    starts = np.cumsum([0, *(len(row[agent].completion_ids) for row in batch.turns)])
-    for m in debates:
-        for r, lp in enumerate(flat[starts[m] : starts[m + 1]]):
-            batch.set_behavior_logprobs(m, agent, r, lp.tolist())
-
-
-def _share_behavior(batch: RolloutBatch, local: list[int]) -> None:
-    """Give every process the behavior log-probs each recomputed for its own ``local`` debates, so every
-    process's stored trajectories (and replay buffer) hold the same numbers."""
-    mine = {m: [row.behavior_logprobs for row in batch.turns[m]] for m in local}
-    for theirs in dist.gather_objects(mine):
-        for m, agents in theirs.items():
-            if m not in mine:
-                for agent, rounds in enumerate(agents):
-                    for r, values in enumerate(rounds):
-                        batch.set_behavior_logprobs(m, agent, r, values)
