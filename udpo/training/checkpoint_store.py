@@ -11,11 +11,8 @@ Where checkpoints lie in the run folder: :class:`udpo.env.run_folder.RunFolder`.
 Checkpoints are passed around, so loading one never runs code: every file is JSON or safetensors
 (:func:`save_state` / :func:`load_state`), nothing is unpickled, and :func:`verify` checks a whole
 checkpoint (files, their structure, the adapters' headers) before a model loads. A pickle file in a
-checkpoint (``rng.pt`` of older versions, or a planted one) is refused without being opened. A
-DeepSpeed run writes its optimizer state gathered in the same format
-(:mod:`udpo.training.zero_state`); the one exception is the DeepSpeed state that older versions wrote
-(``deepspeed/``, read by DeepSpeed with pickle): it is loaded only when
-``UDPO_TRUST_DEEPSPEED_CHECKPOINT=1`` says the checkpoint comes from a trusted source.
+checkpoint (a planted one) is refused without being opened. A DeepSpeed run writes its optimizer state
+gathered in the same format (:mod:`udpo.training.zero_state`).
 
 A checkpoint is written into a hidden staging folder and renamed into place with ``os.replace``; the
 ``latest`` pointer is replaced last. A reader therefore sees either the previous checkpoint or the
@@ -46,8 +43,6 @@ STATE = "trainer_state.json"
 MASTER = "master"
 #: suffixes of pickle files (torch.save, pickle): never loaded from a checkpoint
 PICKLE_SUFFIXES = (".pt", ".pth", ".pkl", ".pickle", ".bin")
-#: set to 1 to let DeepSpeed load its own (pickle) state from a checkpoint you trust
-TRUST_DEEPSPEED_ENV = "UDPO_TRUST_DEEPSPEED_CHECKPOINT"
 _TENSOR, _TUPLE, _DICT = "__tensor__", "__tuple__", "__dict__"
 
 
@@ -244,8 +239,7 @@ def _hashable(key: Any) -> Any:
 def _pickle_error(path: Path) -> CheckpointError:
     return CheckpointError(
         f"{path} is a pickle file; loading it could run any code it holds, so it is refused unopened. "
-        f"UDPO writes checkpoint state as JSON and safetensors only (checkpoints of older versions used "
-        f"pickle: resume one written by this version, or start a new run)"
+        f"UDPO writes checkpoint state as JSON and safetensors only"
     )
 
 
@@ -261,8 +255,7 @@ def verify(
     """Check a whole checkpoint before anything is loaded into a model: the trainer state, every state
     file (decoded), the calibration, the team manifest and each adapter's safetensors header, the
     optimizer and schedule states against what the run trains (:func:`check_optimizer_state`) and, for
-    a DeepSpeed run, the master weights; no pickle file (the ``deepspeed/`` state of older versions only
-    with ``UDPO_TRUST_DEEPSPEED_CHECKPOINT=1``).
+    a DeepSpeed run, the master weights; no pickle file.
 
     replay / reference / deepspeed: whether the resuming run needs the replay buffer, the lagged
     reference adapters, DeepSpeed's master weights. optimizer / scheduler: the run's own, once built (the
@@ -273,11 +266,11 @@ def verify(
         for p in folder.glob("*") if folder.is_dir() else ():
             if p.suffix in PICKLE_SUFFIXES:
                 raise _pickle_error(p)
-    own = not (deepspeed and older_deepspeed(ckpt))  # optimizer state in the project's format
     masters = deepspeed and (ckpt / f"{MASTER}.json").is_file()
     stems = [
         "rng",
-        *(["optimizer", "scheduler"] if own else []),
+        "optimizer",
+        "scheduler",
         *([MASTER] if masters else []),
         *(["replay"] if replay else []),
     ]
@@ -302,27 +295,14 @@ def verify(
             check_adapter_folder(adapter)
         except ValueError as e:
             raise CheckpointError(str(e)) from None
-    if own:
-        where = ckpt / "optimizer.json"
-        if optimizer is None:
-            groups = check_optimizer_state(where, states["optimizer"], trained_tensors(ckpt, team))
-        else:
-            groups = check_optimizer_state(where, states["optimizer"], *live_tensors(optimizer))
-        check_scheduler_state(ckpt / "scheduler.json", states["scheduler"], groups, scheduler)
+    where = ckpt / "optimizer.json"
+    if optimizer is None:
+        groups = check_optimizer_state(where, states["optimizer"], trained_tensors(ckpt, team))
+    else:
+        groups = check_optimizer_state(where, states["optimizer"], *live_tensors(optimizer))
+    check_scheduler_state(ckpt / "scheduler.json", states["scheduler"], groups, scheduler)
     if masters:
         check_master_state(ckpt / f"{MASTER}.json", states[MASTER], trained_tensors(ckpt, team))
-    if not own and os.environ.get(TRUST_DEEPSPEED_ENV) != "1":
-        raise CheckpointError(
-            f"{ckpt / 'deepspeed'} is DeepSpeed's own state (written by an older version), which DeepSpeed "
-            f"loads with pickle (it can run code). Resume it only if you trust where it comes from: set "
-            f"{TRUST_DEEPSPEED_ENV}=1"
-        )
-
-
-def older_deepspeed(ckpt: Path) -> bool:
-    """Whether a checkpoint holds DeepSpeed's own (pickled) state instead of the project's optimizer
-    state: what DeepSpeed runs of older versions wrote."""
-    return (ckpt / "deepspeed").is_dir() and not (ckpt / "optimizer.json").exists()
 
 
 def check_master_state(where: Path, state: Any, trained: dict[str, list[tuple[int, ...]]]) -> None:

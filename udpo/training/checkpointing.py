@@ -48,8 +48,7 @@ class RunParts:
 
     replay: None until the calibration builds it (:func:`load` returns a checkpoint's replay state in
     :attr:`TrainingState.replay`). team: what team.json records besides the adapters (``task``,
-    ``profiles``, ``debate`` of :func:`~udpo.training.team.save_team`). accelerator: a DeepSpeed run's,
-    which reads the checkpoints of earlier versions."""
+    ``profiles``, ``debate`` of :func:`~udpo.training.team.save_team`)."""
 
     config: TrainConfig
     folder: RunFolder
@@ -62,7 +61,6 @@ class RunParts:
     total_iterations: int
     team: dict[str, Any]
     deepspeed: bool = False
-    accelerator: Any = None
 
     @property
     def main(self) -> bool:
@@ -194,19 +192,16 @@ def load(path: Path, parts: RunParts) -> TrainingState:
     if t.critic is not None:
         with names_file(path / "critic"):
             t.critic.load(path / "critic")
-    if t.deepspeed and ckpt.older_deepspeed(path):
-        t.accelerator.load_state(str(path / "deepspeed"))
-    else:
-        with names_file(path / "optimizer.json"):
-            optimizer_state = ckpt.load_state(path / "optimizer")
-            if t.deepspeed:
-                master = path / ckpt.MASTER
-                masters = ckpt.load_state(master) if master.with_suffix(".json").is_file() else None
-                zero_state.restore(t.updater, optimizer_state, masters)
-            else:
-                t.updater.optimizer.load_state_dict(optimizer_state)
-        with names_file(path / "scheduler.json"):
-            t.updater.scheduler.load_state_dict(ckpt.load_state(path / "scheduler"))
+    with names_file(path / "optimizer.json"):
+        optimizer_state = ckpt.load_state(path / "optimizer")
+        if t.deepspeed:
+            master = path / ckpt.MASTER
+            masters = ckpt.load_state(master) if master.with_suffix(".json").is_file() else None
+            zero_state.restore(t.updater, optimizer_state, masters)
+        else:
+            t.updater.optimizer.load_state_dict(optimizer_state)
+    with names_file(path / "scheduler.json"):
+        t.updater.scheduler.load_state_dict(ckpt.load_state(path / "scheduler"))
     with names_file(path / ckpt.CALIBRATION):
         calibration = ckpt.read_json(path / ckpt.CALIBRATION)
     replay = None
@@ -218,9 +213,6 @@ def load(path: Path, parts: RunParts) -> TrainingState:
         ckpt.set_rng_state(rng_states[t.rank % len(rng_states)])
     t.updater.steps = state["optimizer_steps"]
     iteration = state["iteration"]
-    # checkpoints of earlier versions were written after the evaluation at their iteration
-    evaluated = t.folder.evaluation(iteration).summary
-    legacy = iteration if dist.any_true(t.main and evaluated.is_file()) else None
     dist.barrier()
     if t.main:
         ckpt.rewind_files(t.folder.root, state["files"])
@@ -228,7 +220,7 @@ def load(path: Path, parts: RunParts) -> TrainingState:
             if k > iteration:
                 shutil.rmtree(evaluation.root)
     dist.barrier()
-    loaded = TrainingState.from_dict(state, last_evaluation=legacy)
+    loaded = TrainingState.from_dict(state)
     loaded.calibration, loaded.replay = calibration, replay
     return loaded
 

@@ -222,8 +222,7 @@ class Trainer:
         algorithm = self._algorithm()
         adversary = algorithm.adversary_stage(self.task)  # rmaac perturbs what agents read in training
         protocol = self.debate_protocol().with_stages(adversary) if adversary is not None else None
-        drawn = self.state.questions_drawn  # the stream position where iteration k starts
-        start = self.schedule.start_of(k) if drawn is None else drawn
+        start = self.state.questions_drawn  # the stream position where iteration k starts
         with timer("rollout"), peaks("rollout"):
             draw = dynamic_sampling.draw_informative(
                 cfg.questions_per_iteration,
@@ -439,7 +438,6 @@ class Trainer:
             total_iterations=self.data.total_iterations,
             team=self.team_settings(),
             deepspeed=self.env.deepspeed,
-            accelerator=self.env.accelerator,
         )
 
     def team_settings(self) -> dict[str, Any]:
