@@ -12,18 +12,19 @@ died after that point left there.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Any
 
 from udpo.env.jsonl import write_json
 from udpo.env.run_folder import RunFolder
 from udpo.env.summary import summarize
 from udpo.env.tasks.base import Question
-from udpo.env.trajectory import TrajectoryWriter
+from udpo.env.trajectory import Trajectory, TrajectoryWriter
 from udpo.training.callbacks import EvalCallback
 
-if TYPE_CHECKING:
-    from udpo.training.trainer import Trainer
+#: debate(questions, meta) -> their debates, every process getting all of them (``Trainer.debate``)
+Debate = Callable[[Sequence[Question], dict[str, Any]], list[Trajectory]]
 
 
 class HeldOutEvaluation:
@@ -49,11 +50,19 @@ class HeldOutEvaluation:
         every = self.every
         return bool(self.questions) and k > 0 and (bool(every and k % every == 0) or k >= self.total)
 
-    def run(self, trainer: Trainer, iteration: int) -> dict[str, Any]:
-        """Evaluate ``trainer``'s team at ``iteration`` (see the module docstring); returns the summary, with
-        each callback's result under its function's name."""
-        with trainer.rollouts.eval_rng():
-            trajectories = trainer.debate(self.questions, {"phase": "eval", "iteration": iteration})
+    def run(
+        self,
+        iteration: int,
+        debate: Debate,
+        generators: AbstractContextManager[Any],
+        call: Callable[[EvalCallback], dict[str, Any]],
+    ) -> dict[str, Any]:
+        """Evaluate the team ``debate`` debates with at ``iteration`` (see the module docstring), inside
+        ``generators`` (the evaluation's own: ``Rollouts.eval_rng()``); ``call`` runs one eval callback
+        (the trainer calls it with itself and the iteration). Returns the summary, with each callback's
+        result under its function's name."""
+        with generators:
+            trajectories = debate(self.questions, {"phase": "eval", "iteration": iteration})
             summary = summarize(trajectories)
             if self.main:
                 out = self.folder.evaluation(iteration)
@@ -62,5 +71,5 @@ class HeldOutEvaluation:
                     writer.write(trajectories)
                 write_json(out.summary, {**summary, "iteration": iteration})
             for callback in self.callbacks:  # on the evaluation's generators too
-                summary[callback.__name__] = callback(trainer, iteration)
+                summary[callback.__name__] = call(callback)
         return summary

@@ -386,10 +386,12 @@ class Trainer:
         )
 
     def evaluate(self, iteration: int) -> dict[str, Any]:
-        """The held-out evaluation at ``iteration``, then the eval callbacks
-        (:class:`~udpo.training.evaluation.HeldOutEvaluation`): writes the evaluation's folder; returns the
-        summary."""
-        return self.evaluation.run(self, iteration)
+        """The held-out evaluation at ``iteration`` on the evaluation's generators, then the eval callbacks
+        (:class:`~udpo.training.evaluation.HeldOutEvaluation`), each called with this trainer: writes the
+        evaluation's folder; returns the summary."""
+        return self.evaluation.run(
+            iteration, self.debate, self.rollouts.eval_rng(), lambda callback: callback(self, iteration)
+        )
 
     def _fail_non_finite(self, iteration: int, what: str, info: dict[str, Any]) -> None:
         """Stop: save the last good state (the one before this iteration) and raise a clear error."""
