@@ -114,11 +114,6 @@ class RunFolder:
         return self.root / METRICS
 
     @property
-    def trajectories(self) -> Path:
-        """The folder of the warm-up and training debates."""
-        return self.root / TRAJECTORIES_DIR
-
-    @property
     def warmup(self) -> Path:
         return self.root / WARMUP
 
