@@ -76,7 +76,7 @@ def _name_holder(fd: int) -> None:
 
 
 def acquire(run_dir: str | os.PathLike, patience: float = 1.0, resume: str = "--resume latest") -> LockHandle:
-    """Lock ``run_dir`` (created if missing) for this process; returns the open lock file, whose
+    """Lock ``run_dir`` (created if missing) for this process; returns a :class:`Hold`, whose
     ``close()`` releases it, or a :class:`Borrowed` handle where this thread was lent the lock. Raises
     :class:`RunBusyError` naming the holder when another process still holds it after ``patience``
     seconds (which also covers :func:`locked`'s momentary probe); ``resume``: the flag that continues the
@@ -129,7 +129,7 @@ def locked(run_dir: str | os.PathLike) -> bool:
 
     A shared ``flock`` on the same file, not ``filelock``: its only probe is taking the exclusive lock,
     so two probes at once (two ``--status`` readers, a worker looking at a run) would each see the other
-    as a holder; a shared probe sees only a writer (``tests/test_run_lock.py`` shows both)."""
+    as a holder, where a shared probe sees only a writer (``tests/test_run_lock.py``, two probes at once)."""
     try:
         handle = RunFolder(Path(run_dir)).lock.open(encoding="utf-8")
     except OSError:
