@@ -22,6 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from udpo.env.run_folder import RunFolder
+
 REPO = Path(__file__).resolve().parents[1]
 
 CHILD = """
@@ -62,7 +64,7 @@ def run(mode: str, recipe: str, settings: dict) -> list[dict]:
     )
     if done.returncode != 0:
         raise SystemExit(f"training ({mode}) failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    lines = (Path(settings["output_dir"]) / "metrics.jsonl").read_text().splitlines()
+    lines = RunFolder(Path(settings["output_dir"])).metrics.read_text().splitlines()
     return [r for r in map(json.loads, lines) if r.get("kind") == "train"]
 
 

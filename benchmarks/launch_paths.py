@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from udpo.env.run_folder import RunFolder
+
 REPO = Path(__file__).resolve().parents[1]
 PARTS = ("rollout", "reward", "update", "sync")
 #: the parts whose peak memory each iteration logs (memory/<part>_peak_gib, or _rss_peak_gib on a CPU)
@@ -77,7 +79,7 @@ def run(path: str, args: argparse.Namespace, out: Path) -> dict[str, float]:
 
 def train_records(run_dir: Path) -> list[dict]:
     """The run's training iterations, as ``metrics.jsonl`` logged them."""
-    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    lines = RunFolder(run_dir).metrics.read_text().splitlines()
     return [r for r in map(json.loads, filter(str.strip, lines)) if r["kind"] == "train"]
 
 

@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from udpo.env.run_folder import RunFolder
+
 REPO = Path(__file__).resolve().parents[1]
 #: the commit before the CPU throughput work: fp32 on CPU, transformers' generate
 BASELINE = "ced04f4"
@@ -90,7 +92,7 @@ def run(cwd: Path, env: dict[str, str], threads: int, args: list[str]) -> float:
 def iteration(cwd: Path, env: dict[str, str], threads: int, iterations: int, out: Path) -> dict[str, float]:
     run(cwd, env, threads, ["train_udpo.py", "--config", STUDY, "--max_iterations", str(iterations),
                             "--eval_questions", "0", "--save_steps", "1000", "--output_dir", str(out)])  # fmt: skip
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = [json.loads(line) for line in RunFolder(out).metrics.read_text().splitlines()]
     its = [r for r in rows if "time/rollout" in r][1:]
     parts = {k: statistics.median(r[k] for r in its) for k in ("time/rollout", "time/update", "tokens_per_s")}
     total = statistics.median(sum(v for k, v in r.items() if k.startswith("time/")) for r in its)

@@ -32,6 +32,8 @@ from pathlib import Path
 
 import torch
 
+from udpo.env.run_folder import RunFolder
+
 MEMORY_PROBE = """
 import json, resource, sys, torch
 from transformers import AutoModelForCausalLM
@@ -94,7 +96,7 @@ def iteration_split(args, out: Path) -> dict[str, float]:
     trainer = Trainer(bench_config(args, out / "run", args.iterations))
     trainer.train()
     trainer.close()
-    records = [json.loads(line) for line in (out / "run" / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in RunFolder(out / "run").metrics.read_text().splitlines()]
     train = [r for r in records if r["kind"] == "train"][1:] or [r for r in records if r["kind"] == "train"]
     keys = ("time/rollout", "time/reward", "time/update", "time/sync")
     split = {k.split("/")[1]: sum(r[k] for r in train) / len(train) for k in keys}

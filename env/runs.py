@@ -18,6 +18,7 @@ from typing import Any
 from udpo.env.debate import DebateConfig
 from udpo.env.jsonl import write_json
 from udpo.env.progress import DebateProgress
+from udpo.env.run_folder import DebateFolder
 from udpo.env.tasks.base import Question
 from udpo.env.trajectory import Trajectory, TrajectoryWriter, iter_numbered_records
 
@@ -42,7 +43,7 @@ def previous_debates(
     ``MAY_CHANGE_ON_RESUME``). A last line cut short by a killed run is dropped (its question is
     debated again). Call it before loading a model: a mismatch costs nothing.
     """
-    path = Path(out_dir) / "trajectories.jsonl"
+    path = DebateFolder(Path(out_dir)).trajectories
     if not path.exists() or path.stat().st_size == 0:
         return []
     if not resume:
@@ -89,12 +90,13 @@ def run_to_folder(
     if out_dir is None:
         trajectories = run(questions, writer=None, progress=progress)
         return trajectories, {**summarize(trajectories), "run": dict(meta or {})}
-    path = Path(out_dir) / "trajectories.jsonl"
+    folder = DebateFolder(Path(out_dir))
+    path = folder.trajectories
     done = previous_debates(out_dir, resume, debate_config, meta if same_settings else None)
     seen = {t.question_id for t in done}
     todo = [q for q in questions if q.id not in seen]
     with TrajectoryWriter(path) as writer:
         trajectories = done + run(todo, writer=writer, progress=progress)
     summary = {**summarize(trajectories), "run": dict(meta or {})}
-    write_json(Path(out_dir) / "summary.json", summary)
+    write_json(folder.summary, summary)
     return trajectories, summary

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import matplotlib
 
+from udpo.env.run_folder import RunFolder
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
@@ -26,7 +28,7 @@ WINDOW = 10
 
 
 def train_rows(run: Path) -> list[dict]:
-    lines = (run / "metrics.jsonl").read_text().splitlines()
+    lines = RunFolder(run).metrics.read_text().splitlines()
     return [r for r in map(json.loads, filter(str.strip, lines)) if r.get("kind") == "train"]
 
 

@@ -56,6 +56,12 @@ RULES: dict[str, Rule] = {
         why="udpo.env (tasks, prompts, backends, protocols, attacks) uses only udpo.rewards of the rest of "
         "the project: never the trainer, algorithms, policy, config or CLI",
     ),
+    "run-folder-plain": Rule(
+        modules=("udpo.env.run_folder",),
+        forbidden=("udpo", *FRAMEWORKS, "numpy"),
+        why="every tool names a run folder's files through udpo.env.run_folder: path arithmetic on the "
+        "standard library alone, so nothing that reads a run folder pays for more",
+    ),
     "engines-in-backends": Rule(
         modules=("udpo",),
         exempt=("udpo.env.backends",),

@@ -19,6 +19,7 @@ from study_helpers import finished_run
 from train_helpers import start, tiny_config, write_recipe
 
 from udpo.cli import main
+from udpo.env.run_folder import LOCK
 from udpo.study.plan import CompareConfig
 from udpo.study.runner import DONE, format_progress, run_compare
 from udpo.training import checkpointing, run_lock
@@ -84,7 +85,7 @@ def test_the_trainer_refuses_a_locked_run_dir_before_loading_anything(held, toke
     run_dir, proc = held
     with pytest.raises(RunBusyError, match=f"pid {proc.pid}"):
         Trainer(tiny_config(tokenizer_path, run_dir))
-    assert sorted(p.name for p in run_dir.iterdir()) == [run_lock.LOCK_FILE]  # nothing written
+    assert sorted(p.name for p in run_dir.iterdir()) == [LOCK]  # nothing written
 
 
 def test_train_udpo_exits_with_the_holder_named(held, tokenizer_path, tmp_path):
@@ -93,7 +94,7 @@ def test_train_udpo_exits_with_the_holder_named(held, tokenizer_path, tmp_path):
     output, _ = run.communicate(timeout=300)
     assert run.returncode != 0
     assert f"being written by another process (pid {proc.pid} on " in output and "--resume latest" in output
-    assert sorted(p.name for p in run_dir.iterdir()) == [run_lock.LOCK_FILE]
+    assert sorted(p.name for p in run_dir.iterdir()) == [LOCK]
 
 
 def test_compare_leaves_a_run_another_process_trains_to_it(tmp_path):
@@ -186,6 +187,34 @@ def test_a_run_another_worker_takes_while_this_one_loads_is_trained_once(tmp_pat
     assert not run_lock.locked(config.run_dir("udpo", 0))
 
 
+def test_two_probes_at_once_see_a_free_folder_and_a_probe_keeps_the_holder_named(tmp_path):
+    """What filelock cannot do, and why :func:`run_lock.locked` probes with a shared flock of its own:
+    filelock's one probe is taking the exclusive lock, so a second probe at the same moment (another
+    ``udpo study --status``, a worker looking at a run) would read the first as a writer. Here a probe
+    is caught in the act (its shared lock held in another process)."""
+    run_dir = tmp_path / "run"
+    run_lock.acquire(run_dir, patience=0).close()
+    probing = subprocess.Popen(
+        [sys.executable, "-c", PROBE_HELD, str(run_dir / LOCK)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert probing.stdout.readline().strip() == "probing"
+        assert not run_lock.locked(run_dir)  # another probe is not a writer
+        assert run_lock.holder(run_dir) == f"pid {os.getpid()} on {os.uname().nodename}"
+    finally:
+        probing.kill()
+        probing.wait()
+
+
+PROBE_HELD = """
+import fcntl, sys, time
+handle = open(sys.argv[1], encoding="utf-8")
+fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+print("probing", flush=True)
+time.sleep(600)
+"""
+
+
 def test_a_lent_lock_serves_its_own_thread_only_and_is_freed_with_the_hold(tmp_path):
     run_dir = tmp_path / "run"
     refused = []
@@ -226,7 +255,7 @@ def test_compare_tables_are_written_by_one_process_at_a_time(tmp_path, monkeypat
     finally:
         busy.kill()
         busy.wait()
-    assert sorted(p.name for p in out.iterdir()) == [run_lock.LOCK_FILE]
+    assert sorted(p.name for p in out.iterdir()) == [LOCK]
 
 
 @pytest.mark.parametrize("command", ["debate", "eval"])
@@ -246,4 +275,4 @@ def test_debate_and_eval_refuse_an_out_folder_another_process_writes(held, comma
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert f"being written by another process (pid {proc.pid} on " in err and "continue with --resume" in err
-    assert sorted(p.name for p in run_dir.iterdir()) == [run_lock.LOCK_FILE]
+    assert sorted(p.name for p in run_dir.iterdir()) == [LOCK]

@@ -42,6 +42,7 @@ from udpo.env.debate import AgentSpec, DebateConfig
 from udpo.env.jsonl import write_json
 from udpo.env.progress import DebateProgress
 from udpo.env.protocols import Protocol
+from udpo.env.run_folder import SUMMARY, DebateFolder, RunFolder, iteration_name
 from udpo.env.runs import previous_debates
 from udpo.env.summary import run_debates
 from udpo.env.tasks.base import Question, Task
@@ -124,7 +125,7 @@ def evaluate_attacks(
             rows.append(_run_row(task, backend, questions, plan, run, out, meta, resume, progress))
     summary = {"attack": attack.describe(), "run": meta, "rows": _with_deltas(rows)}
     if out is not None:
-        write_json(out / "summary.json", summary)
+        write_json(out / SUMMARY, summary)
         _write_csv(out / "table.csv", summary["rows"])
     return summary
 
@@ -133,7 +134,7 @@ def check_out_dir(out: Path, resume: bool) -> None:
     """Refuse an ``out`` folder that already holds an evaluation, unless resuming."""
     if resume or not out.exists():
         return
-    taken = [p.name for p in out.iterdir() if p.name == "summary.json" or (p / "trajectories.jsonl").exists()]
+    taken = [p.name for p in out.iterdir() if p.name == SUMMARY or DebateFolder(p).trajectories.exists()]
     if taken:
         raise FileExistsError(
             f"{out} already holds an evaluation ({', '.join(sorted(taken))}); pass --resume to continue "
@@ -167,9 +168,9 @@ def _run_row(
         )
         return {**base, **_metrics(summary), "details": plan.report()}
     final, partial = out / name, out / f".{name}.partial"
-    if resume and (final / "summary.json").exists():
+    if resume and DebateFolder(final).summary.exists():
         previous_debates(final, resume, plan.debate_config, row_meta)  # a finished row of the same settings
-        summary = json.loads((final / "summary.json").read_text(encoding="utf-8"))
+        summary = json.loads(DebateFolder(final).summary.read_text(encoding="utf-8"))
         return {**base, **_metrics(summary), "details": summary.get("attack_details", {})}
     if not resume:
         shutil.rmtree(partial, ignore_errors=True)
@@ -190,7 +191,7 @@ def _run_row(
         raise
     details = plan.report()
     if details:
-        write_json(partial / "summary.json", {**summary, "attack_details": details})
+        write_json(DebateFolder(partial).summary, {**summary, "attack_details": details})
     if final.exists():
         shutil.rmtree(final)
     os.replace(partial, final)
@@ -304,7 +305,7 @@ def make_attack_eval_hook(
         config = dataclasses.replace(
             debate_config, n_agents=len(team_agent_specs), agents=list(team_agent_specs)
         )
-        out = Path(out_dir) / f"iter_{iteration:06d}" if out_dir is not None else None
+        out = Path(out_dir) / iteration_name(iteration) if out_dir is not None else None
         summary = evaluate_attacks(
             task,
             backend,
@@ -339,8 +340,8 @@ def attack_eval_callback(
 
     It uses the trainer's ``task``, ``eval_set``, ``backend`` (current adapters), ``debate_config()``,
     ``debate_protocol()`` (when it has one; else Standard MAD), ``config.model`` and ``run_dir``; runs on the main process only (others return ``{}``); reads the
-    natural evaluation's ``RUN_DIR/eval/iter_<k>/summary.json`` for the accuracy drop and writes its
-    debates to ``RUN_DIR/eval/attack/iter_<k>/<row>/``. The trainer logs its metrics under the
+    natural evaluation's summary for the accuracy drop and writes its debates to the run folder's attack
+    evaluations, one folder per row (:attr:`udpo.env.run_folder.RunFolder.attack_evaluations`). The trainer logs its metrics under the
     callback's name, ``{prefix}_{attack.name}``: e.g. ``eval/attack_autotransform/m1/accuracy``.
     Pass it as ``Trainer(config, eval_callbacks=[...])``.
     """
@@ -348,7 +349,7 @@ def attack_eval_callback(
     def callback(trainer: Any, iteration: int) -> dict[str, float]:
         if not trainer.main or not trainer.eval_set:
             return {}
-        config = trainer.debate_config()
+        config, run = trainer.debate_config(), RunFolder(Path(trainer.run_dir))
         hook = make_attack_eval_hook(
             trainer.task,
             trainer.eval_set,
@@ -356,11 +357,11 @@ def attack_eval_callback(
             config,
             trainer.config.model,
             m_values=m_values,
-            out_dir=Path(trainer.run_dir) / "eval" / "attack",
+            out_dir=run.attack_evaluations,
             prefix="",
             protocol=trainer.debate_protocol() if hasattr(trainer, "debate_protocol") else None,
         )
-        natural_path = Path(trainer.run_dir) / "eval" / f"iter_{iteration:06d}" / "summary.json"
+        natural_path = run.evaluation(iteration).summary
         natural = json.loads(natural_path.read_text(encoding="utf-8")) if natural_path.exists() else None
         return hook(iteration, trainer.backend, config.agents, natural=natural)
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from udpo.env.run_folder import DebateFolder
 from udpo.env.trajectory import Trajectory
 from udpo.rewards.detection import detection_scores, mean_scores
 
@@ -63,7 +64,7 @@ def format_table(summary: dict[str, Any]) -> str:
 
 def load_summary(run: str | os.PathLike) -> dict[str, Any]:
     """The ``summary.json`` of a run folder (a clear error when it is missing)."""
-    path = Path(run) / "summary.json" if Path(run).is_dir() else Path(run)
+    path = DebateFolder(Path(run)).summary if Path(run).is_dir() else Path(run)
     if not path.is_file():
         raise FileNotFoundError(f"no summary.json for run {run} (run `udpo detect` with --output-dir first)")
     return json.loads(path.read_text(encoding="utf-8"))

@@ -15,6 +15,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from udpo.env.answer_forms import recorded_forms, regraded_forms
+from udpo.env.run_folder import DEBATES, DebateFolder
 from udpo.env.tasks.base import Task
 from udpo.env.trajectory import iter_numbered_records
 from udpo.rewards import DebateMetrics, check_answers, debate_metrics
@@ -27,7 +28,6 @@ UNCERTAINTY_LABELS: dict[str, str] = {
     "u_sys": "U_sys",
     "dae": "DAE",
 }
-TRAJECTORY_FILE = "trajectories.jsonl"
 
 
 @dataclass
@@ -63,9 +63,9 @@ def trajectory_file(path: str | os.PathLike) -> Path:
     """The JSONL file of a run given as a folder (``<dir>/trajectories.jsonl``) or a file."""
     path = Path(path)
     if path.is_dir():
-        file = path / TRAJECTORY_FILE
+        file = DebateFolder(path).trajectories
         if not file.exists():
-            raise FileNotFoundError(f"run folder {path} has no {TRAJECTORY_FILE}")
+            raise FileNotFoundError(f"run folder {path} has no {DEBATES}")
         return file
     if not path.exists():
         raise FileNotFoundError(f"no run folder or trajectory file at {path}")
@@ -75,7 +75,7 @@ def trajectory_file(path: str | os.PathLike) -> Path:
 def default_label(path: str | os.PathLike) -> str:
     """Folder name for a folder or for ``<dir>/trajectories.jsonl``, else the file's stem."""
     path = Path(path)
-    if path.is_dir() or path.name == TRAJECTORY_FILE:
+    if path.is_dir() or path.name == DEBATES:
         return (path if path.is_dir() else path.parent).resolve().name
     return path.stem
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from udpo.env.run_folder import RunFolder
 from udpo.env.trajectory import Trajectory, read_trajectories
 from udpo.rewards import uncertainty, wrong_consensus
 
@@ -24,18 +25,14 @@ PER_QUESTION_METRICS: dict[str, Callable[[Trajectory], float]] = {
 }
 
 
-def eval_folder(run: Path, iteration: int) -> Path:
-    return Path(run) / "eval" / f"iter_{iteration:06d}"
-
-
 def question_metrics(debates: Sequence[Trajectory]) -> dict[str, dict[str, float]]:
     """question id -> metric -> value, for the debates of one evaluation."""
     return {t.question_id: {m: f(t) for m, f in PER_QUESTION_METRICS.items()} for t in debates}
 
 
 def per_question(run: Path, iteration: int) -> dict[str, dict[str, float]]:
-    """:func:`question_metrics` of ``run/eval/iter_<iteration>/trajectories.jsonl``."""
-    return question_metrics(read_trajectories(eval_folder(run, iteration) / "trajectories.jsonl"))
+    """:func:`question_metrics` of the debates of ``run``'s evaluation at ``iteration``."""
+    return question_metrics(read_trajectories(RunFolder(Path(run)).evaluation(iteration).trajectories))
 
 
 def problems(debates: Sequence[Trajectory]) -> dict[str, str]:
@@ -46,6 +43,4 @@ def problems(debates: Sequence[Trajectory]) -> dict[str, str]:
 
 def eval_iterations(run: Path) -> list[int]:
     """The iterations with an evaluation folder, ascending."""
-    return sorted(
-        int(p.name.removeprefix("iter_")) for p in (Path(run) / "eval").glob("iter_*") if p.is_dir()
-    )
+    return [k for k, _ in RunFolder(Path(run)).evaluated()]

@@ -41,6 +41,7 @@ def check(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from udpo.env.jsonl import write_json
+    from udpo.env.run_folder import RunFolder
     from udpo.training import calibration
     from udpo.training.trainer import Trainer
 
@@ -50,9 +51,10 @@ def run(args: argparse.Namespace) -> int:
         trainer.rollouts.sync_adapters(0)
         record, _ = trainer.calibrate()
         if trainer.main:
-            write_json(trainer.run_dir / "calibration.json", record)
+            path = RunFolder(trainer.run_dir).calibration
+            write_json(path, record)
             print(calibration.describe(record), file=sys.stderr)
-            print(f"wrote {trainer.run_dir / 'calibration.json'}")
+            print(f"wrote {path}")
     finally:
         trainer.close()
     return 0

@@ -27,17 +27,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from udpo.analysis.results import eval_folder, eval_iterations
 from udpo.config.groups import mapping
+from udpo.env import run_folder
 from udpo.env.jsonl import iter_jsonl_lines, write_bytes_atomic, write_json
+from udpo.env.run_folder import RunFolder
 from udpo.env.tasks import get_task
 from udpo.env.tasks.base import Task
 from udpo.env.trajectory import Trajectory, read_trajectories, validate_record
 from udpo.study.regrade import check_grader, regrade
 
 EVALS = "evals.jsonl.gz"
-METRICS = "metrics.jsonl.gz"
-CALIBRATION = "calibration.json"
+METRICS = f"{run_folder.METRICS}.gz"
+#: the run's calibration.json, under its name
+CALIBRATION = run_folder.CALIBRATION
 RUN = "run.json"
 MACHINE = "machine.json"
 #: the keys of a debate's ``meta`` a record keeps (``rounds_run``: how far an early-stopped debate went)
@@ -99,8 +101,8 @@ def measure_budget(run_dir: Path) -> dict[str, int]:
     from udpo.training.tracking import read_metrics
 
     train = read_metrics(run_dir, kind="train")
-    state = ckpt.read_state(ckpt.resolve(run_dir, "latest"))
-    warmup = run_dir / "trajectories" / "warmup.jsonl"
+    state = ckpt.read_state(ckpt.resolve(run_dir, ckpt.LATEST))
+    warmup = RunFolder(run_dir).warmup
     return {
         "iterations": state["iteration"],
         "debates": int(sum(r.get("debates", 0) for r in train)),
@@ -114,34 +116,31 @@ def measure_budget(run_dir: Path) -> dict[str, int]:
 
 def write_record(run_dir: str | Path, folder: str | Path, method: str, seed: int) -> RunRecord:
     """Write the record of the finished run ``run_dir`` to ``folder`` (replacing an earlier one); returns it."""
-    from udpo.training.tracking import METRICS_FILE
-
-    run_dir, folder = Path(run_dir), Path(folder)
-    iterations = eval_iterations(run_dir)
-    if not iterations:
-        raise ValueError(f"{run_dir} has no held-out evaluation to record")
+    run, folder = RunFolder(Path(run_dir)), Path(folder)
+    evaluated = run.evaluated()
+    if not evaluated:
+        raise ValueError(f"{run.root} has no held-out evaluation to record")
     (folder / RUN).unlink(missing_ok=True)  # unfinished until run.json is written again
     lines = [
         json.dumps(compact(t, it), ensure_ascii=False) + "\n"
-        for it in iterations
-        for t in read_trajectories(eval_folder(run_dir, it) / "trajectories.jsonl")
+        for it, evaluation in evaluated
+        for t in read_trajectories(evaluation.trajectories)
     ]
     write_bytes_atomic(folder / EVALS, gzip.compress("".join(lines).encode("utf-8"), mtime=0))
-    metrics = run_dir / METRICS_FILE
+    metrics = run.metrics
     write_bytes_atomic(
         folder / METRICS, gzip.compress(metrics.read_bytes() if metrics.exists() else b"", mtime=0)
     )
-    calibration = run_dir / CALIBRATION
-    if calibration.exists():
-        write_bytes_atomic(folder / CALIBRATION, calibration.read_bytes())
-    config = run_dir / "config.json"
+    if run.calibration.exists():
+        write_bytes_atomic(folder / CALIBRATION, run.calibration.read_bytes())
+    config = run.config
     settings = json.loads(config.read_text()) if config.exists() else None
     write_json(folder / MACHINE, machine_facts((settings or {}).get("dtype", "auto")))
     summary = {
         "method": method,
         "seed": seed,
-        "evaluations": iterations,
-        "budget": measure_budget(run_dir),
+        "evaluations": [it for it, _ in evaluated],
+        "budget": measure_budget(run.root),
         "config": settings,
     }
     write_json(folder / RUN, summary)

@@ -12,6 +12,7 @@ from typing import Any
 from udpo.analysis.results import eval_iterations
 from udpo.config import ConfigError, TrainConfig
 from udpo.env.jsonl import write_json
+from udpo.env.run_folder import RunFolder
 from udpo.study.grader_comparison import write_regraded
 from udpo.study.plan import CompareConfig, check_budgets
 from udpo.study.record import record_name, write_record
@@ -102,7 +103,7 @@ def resume_if_started(tc: TrainConfig) -> bool:
 
     started = bool(ckpt.list_checkpoints(Path(tc.output_dir)))
     if started:
-        tc.resume = "latest"
+        tc.resume = ckpt.LATEST
     return started
 
 
@@ -167,7 +168,7 @@ def format_progress(config: CompareConfig) -> Sequence[str]:
             elif (run / DONE).exists():
                 state = "done, its record not written yet"
             elif ckpt.list_checkpoints(run):
-                state = f"started, latest checkpoint {ckpt.resolve(run, 'latest').name}"
+                state = f"started, latest checkpoint {ckpt.resolve(run, ckpt.LATEST).name}"
                 k, total = last_iteration(run), config.train_config(method, seed).max_iterations
                 if k is not None:
                     state += f", iteration {k}" + (f" of {total}" if total else "")
@@ -200,10 +201,8 @@ def in_flight(config: CompareConfig) -> dict[str, str]:
 def last_iteration(run: Path) -> int | None:
     """The last training iteration a run's metrics.jsonl records, read while it trains (a line being
     written is skipped); None before the first."""
-    from udpo.training.tracking import METRICS_FILE
-
     try:
-        lines = (run / METRICS_FILE).read_text(encoding="utf-8").splitlines()
+        lines = RunFolder(run).metrics.read_text(encoding="utf-8").splitlines()
     except OSError:
         return None
     for line in reversed(lines):

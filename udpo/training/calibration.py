@@ -15,23 +15,24 @@ from typing import Any
 
 from udpo.config import COEFFICIENTS, ConfigError
 from udpo.config.groups import AlgorithmArgs, RewardArgs
+from udpo.env.run_folder import RunFolder
 from udpo.env.summary import summarize
 from udpo.env.tasks.base import Question
 from udpo.env.trajectory import Trajectory, TrajectoryWriter
 from udpo.rewards import calibrate as calibrate_coefficients
 from udpo.rewards import correctness_floor, ordering_from_dict, reward_ordering
 
-WARMUP_FILE = "trajectories/warmup.jsonl"
-
 
 def warmup_debates(
     warmup_set: Sequence[Question], debate: Callable[..., list[Trajectory]], run_dir: Path, main: bool
 ) -> list[Trajectory]:
-    """Debate the warm-up questions; the main process writes them to RUN_DIR/trajectories/warmup.jsonl."""
+    """Debate the warm-up questions; the main process writes them to the run folder's warm-up file
+    (:attr:`udpo.env.run_folder.RunFolder.warmup`)."""
     trajectories = debate(warmup_set, {"phase": "warmup"})
     if main:
-        (run_dir / WARMUP_FILE).unlink(missing_ok=True)
-        with TrajectoryWriter(run_dir / WARMUP_FILE) as writer:
+        path = RunFolder(run_dir).warmup
+        path.unlink(missing_ok=True)
+        with TrajectoryWriter(path) as writer:
             writer.write(trajectories)
     return trajectories
 

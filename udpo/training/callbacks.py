@@ -245,10 +245,8 @@ class TransformersCallbacks(UDPOCallback):
             return
         better = operator.gt if self.args.greater_is_better else operator.lt
         if self.state.best_metric is None or better(value, self.state.best_metric):
-            from udpo.training import checkpoint_store as ckpt
-
             self.state.best_metric, self.state.best_global_step = value, iteration
-            saved = ckpt.checkpoints_dir(trainer.run_dir) / ckpt.checkpoint_name(iteration)
+            saved = trainer.folder.checkpoint(iteration)
             self.state.best_model_checkpoint = str(saved) if saved.is_dir() else None
 
     def _event(self, event: str, trainer: Trainer, **kwargs: Any) -> None:

@@ -1,22 +1,18 @@
 """Checkpoints that survive being killed at any moment, and exact resumption.
 
-Layout (see trainer_interfaces.md)::
+Where checkpoints lie in the run folder: :class:`udpo.env.run_folder.RunFolder`. What one holds::
 
-    RUN_DIR/checkpoints/iter_000010/
+    checkpoints/iter_000010/
         team.json, adapters/agent_i/          # the team: loadable by export, eval, vLLM
         trainer_state.json                    # iteration, optimizer steps, append-only file marks
         optimizer.{json,safetensors}, scheduler.json, rng.{json,safetensors}, replay.json, calibration.json
         master.{json,safetensors}             # DeepSpeed runs: the adapters' fp32 master weights
-    RUN_DIR/checkpoints/latest                # name of the newest complete checkpoint
 
 Checkpoints are passed around, so loading one never runs code: every file is JSON or safetensors
 (:func:`save_state` / :func:`load_state`), nothing is unpickled, and :func:`verify` checks a whole
 checkpoint (files, their structure, the adapters' headers) before a model loads. A pickle file in a
-checkpoint (``rng.pt`` of older versions, or a planted one) is refused without being opened. A
-DeepSpeed run writes its optimizer state gathered in the same format
-(:mod:`udpo.training.zero_state`); the one exception is the DeepSpeed state that older versions wrote
-(``deepspeed/``, read by DeepSpeed with pickle): it is loaded only when
-``UDPO_TRUST_DEEPSPEED_CHECKPOINT=1`` says the checkpoint comes from a trusted source.
+checkpoint (a planted one) is refused without being opened. A DeepSpeed run writes its optimizer state
+gathered in the same format (:mod:`udpo.training.zero_state`).
 
 A checkpoint is written into a hidden staging folder and renamed into place with ``os.replace``; the
 ``latest`` pointer is replaced last. A reader therefore sees either the previous checkpoint or the
@@ -30,7 +26,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -40,18 +35,14 @@ import numpy as np
 import torch
 
 from udpo.env.jsonl import brief, write_json, write_text_atomic
+from udpo.env.run_folder import CALIBRATION, LATEST, RunFolder, iteration_folders, iteration_of
 from udpo.training.team import ADAPTER_FILES, TeamManifest, check_adapter_folder
 
-CHECKPOINTS = "checkpoints"
-LATEST = "latest"
 STATE = "trainer_state.json"
 #: stem of a DeepSpeed run's fp32 master weights (adapter -> its tensors, in the optimizer's order)
 MASTER = "master"
-_NAME = re.compile(r"^iter_(\d{6,})$")
 #: suffixes of pickle files (torch.save, pickle): never loaded from a checkpoint
 PICKLE_SUFFIXES = (".pt", ".pth", ".pkl", ".pickle", ".bin")
-#: set to 1 to let DeepSpeed load its own (pickle) state from a checkpoint you trust
-TRUST_DEEPSPEED_ENV = "UDPO_TRUST_DEEPSPEED_CHECKPOINT"
 _TENSOR, _TUPLE, _DICT = "__tensor__", "__tuple__", "__dict__"
 
 
@@ -59,27 +50,15 @@ class CheckpointError(RuntimeError):
     """A checkpoint is missing, incomplete or does not match the run's files."""
 
 
-def checkpoint_name(iteration: int) -> str:
-    return f"iter_{iteration:06d}"
-
-
-def checkpoints_dir(run_dir: str | os.PathLike) -> Path:
-    return Path(run_dir) / CHECKPOINTS
-
-
 def list_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
     """Complete checkpoints of a run (those with a trainer_state.json), oldest first."""
-    root = checkpoints_dir(run_dir)
-    if not root.is_dir():
-        return []
-    found = [p for p in root.iterdir() if _NAME.match(p.name) and (p / STATE).is_file()]
-    return sorted(found, key=lambda p: int(_NAME.match(p.name).group(1)))  # type: ignore[union-attr]
+    return [p for _, p in iteration_folders(RunFolder(Path(run_dir)).checkpoints) if (p / STATE).is_file()]
 
 
 # --- writing ---------------------------------------------------------------------------------
 def staging_dir(run_dir: str | os.PathLike, iteration: int) -> Path:
     """An empty hidden folder to write checkpoint ``iteration`` into (leftovers of a crash are removed)."""
-    path = checkpoints_dir(run_dir) / f".staging-{checkpoint_name(iteration)}"
+    path = RunFolder(Path(run_dir)).checkpoint_staging(iteration)
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir(parents=True)
     return path
@@ -90,18 +69,18 @@ def commit(run_dir: str | os.PathLike, staging: Path, iteration: int) -> Path:
     if not (staging / STATE).is_file():
         raise CheckpointError(f"{staging} has no {STATE}; write the trainer state before committing")
     _fsync_tree(staging)
-    root = checkpoints_dir(run_dir)
-    final = root / checkpoint_name(iteration)
+    folder = RunFolder(Path(run_dir))
+    final = folder.checkpoint(iteration)
     if final.exists():  # re-reached after resuming from an older checkpoint: the new one replaces it
-        old = root / f".replaced-{final.name}"
+        old = folder.checkpoint_replaced(iteration)
         shutil.rmtree(old, ignore_errors=True)
         os.replace(final, old)
         os.replace(staging, final)
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(staging, final)
-    write_text_atomic(root / LATEST, final.name + "\n")
-    _fsync_dir(root)
+    write_text_atomic(folder.latest, final.name + "\n")
+    _fsync_dir(folder.checkpoints)
     return final
 
 
@@ -109,7 +88,7 @@ def prune(run_dir: str | os.PathLike, keep: int | None) -> list[Path]:
     """Delete all but the newest ``keep`` checkpoints (never the one ``latest`` names)."""
     if keep is None:
         return []
-    latest = _read_latest(checkpoints_dir(run_dir))
+    latest = _read_latest(RunFolder(Path(run_dir)))
     ckpts = list_checkpoints(run_dir)
     doomed = [p for p in ckpts[: max(len(ckpts) - keep, 0)] if p.name != latest]
     for p in doomed:
@@ -121,8 +100,9 @@ def prune(run_dir: str | os.PathLike, keep: int | None) -> list[Path]:
 def resolve(run_dir: str | os.PathLike, resume: str) -> Path:
     """The checkpoint folder ``resume`` names: ``latest`` (in run_dir), or a checkpoint path."""
     if resume == LATEST:
-        root = checkpoints_dir(run_dir)
-        name = _read_latest(root)
+        folder = RunFolder(Path(run_dir))
+        root = folder.checkpoints
+        name = _read_latest(folder)
         if name is not None and (root / name / STATE).is_file():
             return root / name
         ckpts = list_checkpoints(run_dir)  # pointer lost (killed between rename and pointer write)
@@ -133,7 +113,7 @@ def resolve(run_dir: str | os.PathLike, resume: str) -> Path:
     if not (path / STATE).is_file():
         hint = (
             f" (run dir {path}? use --resume latest with output_dir {path})"
-            if (path / CHECKPOINTS).is_dir()
+            if RunFolder(path).checkpoints.is_dir()
             else ""
         )
         raise CheckpointError(f"--resume {resume}: not a checkpoint folder, {STATE} missing{hint}")
@@ -259,8 +239,7 @@ def _hashable(key: Any) -> Any:
 def _pickle_error(path: Path) -> CheckpointError:
     return CheckpointError(
         f"{path} is a pickle file; loading it could run any code it holds, so it is refused unopened. "
-        f"UDPO writes checkpoint state as JSON and safetensors only (checkpoints of older versions used "
-        f"pickle: resume one written by this version, or start a new run)"
+        f"UDPO writes checkpoint state as JSON and safetensors only"
     )
 
 
@@ -276,8 +255,7 @@ def verify(
     """Check a whole checkpoint before anything is loaded into a model: the trainer state, every state
     file (decoded), the calibration, the team manifest and each adapter's safetensors header, the
     optimizer and schedule states against what the run trains (:func:`check_optimizer_state`) and, for
-    a DeepSpeed run, the master weights; no pickle file (the ``deepspeed/`` state of older versions only
-    with ``UDPO_TRUST_DEEPSPEED_CHECKPOINT=1``).
+    a DeepSpeed run, the master weights; no pickle file.
 
     replay / reference / deepspeed: whether the resuming run needs the replay buffer, the lagged
     reference adapters, DeepSpeed's master weights. optimizer / scheduler: the run's own, once built (the
@@ -288,11 +266,11 @@ def verify(
         for p in folder.glob("*") if folder.is_dir() else ():
             if p.suffix in PICKLE_SUFFIXES:
                 raise _pickle_error(p)
-    own = not (deepspeed and older_deepspeed(ckpt))  # optimizer state in the project's format
     masters = deepspeed and (ckpt / f"{MASTER}.json").is_file()
     stems = [
         "rng",
-        *(["optimizer", "scheduler"] if own else []),
+        "optimizer",
+        "scheduler",
         *([MASTER] if masters else []),
         *(["replay"] if replay else []),
     ]
@@ -303,8 +281,8 @@ def verify(
                 f"{ckpt} has no replay buffer (written with replay: false); resume with replay: false"
             )
         states[stem] = load_state(ckpt / stem)
-    if not isinstance(read_json(ckpt / "calibration.json"), dict):
-        raise CheckpointError(f"{ckpt / 'calibration.json'}: expected a JSON object")
+    if not isinstance(read_json(ckpt / CALIBRATION), dict):
+        raise CheckpointError(f"{ckpt / CALIBRATION}: expected a JSON object")
     try:
         team = TeamManifest.load(ckpt)
     except (OSError, ValueError) as e:
@@ -317,27 +295,14 @@ def verify(
             check_adapter_folder(adapter)
         except ValueError as e:
             raise CheckpointError(str(e)) from None
-    if own:
-        where = ckpt / "optimizer.json"
-        if optimizer is None:
-            groups = check_optimizer_state(where, states["optimizer"], trained_tensors(ckpt, team))
-        else:
-            groups = check_optimizer_state(where, states["optimizer"], *live_tensors(optimizer))
-        check_scheduler_state(ckpt / "scheduler.json", states["scheduler"], groups, scheduler)
+    where = ckpt / "optimizer.json"
+    if optimizer is None:
+        groups = check_optimizer_state(where, states["optimizer"], trained_tensors(ckpt, team))
+    else:
+        groups = check_optimizer_state(where, states["optimizer"], *live_tensors(optimizer))
+    check_scheduler_state(ckpt / "scheduler.json", states["scheduler"], groups, scheduler)
     if masters:
         check_master_state(ckpt / f"{MASTER}.json", states[MASTER], trained_tensors(ckpt, team))
-    if not own and os.environ.get(TRUST_DEEPSPEED_ENV) != "1":
-        raise CheckpointError(
-            f"{ckpt / 'deepspeed'} is DeepSpeed's own state (written by an older version), which DeepSpeed "
-            f"loads with pickle (it can run code). Resume it only if you trust where it comes from: set "
-            f"{TRUST_DEEPSPEED_ENV}=1"
-        )
-
-
-def older_deepspeed(ckpt: Path) -> bool:
-    """Whether a checkpoint holds DeepSpeed's own (pickled) state instead of the project's optimizer
-    state: what DeepSpeed runs of older versions wrote."""
-    return (ckpt / "deepspeed").is_dir() and not (ckpt / "optimizer.json").exists()
 
 
 def check_master_state(where: Path, state: Any, trained: dict[str, list[tuple[int, ...]]]) -> None:
@@ -541,12 +506,12 @@ def _list_wanted(value: Any, reference: tuple | list) -> str | None:
     return None if wanted is None else f"a list of values each {wanted}"
 
 
-def _read_latest(root: Path) -> str | None:
+def _read_latest(folder: RunFolder) -> str | None:
     try:
-        name = (root / LATEST).read_text(encoding="utf-8").strip()
+        name = folder.latest.read_text(encoding="utf-8").strip()
     except OSError:
         return None
-    return name if _NAME.match(name) else None
+    return name if iteration_of(name) is not None else None
 
 
 # --- append-only files -----------------------------------------------------------------------

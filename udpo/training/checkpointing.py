@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from udpo.env.jsonl import write_json
+from udpo.env.run_folder import RunFolder
 from udpo.training import checkpoint_store as ckpt
 from udpo.training import distributed as dist
 from udpo.training import zero_state
@@ -27,10 +28,6 @@ if TYPE_CHECKING:
     from udpo.training.replay import ReplayBuffer
     from udpo.training.update import Updater
 
-TRAIN_FILE = "trajectories/train.jsonl"
-METRICS_FILE = "metrics.jsonl"
-#: rewound to a checkpoint's marks when a run resumes from it
-APPEND_ONLY = (TRAIN_FILE, METRICS_FILE)
 #: settings a resumed run may change without a note
 RESUMABLE_CHANGES = {
     "resume",
@@ -51,11 +48,10 @@ class RunParts:
 
     replay: None until the calibration builds it (:func:`load` returns a checkpoint's replay state in
     :attr:`TrainingState.replay`). team: what team.json records besides the adapters (``task``,
-    ``profiles``, ``debate`` of :func:`~udpo.training.team.save_team`). accelerator: a DeepSpeed run's,
-    which reads the checkpoints of earlier versions."""
+    ``profiles``, ``debate`` of :func:`~udpo.training.team.save_team`)."""
 
     config: TrainConfig
-    run_dir: Path
+    folder: RunFolder
     rank: int
     world: int
     policy: MultiAgentPolicy
@@ -65,7 +61,6 @@ class RunParts:
     total_iterations: int
     team: dict[str, Any]
     deepspeed: bool = False
-    accelerator: Any = None
 
     @property
     def main(self) -> bool:
@@ -98,6 +93,7 @@ def check_run_dir(config: TrainConfig, *, deepspeed: bool, critic: bool) -> None
     directory that holds a run only with ``resume``. A directory whose run was stopped before its first
     checkpoint holds nothing to resume: a new start replaces what that attempt wrote."""
     run_dir = Path(config.output_dir)
+    metrics = RunFolder(run_dir).metrics
     config.check_paths()
     if config.resume is not None:
         verify(ckpt.resolve(run_dir, config.resume), config, deepspeed=deepspeed, critic=critic)
@@ -106,16 +102,16 @@ def check_run_dir(config: TrainConfig, *, deepspeed: bool, critic: bool) -> None
             f"output_dir {run_dir} already holds a run (checkpoints); pass --resume latest to "
             f"continue it, or choose a new output_dir"
         )
-    elif (run_dir / METRICS_FILE).exists() and not _interrupted_start(run_dir):
+    elif metrics.exists() and not _interrupted_start(metrics):
         raise TrainingError(
-            f"output_dir {run_dir} holds a {METRICS_FILE} that is not a UDPO run's; choose a new output_dir"
+            f"output_dir {run_dir} holds a {metrics.name} that is not a UDPO run's; choose a new output_dir"
         )
 
 
-def _interrupted_start(run_dir: Path) -> bool:
-    """Whether the run directory's metrics are a UDPO run's (every line a record with a "kind")."""
+def _interrupted_start(metrics: Path) -> bool:
+    """Whether a run directory's ``metrics`` are a UDPO run's (every line a record with a "kind")."""
     try:
-        whole = (run_dir / METRICS_FILE).read_bytes().split(b"\n")[:-1]  # not a line cut short
+        whole = metrics.read_bytes().split(b"\n")[:-1]  # not a line cut short
     except OSError:
         return False
     return all(b'"kind"' in line and b'"iteration"' in line for line in whole if line.strip())
@@ -125,8 +121,8 @@ def save(state: TrainingState, iteration: int, parts: RunParts) -> Path:
     """Write checkpoint ``iteration`` of a run at ``state`` atomically (all processes call this)."""
     t, cfg = parts, parts.config
     rng_states = dist.gather_objects(ckpt.rng_state())
-    final = ckpt.checkpoints_dir(t.run_dir) / ckpt.checkpoint_name(iteration)
-    staging = ckpt.staging_dir(t.run_dir, iteration) if t.main else None
+    final = t.folder.checkpoint(iteration)
+    staging = ckpt.staging_dir(t.folder.root, iteration) if t.main else None
     dist.barrier()
     if t.deepspeed:  # every process: ZeRO's partitions are gathered
         optimizer_state, masters = zero_state.gather(t.updater)
@@ -149,19 +145,19 @@ def save(state: TrainingState, iteration: int, parts: RunParts) -> Path:
         ckpt.save_state(staging / "rng", rng_states)
         if t.replay is not None:
             ckpt.save_state(staging / "replay", t.replay.state_dict())
-        write_json(staging / "calibration.json", state.calibration)
+        write_json(staging / ckpt.CALIBRATION, state.calibration)
         record = {
             **state.to_dict(),
             "iteration": iteration,  # the loop's, or the one before it (a run stopped by a non-finite value)
             "optimizer_steps": t.updater.steps,
             "total_iterations": t.total_iterations,
             "world_size": t.world,
-            "files": ckpt.file_marks(t.run_dir, list(APPEND_ONLY)),
+            "files": ckpt.file_marks(t.folder.root, list(RunFolder.APPEND_ONLY)),
             "config": cfg.to_dict(),
         }
         write_json(staging / ckpt.STATE, record)
-        ckpt.commit(t.run_dir, staging, iteration)
-        ckpt.prune(t.run_dir, cfg.save_total_limit)
+        ckpt.commit(t.folder.root, staging, iteration)
+        ckpt.prune(t.folder.root, cfg.save_total_limit)
     dist.barrier()
     return final
 
@@ -196,21 +192,18 @@ def load(path: Path, parts: RunParts) -> TrainingState:
     if t.critic is not None:
         with names_file(path / "critic"):
             t.critic.load(path / "critic")
-    if t.deepspeed and ckpt.older_deepspeed(path):
-        t.accelerator.load_state(str(path / "deepspeed"))
-    else:
-        with names_file(path / "optimizer.json"):
-            optimizer_state = ckpt.load_state(path / "optimizer")
-            if t.deepspeed:
-                master = path / ckpt.MASTER
-                masters = ckpt.load_state(master) if master.with_suffix(".json").is_file() else None
-                zero_state.restore(t.updater, optimizer_state, masters)
-            else:
-                t.updater.optimizer.load_state_dict(optimizer_state)
-        with names_file(path / "scheduler.json"):
-            t.updater.scheduler.load_state_dict(ckpt.load_state(path / "scheduler"))
-    with names_file(path / "calibration.json"):
-        calibration = ckpt.read_json(path / "calibration.json")
+    with names_file(path / "optimizer.json"):
+        optimizer_state = ckpt.load_state(path / "optimizer")
+        if t.deepspeed:
+            master = path / ckpt.MASTER
+            masters = ckpt.load_state(master) if master.with_suffix(".json").is_file() else None
+            zero_state.restore(t.updater, optimizer_state, masters)
+        else:
+            t.updater.optimizer.load_state_dict(optimizer_state)
+    with names_file(path / "scheduler.json"):
+        t.updater.scheduler.load_state_dict(ckpt.load_state(path / "scheduler"))
+    with names_file(path / ckpt.CALIBRATION):
+        calibration = ckpt.read_json(path / ckpt.CALIBRATION)
     replay = None
     if t.config.replay:
         with names_file(path / "replay.json"):
@@ -220,31 +213,28 @@ def load(path: Path, parts: RunParts) -> TrainingState:
         ckpt.set_rng_state(rng_states[t.rank % len(rng_states)])
     t.updater.steps = state["optimizer_steps"]
     iteration = state["iteration"]
-    # checkpoints of earlier versions were written after the evaluation at their iteration
-    evaluated = t.run_dir / "eval" / ckpt.checkpoint_name(iteration) / "summary.json"
-    legacy = iteration if dist.any_true(t.main and evaluated.is_file()) else None
     dist.barrier()
     if t.main:
-        ckpt.rewind_files(t.run_dir, state["files"])
-        for folder in (t.run_dir / "eval").glob("iter_*"):
-            if int(folder.name.split("_")[1]) > iteration:
-                shutil.rmtree(folder)
+        ckpt.rewind_files(t.folder.root, state["files"])
+        for k, evaluation in t.folder.evaluated():
+            if k > iteration:
+                shutil.rmtree(evaluation.root)
     dist.barrier()
-    loaded = TrainingState.from_dict(state, last_evaluation=legacy)
+    loaded = TrainingState.from_dict(state)
     loaded.calibration, loaded.replay = calibration, replay
     return loaded
 
 
-def record_evaluation(state: TrainingState, iteration: int, run_dir: Path, main: bool) -> None:
+def record_evaluation(state: TrainingState, iteration: int, folder: RunFolder, main: bool) -> None:
     """Checkpoint ``iteration`` was written before its evaluation; take the evaluation into its state
     (the metrics line, the ``state``'s history) so that resuming there does not evaluate again. Main
     process."""
     if not main:
         return
-    path = ckpt.checkpoints_dir(run_dir) / ckpt.checkpoint_name(iteration)
+    path = folder.checkpoint(iteration)
     record = ckpt.read_state(path)
     record.update(
-        files=ckpt.file_marks(run_dir, list(APPEND_ONLY)),
+        files=ckpt.file_marks(folder.root, list(RunFolder.APPEND_ONLY)),
         history=state.history,
         last_evaluation=iteration,
     )

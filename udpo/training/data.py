@@ -46,10 +46,6 @@ class QuestionSchedule:
         """Iteration k's planned questions when every earlier iteration drew exactly ``per_iteration``."""
         return self.take((k - 1) * self.per_iteration, self.per_iteration)
 
-    def start_of(self, k: int) -> int:
-        """The stream position iteration k starts at when no earlier iteration drew extra questions."""
-        return (k - 1) * self.per_iteration
-
     def epoch_at(self, drawn: int) -> float:
         """Passes over the training questions once ``drawn`` stream positions are used."""
         return drawn / len(self.questions)

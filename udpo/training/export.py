@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -28,13 +27,21 @@ from tqdm.auto import tqdm
 
 from udpo.env.jsonl import write_json
 from udpo.env.models import hub_revision, portable_name
+from udpo.env.run_folder import (
+    CHECKPOINTS_DIR,
+    DEBATES,
+    METRICS,
+    TRAJECTORIES_DIR,
+    RunFolder,
+    iteration_folders,
+)
 from udpo.training.model_card import ExportBase, adapter_card, merged_card
 from udpo.training.team import ADAPTER_FILES, TEAM_FILE, TeamManifest
 
 #: what an export folder holds
 EXPORT_ENTRIES = (TEAM_FILE, "adapters", "merged", "critic")
 #: files and folders that mark a run directory (training or ``udpo debate`` / ``udpo eval``)
-RUN_MARKS = ("checkpoints", "trainer_state.json", "metrics.jsonl", "trajectories", "trajectories.jsonl")
+RUN_MARKS = (CHECKPOINTS_DIR, "trainer_state.json", METRICS, TRAJECTORIES_DIR, DEBATES)
 
 
 def find_checkpoint(path: str | os.PathLike) -> Path:
@@ -42,10 +49,10 @@ def find_checkpoint(path: str | os.PathLike) -> Path:
     path = Path(path)
     if (path / TEAM_FILE).exists():
         return path
-    candidates = [p for p in (path / "checkpoints").glob("iter_*") if (p / TEAM_FILE).exists()]
+    candidates = [p for _, p in iteration_folders(RunFolder(path).checkpoints) if (p / TEAM_FILE).exists()]
     if not candidates:
         raise FileNotFoundError(f"{path} has no {TEAM_FILE} and no checkpoints/iter_*/{TEAM_FILE}")
-    return max(candidates, key=lambda p: int(re.sub(r"\D", "", p.name) or 0))
+    return candidates[-1]
 
 
 def export_team(

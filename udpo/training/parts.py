@@ -115,7 +115,7 @@ def build_parts(
         card_share=env.gpu_share,
     )
     evaluation = HeldOutEvaluation(
-        data.eval_set, eval_callbacks, config.eval_steps, data.total_iterations, env.run_dir, env.main
+        data.eval_set, eval_callbacks, config.eval_steps, data.total_iterations, env.folder, env.main
     )
     return Parts(config, rewards, data, policy, critic, updater, rollouts, evaluation, plan)
 

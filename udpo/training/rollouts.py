@@ -18,9 +18,9 @@ from udpo.env.backends.base import Backend
 from udpo.env.debate import AgentSpec, DebateConfig, DebateEnv
 from udpo.env.progress import DebateProgress
 from udpo.env.protocols import Protocol, build_protocol
+from udpo.env.run_folder import RunFolder
 from udpo.env.tasks.base import Question, Task
 from udpo.env.trajectory import Trajectory
-from udpo.training import checkpoint_store as ckpt
 from udpo.training import distributed as dist
 
 from .data import agent_profiles, debate_config
@@ -79,7 +79,7 @@ class Rollouts:
         self.task, self.policy = task, policy
         self.engine = engine if model.backend_capabilities.serves_live_model else None
         self.rank, self.world, self.main = rank, world, rank == 0
-        self.run_dir = Path(run.output_dir)
+        self.folder = RunFolder(Path(run.output_dir))
         self.own_backend = backend is None
         self.backend = backend if backend is not None else self._make_backend()
         self._protocol: Protocol | None = None
@@ -183,7 +183,7 @@ class Rollouts:
         """Give the rollout engine the current adapters (hf: nothing to do, it serves the live model)."""
         if self.model.backend_capabilities.serves_live_model:
             return
-        folder = self.run_dir / "sync" / f"rank{self.rank}" / ckpt.checkpoint_name(k)
+        folder = self.folder.sync(self.rank, k)
         with self.policy.full_adapters():
             paths = self.policy.save_adapters(folder)
         for name, path in paths.items():

@@ -31,6 +31,7 @@ from udpo import gpu_share, threads
 from udpo.config.groups import ModelArgs, RunArgs
 from udpo.env.backends.machine import pick_dtype
 from udpo.env.jsonl import write_json
+from udpo.env.run_folder import RunFolder
 from udpo.training import accelerate_state, run_lock
 from udpo.training import distributed as dist
 from udpo.training.tracking import Tracker, accelerate_trackers
@@ -71,7 +72,8 @@ class RunEnvironment:
     """Where one training run lives; see the module docstring.
 
     model: the run's model settings (``dtype``, ``bf16``). run: its run settings (``output_dir``, ``seed``,
-    ``report_to``, ``run_name``). Attributes: ``accelerator``, ``device`` (its name), ``deepspeed``,
+    ``report_to``, ``run_name``). Attributes: ``run_dir`` and its ``folder`` (the run folder's files,
+    :class:`~udpo.env.run_folder.RunFolder`), ``accelerator``, ``device`` (its name), ``deepspeed``,
     ``rank``, ``world``, ``main``, ``bf16`` (autocast in the update: this run's own precision),
     ``gpu_share`` (this process's share of its GPU, None: the whole card). Creating it holds accelerate's
     state and locks ``run.output_dir`` (the main process); :meth:`close` lets go of both.
@@ -82,6 +84,7 @@ class RunEnvironment:
         from accelerate.utils import DistributedType
 
         self.run, self.run_dir = run, Path(run.output_dir)
+        self.folder = RunFolder(self.run_dir)
         self.bf16 = model.bf16 if model.bf16 is not None else bf16_autocast_default(model.dtype)
         self._lock = None
         accelerate_state.hold(self)  # released by close(), or on failure
@@ -126,7 +129,7 @@ class RunEnvironment:
             self.run_dir, self.accelerator, self.run.report_to, self.run.run_name or self.run_dir.name, config
         )
         if self.main:
-            write_json(self.run_dir / "config.json", config)
+            write_json(self.folder.config, config)
             print(f"torch threads per process: {threads.describe()}", file=sys.stderr)
         return tracker
 

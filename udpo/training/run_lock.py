@@ -1,13 +1,14 @@
-"""One writer per run folder: an exclusive lock on ``FOLDER/.lock`` while a trainer lives, or while
-``udpo debate`` / ``udpo eval`` write their ``--output-dir``.
+"""One writer per run folder: an exclusive lock on the folder's lock file
+(:attr:`udpo.env.run_folder.RunFolder.lock`) while a trainer lives, or while ``udpo debate`` / ``udpo
+eval`` write their ``--output-dir``.
 
 Two processes writing one folder (a command started twice, two ``udpo compare`` processes on the same
 runs) would interleave their appends to metrics.jsonl and the trajectory files and replace each
-other's checkpoints. The lock is an advisory ``flock`` on an open file: the kernel drops it when the
-holder closes the file or exits, however it exits (SIGKILL included), so a killed run never leaves a
-stale lock behind and resumes as before. The file names its holder (pid and host) for the error and for
-``udpo compare --status``; it stays in the folder after the run (removing it while another process may
-be opening it would let two processes lock two different files).
+other's checkpoints. The lock is ``filelock``'s native lock, an advisory ``flock`` on an open file: the
+kernel drops it when the holder closes the file or exits, however it exits (SIGKILL included), so a
+killed run never leaves a stale lock behind and resumes as before. The file names its holder (pid and
+host) for the error and for ``udpo compare --status``; it stays in the folder after the run (removing it
+while another process may be opening it would let two processes lock two different files).
 
 A holder may lend its lock to what it calls in the same thread (:func:`held` with ``lend``): ``udpo
 study`` holds a run's folder from its look at the run (done? started?) to the run's record, and the trainer
@@ -21,13 +22,14 @@ import fcntl
 import os
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
-LOCK_FILE = ".lock"
+from filelock import FileLock, Timeout
+
+from udpo.env.run_folder import RunFolder
 
 
 class _Lent(threading.local):
@@ -57,8 +59,24 @@ class Borrowed:
         pass
 
 
+class Hold:
+    """A lock this process took (:func:`acquire`): ``close()`` gives it back (once; again is fine)."""
+
+    def __init__(self, lock: FileLock) -> None:
+        self._lock = lock
+
+    def close(self) -> None:
+        self._lock.release()
+
+
+def _name_holder(fd: int) -> None:
+    """Write "pid N on HOST" into the lock file just taken (``filelock``'s ``on_acquired``)."""
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+
+
 def acquire(run_dir: str | os.PathLike, patience: float = 1.0, resume: str = "--resume latest") -> LockHandle:
-    """Lock ``run_dir`` (created if missing) for this process; returns the open lock file, whose
+    """Lock ``run_dir`` (created if missing) for this process; returns a :class:`Hold`, whose
     ``close()`` releases it, or a :class:`Borrowed` handle where this thread was lent the lock. Raises
     :class:`RunBusyError` naming the holder when another process still holds it after ``patience``
     seconds (which also covers :func:`locked`'s momentary probe); ``resume``: the flag that continues the
@@ -67,26 +85,23 @@ def acquire(run_dir: str | os.PathLike, patience: float = 1.0, resume: str = "--
     run_dir.mkdir(parents=True, exist_ok=True)
     if run_dir.resolve() in _lent.folders:
         return Borrowed()
-    handle = (run_dir / LOCK_FILE).open("a+", encoding="utf-8")
-    deadline = time.monotonic() + patience
-    while True:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            if time.monotonic() < deadline:
-                time.sleep(0.05)
-                continue
-            handle.close()
-            raise RunBusyError(
-                f"{run_dir} is being written by another process ({holder(run_dir) or 'holder unknown'}); "
-                f"let it finish, or stop it and continue with {resume}"
-            ) from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"pid {os.getpid()} on {socket.gethostname()}\n")
-    handle.flush()
-    return handle
+    # not thread-local: a hold is the process's, given back by whichever thread closes it;
+    # preserve_lock_file: the file stays (see the module docstring)
+    lock = FileLock(
+        RunFolder(run_dir).lock,
+        timeout=patience,
+        thread_local=False,
+        preserve_lock_file=True,
+        on_acquired=_name_holder,
+    )
+    try:
+        lock.acquire()
+    except Timeout:
+        raise RunBusyError(
+            f"{run_dir} is being written by another process ({holder(run_dir) or 'holder unknown'}); "
+            f"let it finish, or stop it and continue with {resume}"
+        ) from None
+    return Hold(lock)
 
 
 @contextmanager
@@ -110,9 +125,13 @@ def held(
 
 
 def locked(run_dir: str | os.PathLike) -> bool:
-    """Whether a process holds ``run_dir``'s lock now (a shared lock taken and dropped at once)."""
+    """Whether a process holds ``run_dir``'s lock now (a shared lock taken and dropped at once).
+
+    A shared ``flock`` on the same file, not ``filelock``: its only probe is taking the exclusive lock,
+    so two probes at once (two ``--status`` readers, a worker looking at a run) would each see the other
+    as a holder, where a shared probe sees only a writer (``tests/test_run_lock.py``, two probes at once)."""
     try:
-        handle = (Path(run_dir) / LOCK_FILE).open(encoding="utf-8")
+        handle = RunFolder(Path(run_dir)).lock.open(encoding="utf-8")
     except OSError:
         return False
     with handle:
@@ -126,7 +145,7 @@ def locked(run_dir: str | os.PathLike) -> bool:
 def holder(run_dir: str | os.PathLike) -> str | None:
     """Who holds, or last held, ``run_dir``'s lock ("pid N on HOST"); None when nobody ever did."""
     try:
-        text = (Path(run_dir) / LOCK_FILE).read_text(encoding="utf-8").strip()
+        text = RunFolder(Path(run_dir)).lock.read_text(encoding="utf-8").strip()
     except OSError:
         return None
     return text or None

@@ -16,8 +16,7 @@ class TrainingState:
     checkpoint's replay-buffer state, for the buffer the calibration builds (None otherwise).
     questions_drawn: the training question stream's positions used up to ``iteration``
     (:class:`~udpo.training.data.QuestionSchedule`; more than iteration x questions_per_iteration once dynamic
-    sampling drew extra questions); None from a checkpoint written before it was kept, whose iterations drew
-    exactly questions_per_iteration each.
+    sampling drew extra questions).
 
     :meth:`to_dict` is the state.json part (calibration and replay have files of their own)."""
 
@@ -26,7 +25,7 @@ class TrainingState:
     last_evaluation: int | None = None
     calibration: dict[str, Any] | None = None
     replay: dict[str, Any] | None = None
-    questions_drawn: int | None = 0
+    questions_drawn: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -37,11 +36,11 @@ class TrainingState:
         }
 
     @classmethod
-    def from_dict(cls, state: dict[str, Any], last_evaluation: int | None = None) -> TrainingState:
-        """From a checkpoint's state; ``last_evaluation`` stands in where an older checkpoint has none."""
+    def from_dict(cls, state: dict[str, Any]) -> TrainingState:
+        """From a checkpoint's state (what :meth:`to_dict` wrote, beside the checkpoint's own keys)."""
         return cls(
             iteration=state["iteration"],
-            history=state.get("history", {}),
-            last_evaluation=state.get("last_evaluation", last_evaluation),
-            questions_drawn=state.get("questions_drawn"),
+            history=state["history"],
+            last_evaluation=state["last_evaluation"],
+            questions_drawn=state["questions_drawn"],
         )

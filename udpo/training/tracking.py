@@ -20,7 +20,8 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
-METRICS_FILE = "metrics.jsonl"
+from udpo.env.run_folder import RunFolder
+
 #: report_to value -> (accelerate tracker name, the packages any one of which it needs)
 _ACCELERATE_TRACKERS = {
     "wandb": ("wandb", ("wandb",)),
@@ -84,7 +85,7 @@ class Tracker:
     def __init__(
         self, run_dir: str | os.PathLike, accelerator, report_to: list[str], run_name: str, config: dict
     ):
-        self.path = Path(run_dir) / METRICS_FILE
+        self.path = RunFolder(Path(run_dir)).metrics
         self.accelerator = accelerator
         self.main = accelerator.is_main_process
         self.trackers = accelerate_trackers(report_to)
@@ -127,7 +128,7 @@ def format_result(result: dict[str, Any]) -> str:
 
 def read_metrics(run_dir: str | os.PathLike, kind: str | None = None) -> list[dict[str, Any]]:
     """The records of a run's metrics.jsonl (optionally only one ``kind``)."""
-    path = Path(run_dir) / METRICS_FILE
+    path = RunFolder(Path(run_dir)).metrics
     if not path.exists():
         return []
     with open(path, encoding="utf-8") as fh:

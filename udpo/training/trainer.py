@@ -19,12 +19,7 @@ The run's surroundings are a :class:`~udpo.training.run_env.RunEnvironment`; the
 (built by :mod:`udpo.training.parts`) live in :mod:`udpo.training`; each algorithm's math in
 :mod:`udpo.algorithms`.
 
-Files in the run directory::
-
-    config.json, calibration.json, metrics.jsonl
-    trajectories/warmup.jsonl, trajectories/train.jsonl          (append-only)
-    eval/iter_000000/{trajectories.jsonl, summary.json}, ...
-    checkpoints/iter_000010/..., checkpoints/latest
+What the run writes where in its folder: :class:`udpo.env.run_folder.RunFolder`.
 """
 
 from __future__ import annotations
@@ -47,6 +42,7 @@ from udpo.env.backends.base import Backend
 from udpo.env.debate import DebateConfig
 from udpo.env.jsonl import write_json
 from udpo.env.protocols import Protocol
+from udpo.env.run_folder import RunFolder
 from udpo.env.summary import summarize
 from udpo.env.tasks.base import Question
 from udpo.env.trajectory import Trajectory, TrajectoryWriter
@@ -54,7 +50,6 @@ from udpo.training import calibration, checkpointing, dynamic_sampling
 from udpo.training import checkpoint_store as ckpt
 from udpo.training import distributed as dist
 from udpo.training.callbacks import EvalCallback, UDPOCallback, eval_callbacks_for, split_callbacks
-from udpo.training.checkpointing import APPEND_ONLY, TRAIN_FILE
 from udpo.training.data import QuestionSchedule, split_warmup
 from udpo.training.errors import TrainingError, explain_oom, non_finite_error
 from udpo.training.memory import PhasePeaks
@@ -88,7 +83,8 @@ class Trainer:
 
     eval_callbacks: extra evaluations run at every evaluation, each ``(trainer, iteration) -> dict``
     (e.g. an attack evaluation); added to those named by ``config.eval_callbacks``. A callback may use
-    ``trainer.config, run_dir, task, eval_set, backend, main, debate_config(), debate_protocol()``.
+    ``trainer.config, run_dir, folder, task, eval_set, backend, main, debate_config(), debate_protocol()``
+    (``folder``: the run folder's files, :class:`~udpo.env.run_folder.RunFolder`).
     backend: a running rollout engine of kind ``config.backend`` to use instead of starting one (e.g.
     one vLLM engine shared by several runs); the trainer registers its adapters there but never closes it.
     callbacks: :class:`~udpo.training.callbacks.UDPOCallback` objects (hooks), ``transformers.TrainerCallback``
@@ -120,6 +116,7 @@ class Trainer:
         self.should_training_stop = False  # set by a callback: the run ends at the end of the iteration
         evals = eval_callbacks_for(config.group(RunArgs), [*eval_callbacks, *more_evals])
         self.env = env = RunEnvironment(config.group(ModelArgs), config.group(RunArgs))
+        self.folder = env.folder  # the run folder's files
         self.accelerator, self.main, self.rank, self.world = env.accelerator, env.main, env.rank, env.world
         with env.closed_on_failure():
             parts = build_parts(
@@ -165,7 +162,7 @@ class Trainer:
             elif self.evaluation.due(k := self.state.iteration) and self.state.last_evaluation != k:
                 # stopped while evaluating at its checkpoint (or resumed past the end of a shortened run)
                 self.state.history["after"] = self._evaluate_and_log(k)
-                checkpointing.record_evaluation(self.state, k, self.run_dir, self.main)
+                checkpointing.record_evaluation(self.state, k, self.folder, self.main)
             for k in range(self.state.iteration + 1, self.data.total_iterations + 1):
                 metrics = self.run_iteration(k)
                 if self._end_iteration(k, metrics, bar):
@@ -188,7 +185,7 @@ class Trainer:
         if resumed is not None:
             self._resume(resumed)
         elif self.main:  # a start stopped before checkpoint 0 left its metrics (checkpointing.check_run_dir)
-            ckpt.rewind_files(self.run_dir, {rel: {"lines": 0, "bytes": 0} for rel in APPEND_ONLY})
+            ckpt.rewind_files(self.run_dir, {rel: {"lines": 0, "bytes": 0} for rel in RunFolder.APPEND_ONLY})
         self.tracker = self.env.start_tracking(cfg.to_dict())
         self.should_training_stop = False
         self._call("on_train_begin")
@@ -203,7 +200,7 @@ class Trainer:
         record, warmup = self.calibrate()
         self.use_calibration(record)
         if self.main:
-            write_json(self.run_dir / "calibration.json", record)
+            write_json(self.folder.calibration, record)
             bar.write(calibration.describe(record), file=sys.stderr)
         tracker.log({"coefficients": calibration.flat_coefficients(record)}, 0, kind="calibration")
         if self.critic is not None and warmup:  # critic_warmup_epochs: a warm start
@@ -226,8 +223,7 @@ class Trainer:
         algorithm = self._algorithm()
         adversary = algorithm.adversary_stage(self.task)  # rmaac perturbs what agents read in training
         protocol = self.debate_protocol().with_stages(adversary) if adversary is not None else None
-        drawn = self.state.questions_drawn  # the stream position where iteration k starts
-        start = self.schedule.start_of(k) if drawn is None else drawn
+        start = self.state.questions_drawn  # the stream position where iteration k starts
         with timer("rollout"), peaks("rollout"):
             draw = dynamic_sampling.draw_informative(
                 cfg.questions_per_iteration,
@@ -247,7 +243,7 @@ class Trainer:
                 t.meta["dropped"] = True  # an uninformative question's debate, not in the update
         tokens = sum(len(turn.completion_ids) for t in debated for row in t.turns for turn in row)
         if self.main:
-            with TrajectoryWriter(self.run_dir / TRAIN_FILE) as writer:
+            with TrajectoryWriter(self.folder.train) as writer:
                 writer.write(debated)
         metrics: dict[str, Any] = {
             "epoch": round(self.schedule.epoch_at(start + draw.questions), 4),
@@ -327,7 +323,7 @@ class Trainer:
         if self.evaluation.due(k) or (stop and bool(self.eval_set)):
             self.state.history["after"] = self._evaluate_and_log(k)
             if saved:
-                checkpointing.record_evaluation(self.state, k, self.run_dir, self.main)
+                checkpointing.record_evaluation(self.state, k, self.folder, self.main)
         if not self.should_training_stop:  # asked for now, or by the evaluation's callbacks
             return False
         if not saved:
@@ -394,15 +390,17 @@ class Trainer:
         )
 
     def evaluate(self, iteration: int) -> dict[str, Any]:
-        """The held-out evaluation at ``iteration``, then the eval callbacks
-        (:class:`~udpo.training.evaluation.HeldOutEvaluation`): writes eval/iter_<k>/{trajectories.jsonl,
-        summary.json}; returns the summary."""
-        return self.evaluation.run(self, iteration)
+        """The held-out evaluation at ``iteration`` on the evaluation's generators, then the eval callbacks
+        (:class:`~udpo.training.evaluation.HeldOutEvaluation`), each called with this trainer: writes the
+        evaluation's folder; returns the summary."""
+        return self.evaluation.run(
+            iteration, self.debate, self.rollouts.eval_rng(), lambda callback: callback(self, iteration)
+        )
 
     def _fail_non_finite(self, iteration: int, what: str, info: dict[str, Any]) -> None:
         """Stop: save the last good state (the one before this iteration) and raise a clear error."""
         self.updater.zero_grad()
-        saved = ckpt.checkpoints_dir(self.run_dir) / ckpt.checkpoint_name(iteration - 1)
+        saved = self.folder.checkpoint(iteration - 1)
         if not (saved / ckpt.STATE).is_file():
             saved = self.save_checkpoint(iteration - 1)
         raise non_finite_error(iteration, what, info, saved)
@@ -424,7 +422,7 @@ class Trainer:
         """Restore checkpoint ``path`` (:func:`udpo.training.checkpointing.load`), build the algorithm and
         the replay buffer from its calibration, fill the buffer, and hand the adapters to the engine."""
         self.state = checkpointing.load(path, self._checkpoint_parts())
-        with checkpointing.names_file(path / "calibration.json"):
+        with checkpointing.names_file(path / ckpt.CALIBRATION):
             self.use_calibration(self.state.calibration or {})
         if self.replay is not None:
             with checkpointing.names_file(path / "replay.json"):
@@ -436,7 +434,7 @@ class Trainer:
         """The run and the parts a checkpoint is written from and read into."""
         return checkpointing.RunParts(
             config=self.config,
-            run_dir=self.run_dir,
+            folder=self.folder,
             rank=self.env.rank,
             world=self.env.world,
             policy=self.policy,
@@ -446,7 +444,6 @@ class Trainer:
             total_iterations=self.data.total_iterations,
             team=self.team_settings(),
             deepspeed=self.env.deepspeed,
-            accelerator=self.env.accelerator,
         )
 
     def team_settings(self) -> dict[str, Any]:

@@ -4,9 +4,9 @@ A folder is recognised by what it holds:
 
 - *debate run* or *evaluation folder*: ``trajectories.jsonl`` (and usually ``summary.json``), as
   ``udpo debate`` and every evaluation write them (a ``.jsonl`` file is read the same way);
-- *training run*: ``metrics.jsonl`` or ``config.json`` with ``eval/``; its debate sets are the
-  evaluations ``eval/iter_*/``, the attack evaluations ``eval/attack/iter_*/<row>/``, and the
-  warm-up and training debates under ``trajectories/``;
+- *training run* (:class:`udpo.env.run_folder.RunFolder`): ``metrics.jsonl`` or ``config.json`` with
+  ``eval/``; its debate sets are the held-out evaluations, the attack evaluations' rows, and the warm-up
+  and training debates, each named by its path in the run folder;
 - *attack run* (``udpo eval --output-dir``): ``summary.json`` with ``rows``, one sub-folder per row;
 - *collection* (e.g. a ``udpo compare`` folder, ``<method>/seed_<s>/`` training runs): any folder
   whose sub-folders (two levels deep at most) are runs; each becomes a child run (training runs with
@@ -26,16 +26,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-TRAJECTORIES = "trajectories.jsonl"
-SUMMARY = "summary.json"
-METRICS_FILE = "metrics.jsonl"
-CONFIG = "config.json"
-CALIBRATION = "calibration.json"
+from udpo.env.run_folder import (
+    DEBATES,
+    EVAL_DIR,
+    METRICS,
+    SUMMARY,
+    DebateFolder,
+    RunFolder,
+    iteration_folders,
+    iteration_of,
+)
+
 #: ``udpo compare``'s table (written once every run is done) and a finished run's mark
 RESULTS = "results.json"
 DONE = "done.json"
 SEED_DIR = re.compile(r"^seed_\d+$")
-ITERATION_DIR = re.compile(r"^iter_(\d+)$")
 #: how deep below a collection folder sub-runs are looked for
 COLLECTION_DEPTH = 2
 
@@ -104,7 +109,7 @@ def load_run(path: str | Path, label: str | None = None, lam: float = 0.5, rollo
         return Run(label, path, "debate", sets=[load_set(path, label, lam)])
     kind = run_kind(path)
     if kind in ("debate", "evaluation"):
-        return Run(label, path, kind, sets=[load_set(path / TRAJECTORIES, label, lam)])
+        return Run(label, path, kind, sets=[load_set(DebateFolder(path).trajectories, label, lam)])
     if kind == "training":
         return load_training(path, label, lam, rollouts)
     if kind == "attack":
@@ -117,7 +122,7 @@ def load_run(path: str | Path, label: str | None = None, lam: float = 0.5, rollo
             skipped.append(str(e))
     if not children:
         raise NotARunError(
-            f"{path} is not a run folder: it holds no {TRAJECTORIES} (udpo debate, evaluations), no {METRICS_FILE} "
+            f"{path} is not a run folder: it holds no {DEBATES} (udpo debate, evaluations), no {METRICS} "
             f"(udpo train), no {SUMMARY} with attack rows (udpo eval), and no sub-folders that are runs"
             + (f" with debates ({'; '.join(skipped)})" if skipped else "")
         )
@@ -139,11 +144,13 @@ def load_run(path: str | Path, label: str | None = None, lam: float = 0.5, rollo
 
 def run_kind(folder: Path) -> str | None:
     """What kind of run a folder is by the files it holds, or None (maybe a collection)."""
-    if (folder / TRAJECTORIES).is_file():
-        return "evaluation" if folder.parent.name == "eval" and ITERATION_DIR.match(folder.name) else "debate"
-    if (folder / METRICS_FILE).is_file() or ((folder / CONFIG).is_file() and (folder / "eval").is_dir()):
+    if DebateFolder(folder).trajectories.is_file():
+        evaluation = folder.parent.name == EVAL_DIR and iteration_of(folder.name) is not None
+        return "evaluation" if evaluation else "debate"
+    run = RunFolder(folder)
+    if run.metrics.is_file() or (run.config.is_file() and run.evaluations.is_dir()):
         return "training"
-    summary = read_json(folder / SUMMARY)
+    summary = read_json(DebateFolder(folder).summary)
     if isinstance(summary, dict) and isinstance(summary.get("rows"), list):
         return "attack"
     return None
@@ -163,50 +170,39 @@ def sub_runs(folder: Path, depth: int = COLLECTION_DEPTH) -> list[Path]:
 def load_training(folder: Path, label: str, lam: float, rollouts: bool = True) -> Run:
     """A training run: its metrics, config, calibration, every evaluation's debates and (with
     ``rollouts``) its warm-up and training debates."""
+    files = RunFolder(folder)
     run = Run(
         label,
         folder,
         "training",
-        metrics=read_jsonl_records(folder / METRICS_FILE),
-        config=read_json(folder / CONFIG),
-        calibration=read_json(folder / CALIBRATION),
+        metrics=read_jsonl_records(files.metrics),
+        config=read_json(files.config),
+        calibration=read_json(files.calibration),
     )
-    evals = iteration_dirs(folder / "eval")
-    for it, d in evals:
-        if (d / TRAJECTORIES).is_file():
-            run.sets.append(load_set(d / TRAJECTORIES, f"eval/iter_{it:06d}", lam))
+    for _, evaluation in files.evaluated():
+        if evaluation.trajectories.is_file():
+            run.sets.append(load_set(evaluation.trajectories, _relative(evaluation.root, folder), lam))
     run.primary = max(len(run.sets) - 1, 0)
-    for it, d in iteration_dirs(folder / "eval" / "attack"):
-        for row in sorted(p for p in d.iterdir() if (p / TRAJECTORIES).is_file()):
-            run.sets.append(load_set(row / TRAJECTORIES, f"eval/attack/iter_{it:06d}/{row.name}", lam))
-    for name in ("warmup", "train") if rollouts else ():
-        file = folder / "trajectories" / f"{name}.jsonl"
+    for _, attacked in iteration_folders(files.attack_evaluations):
+        rows = (DebateFolder(p) for p in sorted(attacked.iterdir()))
+        for row in (r for r in rows if r.trajectories.is_file()):
+            run.sets.append(load_set(row.trajectories, _relative(row.root, folder), lam))
+    for file in (files.warmup, files.train) if rollouts else ():
         if file.is_file() and file.stat().st_size > 0:
-            run.sets.append(load_set(file, f"trajectories/{name}", lam))
+            run.sets.append(load_set(file, _relative(file.with_suffix(""), folder), lam))
     return run
 
 
 def load_attack(folder: Path, label: str, lam: float) -> Run:
     """An ``udpo eval`` attack run: the summary's rows, and each row folder's debates."""
-    summary = read_json(folder / SUMMARY) or {}
+    summary = read_json(DebateFolder(folder).summary) or {}
     names = [str(r.get("name")) for r in summary.get("rows", []) if isinstance(r, dict)]
-    others = sorted(p.name for p in folder.iterdir() if (p / TRAJECTORIES).is_file() and p.name not in names)
-    sets = [
-        load_set(folder / n / TRAJECTORIES, n, lam)
-        for n in [*names, *others]
-        if (folder / n / TRAJECTORIES).is_file()
-    ]
+    others = sorted(
+        p.name for p in folder.iterdir() if DebateFolder(p).trajectories.is_file() and p.name not in names
+    )
+    rows = [(n, DebateFolder(folder / n)) for n in [*names, *others]]
+    sets = [load_set(row.trajectories, n, lam) for n, row in rows if row.trajectories.is_file()]
     return Run(label, folder, "attack", sets=sets, attack=summary)
-
-
-def iteration_dirs(folder: Path) -> list[tuple[int, Path]]:
-    """``(k, folder/iter_k)`` for every ``iter_<k>`` sub-folder, by k."""
-    if not folder.is_dir():
-        return []
-    found = [
-        (int(m.group(1)), p) for p in folder.iterdir() if p.is_dir() and (m := ITERATION_DIR.match(p.name))
-    ]
-    return sorted(found)
 
 
 def load_set(file: Path, name: str, lam: float = 0.5) -> DebateSet:
