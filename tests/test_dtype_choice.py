@@ -130,7 +130,7 @@ def test_the_probe_times_a_decode_step_of_the_shape_in_both_dtypes():
     seconds = dtype_probe.measure_steps(tiny_config())
     assert set(seconds) == {"bf16", "fp32", "ratio"} and all(s > 0 for s in seconds.values())
     assert torch.equal(torch.get_rng_state(), state)  # a seeded run samples the same, probed or not
-    key = json.loads(dtype_probe.probe_key(tiny_config()))
+    key = json.loads(dtype_probe.probe_key(tiny_config(), machine.cpu_model()))
     assert key["shape"]["hidden_size"] == 32 and key["threads"] == torch.get_num_threads()
     assert key["torch"] == torch.__version__ and key["cpu"] == machine.cpu_model()
 

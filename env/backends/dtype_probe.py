@@ -23,9 +23,9 @@ guessing, once per machine and model shape:
 The faster one is kept in ``dtype_probe.json`` in the cache folder (``$UDPO_CACHE``, default
 ``~/.cache/udpo``), keyed by the CPU (model name, a digest of its flags, torch's kernel level), torch's
 version and threads, the model's shape and this probe's settings: a later run with the same key reads it
-(delete the file to measure again). For SmolLM2-135M it takes 1.4-1.7 s on 2 cores busy with other work
-(load 3.5), about 0.5 s of it building the two stacks, the rest the steps; peft's import comes on top
-where nothing imported it before. Tests pass their own ``measure`` (a function of the config returning
+(delete the file to measure again). For SmolLM2-135M it took 1.2-1.3 s at one thread and 1.7-2.2 s at two on
+2 cores busy with other work (load 3.5): 0.3 s building the two stacks, the rest the steps; peft's import
+comes on top where nothing imported it before. Tests pass their own ``measure`` (a function of the config returning
 each dtype's seconds) and ``path``.
 """
 
@@ -93,12 +93,11 @@ def cpu_flags() -> str:
         return ""
 
 
-def probe_key(config: Any) -> str:
-    """The cache key of this machine, torch and ``config``'s shape (see the module docstring)."""
-    from .machine import cpu_model
-
+def probe_key(config: Any, cpu: str) -> str:
+    """The cache key of the CPU named ``cpu`` (its model name), its flags, torch and ``config``'s shape (see
+    the module docstring)."""
     key = {
-        "cpu": cpu_model(),
+        "cpu": cpu,
         "flags": hashlib.sha256(cpu_flags().encode()).hexdigest()[:16],
         "kernels": torch.backends.cpu.get_cpu_capability(),
         "torch": torch.__version__,
@@ -130,13 +129,14 @@ def _read(path: Path) -> dict[str, Any]:
 
 
 def probed_dtype(
-    config: Any, measure: Measure | None = None, path: Path | None = None
+    config: Any, cpu: str, measure: Measure | None = None, path: Path | None = None
 ) -> tuple[torch.dtype, str]:
-    """(the faster dtype for generating with ``config``'s model on this CPU, why), from the cache file when it
-    holds this key, else measured (``measure``, default :func:`measure_steps`) and written there. The
-    why reads e.g. ``probe: bf16 1.31x slower on this CPU; cached in ~/.cache/udpo/dtype_probe.json``."""
+    """(the faster dtype for generating with ``config``'s model on this CPU, model name ``cpu``; why), from
+    the cache file when it holds this key, else measured (``measure``, default :func:`measure_steps`) and
+    written there. The why reads e.g. ``probe: bf16 1.31x slower on this CPU; cached in
+    ~/.cache/udpo/dtype_probe.json``."""
     path = cache_path() if path is None else path
-    key = probe_key(config)
+    key = probe_key(config, cpu)
     entry = _read(path).get(key)
     how = "cached in"
     if not (isinstance(entry, dict) and entry.get("picked") in DTYPES and _ratio(entry)):

@@ -137,7 +137,7 @@ def choose_dtype(
         return DtypeChoice(torch.bfloat16, name, work, f"bf16 matrix units: {units}")
     from .dtype_probe import probed_dtype
 
-    dtype, why = probed_dtype(config, measure)
+    dtype, why = probed_dtype(config, cpu_model(), measure)
     return DtypeChoice(dtype, name, work, why)
 
 
