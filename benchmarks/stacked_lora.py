@@ -109,7 +109,8 @@ def main() -> None:
         f"load average {os.getloadavg()[0]:.2f}"
     )
     print(
-        "rows | operators per step, before | after | same tokens and log-probs | ms per step, before | after | after / before"
+        "rows | operators per step, before | after | same tokens and log-probs "
+        "| ms per step, before | after | after / before"
     )
     for rows in map(int, args.rows.split(",")):
         input_ids, attention = padded(tokenizer, prompts(rows, args.context, seed=rows))

@@ -23,10 +23,10 @@ guessing, once per machine and model shape:
 The faster one is kept in ``dtype_probe.json`` in the cache folder (``$UDPO_CACHE``, default
 ``~/.cache/udpo``), keyed by the CPU (model name, a digest of its flags, torch's kernel level), torch's
 version and threads, the model's shape and this probe's settings: a later run with the same key reads it
-(delete the file to measure again). For SmolLM2-135M it took 1.2-1.3 s at one thread and 1.7-2.2 s at two on
-2 cores busy with other work (load 3.5): 0.3 s building the two stacks, the rest the steps; peft's import
-comes on top where nothing imported it before. Tests pass their own ``measure`` (a function of the config returning
-each dtype's seconds) and ``path``.
+(delete the file to measure again). For SmolLM2-135M it took 1.2-1.3 s at one thread and 1.7-2.2 s at
+two on 2 cores busy with other work (load 3.5): 0.3 s building the two stacks, the rest the steps;
+peft's import comes on top where nothing imported it before. Tests pass their own ``measure`` (a
+function of the config returning each dtype's seconds) and ``path``.
 """
 
 from __future__ import annotations

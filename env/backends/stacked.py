@@ -108,7 +108,7 @@ class StackedAdapters:
                 bt_flat=_static(bt.view(n_slots * rank, width_out)),
                 layout=(n_slots * rank, first.dtype, first.device),
             )
-        #: the rows' masks ``m``, one ``[capacity, S r]`` buffer per layout of stacked ranks (see the module doc)
+        #: the rows' masks ``m``: a ``[capacity, S r]`` buffer per layout of stacked ranks (module doc)
         self.masks: dict[tuple, torch.Tensor] = {}
         self._allocate_masks()
         self.refresh()
