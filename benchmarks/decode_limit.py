@@ -1,6 +1,6 @@
 """Benchmark: how close generation comes to the hardware's limit at the decode shape.
 
-    python benchmarks/decode_limit.py [--backend hf|vllm|both] [--dtype fp32|bf16] [--batch 48]
+    python benchmarks/decode_limit.py [--backend hf|vllm|both] [--dtype auto|fp32|bf16] [--batch 48]
                                       [--max-tokens 32] [--steps 16] [--adapters 3] [--compile]
                                       [--model smollm2-135m-instruct]
 
@@ -21,6 +21,11 @@ tokens each), measured in one run:
 
 Prints each as tokens/s and the ratios achieved / bare step and achieved / roofline. Threads: torch's
 current setting (``UDPO_NUM_THREADS`` / ``OMP_NUM_THREADS``); say what else ran on the machine.
+
+``--dtype`` defaults to ``auto``, resolved as ``dtype: auto`` is for the work measured here, generation
+(``udpo.env.backends.machine.choose_dtype(..., work="generate")``): what ``UDPO_DTYPE`` forces, else fp32
+on a CPU without bf16 matrix units, else the faster of bf16 and fp32 in the probed decode step of the
+model's shape (cached); the line it prints names the dtype and why.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import torch
 
 from udpo.env.backends import ChatRequest, SamplingParams, make_backend
 from udpo.env.backends.chat import chat_prompt_ids
-from udpo.env.backends.machine import DTYPES
+from udpo.env.backends.machine import DTYPES, choose_dtype, dtype_name
 from udpo.env.models import resolve_model
 from udpo.env.tasks.arithmetic import Arithmetic
 
@@ -167,7 +172,12 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--backend", choices=["hf", "vllm", "both"], default="hf")
-    parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32")
+    parser.add_argument(
+        "--dtype",
+        choices=["auto", "fp32", "bf16"],
+        default="auto",
+        help="default: dtype auto's for generation",
+    )
     parser.add_argument("--batch", type=int, default=48)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--steps", type=int, default=16)
@@ -182,11 +192,15 @@ def main() -> None:
         "--stock-attention", action="store_true", help="time the bare step with transformers' sdpa attention"
     )
     args = parser.parse_args()
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from udpo.env.backends.attention import use_grouped_sdpa
 
-    dtype, path = DTYPES[args.dtype], resolve_model(args.model)
+    path = resolve_model(args.model)
+    choice = choose_dtype(args.dtype, "cpu", "generate", AutoConfig.from_pretrained(path))
+    print(choice.describe())
+    args.dtype = dtype_name(choice.dtype)
+    dtype = DTYPES[args.dtype]
     model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
     if not args.stock_attention:
         use_grouped_sdpa(model)

@@ -15,6 +15,7 @@ LoRA adapter per agent, :meth:`~udpo.training.policy.MultiAgentPolicy.rollout_ba
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -36,6 +37,8 @@ from udpo.training.team import TeamManifest, save_team
 
 if TYPE_CHECKING:
     from udpo.training.trainer import Trainer
+
+log = logging.getLogger(__name__)
 
 __all__ = ["DebateResult", "Team"]
 
@@ -110,13 +113,17 @@ class Team:
         """The team saved in ``folder``: a run folder (its latest checkpoint), a checkpoint folder or an
         export (``udpo export``, :meth:`save_pretrained`). Every adapter is checked before the base model
         loads. task: a Task or a task name; default the task team.json names when it is built in or
-        registered in this process (an import path there is not imported: pass ``task=``)."""
+        registered in this process (an import path there is not imported: pass ``task=``). dtype: "auto" is
+        chosen for generation (:func:`udpo.env.backends.machine.choose_dtype`: on a CPU with bf16 matrix
+        units the faster of bf16 and fp32 for the base model's shape, probed once and cached), logged and
+        kept in ``team.policy.dtype_choice``."""
         source = find_checkpoint(folder)
         manifest = TeamManifest.load(source)
         manifest.check_adapters(source)
         if task is None and manifest.task in task_names():
             task = manifest.task
-        policy = MultiAgentPolicy.from_team(source, dtype=dtype, device=device)
+        policy = MultiAgentPolicy.from_team(source, dtype=dtype, device=device, work="generate")
+        log.info("team %s: %s", shown(source), policy.dtype_choice.describe())
         return cls(policy, manifest, get_task(task) if isinstance(task, str) else task)
 
     @classmethod

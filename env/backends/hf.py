@@ -23,7 +23,7 @@ from .attention import use_grouped_sdpa
 from .base import Backend, BackendError, ChatRequest, Completion, SamplingParams, ScoreRequest
 from .chat import chat_prompt_ids, prompt_ids_of
 from .decoding import RowKV, prefix_reuse_supported, sample
-from .machine import KEPT_KV_CALLS, KV_CACHE_GIB, pick_decode, pick_dtype
+from .machine import KEPT_KV_CALLS, KV_CACHE_GIB, DtypeChoice, choose_dtype, pick_decode
 from .static_decode import StaticDecoder, check_shapes
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,10 @@ class PrefixStore:
 class HFBackend(Backend):
     """Generation with transformers.
 
-    model: alias, folder or Hub id (ignored when ``model_obj`` is given).
+    model: alias, folder or Hub id (ignored when ``model_obj`` is given). dtype: the weights' dtype when
+    the backend loads them: "auto" is :func:`.machine.choose_dtype`'s for generation (on a CPU with bf16
+    matrix units the faster of bf16 and fp32 for this model's shape, probed once and cached), kept with
+    why in :attr:`dtype_choice` (None when ``model_obj`` is given: its dtype is the caller's).
     model_obj / tokenizer: an already loaded (Peft)model and tokenizer to generate with.
     max_batch: rows per sampling loop at most. kv_cache_gib: KV cache one loop may fill (a batch whose rows
     x (prompt + max_tokens) would need more is split). device: "cpu", "cuda", ...
@@ -140,16 +143,23 @@ class HFBackend(Backend):
         decode: str = "auto",
         decode_shapes: str = "dynamic",
     ):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
         from ..models import ModelNotFoundError, resolve_model
 
         check_shapes(decode_shapes)  # before the model loads
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        #: the dtype the weights were loaded in and why (None: ``model_obj`` given)
+        self.dtype_choice: DtypeChoice | None = None
         if model_obj is None:
             path = resolve_model(model)
             try:
-                model_obj = AutoModelForCausalLM.from_pretrained(path, dtype=pick_dtype(dtype, self.device))
+                config = AutoConfig.from_pretrained(path)
+                self.dtype_choice = choose_dtype(dtype, self.device, "generate", config)
+                _log_once(f"hf backend: {self.dtype_choice.describe()}")
+                model_obj = AutoModelForCausalLM.from_pretrained(
+                    path, config=config, dtype=self.dtype_choice.dtype
+                )
                 tokenizer = tokenizer or AutoTokenizer.from_pretrained(path)
             except OSError as e:
                 raise ModelNotFoundError(f"could not load model {model!r}: {e}") from e

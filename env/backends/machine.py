@@ -1,6 +1,13 @@
-"""What this machine runs: the dtype ``dtype: auto`` resolves to (per CPU kind and on GPU, or what
-``UDPO_DTYPE`` forces), the probe of the CPU's matrix units behind it, and the ``hf`` backend's decode
-path with the KV buffers it keeps between calls.
+"""What this machine runs: the dtype ``dtype: auto`` resolves to (per CPU kind, on GPU and for the work,
+or what ``UDPO_DTYPE`` forces), the probe of the CPU's matrix units behind it, and the ``hf`` backend's
+decode path with the KV buffers it keeps between calls.
+
+``dtype: auto``, by the work (:data:`WORKS`): training (the trainer's policy, whose hf rollouts run on its
+own weights) is bf16 on a GPU and on CPUs with bf16 matrix units, fp32 elsewhere. Generation alone
+(``udpo debate``, ``eval``, ``detect``, ``uncertainty``, :class:`udpo.Team`) is the same on a GPU and
+on CPUs without bf16 units (fp32, no probe: bf16 is emulated there); on a CPU with bf16 units it is the
+faster of bf16 and fp32 for one decode step of the model's shape, measured once and cached
+(:mod:`.dtype_probe`). ``UDPO_DTYPE`` and an explicit dtype override all of it.
 
 The training core, the study and the benchmarks read these here, without importing the backend
 (:class:`.hf.HFBackend` applies them).
@@ -11,6 +18,9 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -36,6 +46,11 @@ KEPT_KV_CALLS = 2
 DTYPE_ENV = "UDPO_DTYPE"
 #: the values it takes
 FORCED_DTYPES = ("fp32", "bf16")
+
+#: the work a dtype is chosen for (:func:`choose_dtype`): training, or generation alone
+WORKS = ("train", "generate")
+#: how the header line names each work
+_WORK_WORDS = {"train": "training", "generate": "generation"}
 
 #: torch's probes of the CPU's bf16 matrix units, by the name the test header prints
 _BF16_UNITS = {"amx_bf16": "_is_amx_tile_supported", "avx512_bf16": "_is_avx512_bf16_supported"}
@@ -65,18 +80,71 @@ def forced_dtype() -> str | None:
     return value
 
 
-def pick_dtype(name: str, device: str) -> torch.dtype:
-    """ "auto" is what ``UDPO_DTYPE`` forces (:func:`forced_dtype`), else bf16 on GPU and on CPUs with bf16
-    matrix units (:func:`cpu_has_bf16`), else fp32."""
-    if name == "auto":
-        forced = forced_dtype()
-        if forced is not None:
-            return DTYPES[forced]
-        return torch.bfloat16 if device.startswith("cuda") or cpu_has_bf16() else torch.float32
-    try:
-        return DTYPES[name]
-    except KeyError:
-        raise ValueError(f"unknown dtype {name!r}; use auto, bf16, fp16 or fp32") from None
+@dataclass(frozen=True)
+class DtypeChoice:
+    """A dtype chosen for some work, and why: what the run's header line says (:meth:`describe`)."""
+
+    dtype: torch.dtype
+    asked: str  # "auto" or the dtype name given
+    work: str  # one of WORKS
+    why: str
+
+    @property
+    def name(self) -> str:
+        return dtype_name(self.dtype)
+
+    def describe(self) -> str:
+        """e.g. ``dtype auto = fp32 for generation (probe: bf16 1.31x slower on this CPU; cached in ...)``."""
+        if self.asked != "auto":
+            return f"dtype {self.name} ({self.why})"
+        return f"dtype auto = {self.name} for {_WORK_WORDS[self.work]} ({self.why})"
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """The short name of a dtype of :data:`DTYPES` (``bf16``, ``fp16``, ``fp32``)."""
+    return {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
+
+
+def choose_dtype(
+    name: str,
+    device: str,
+    work: str = "train",
+    config: Any = None,
+    *,
+    measure: Callable[[Any], dict[str, float]] | None = None,
+) -> DtypeChoice:
+    """The dtype for ``work`` (one of :data:`WORKS`) on ``device``, and why. A dtype named is that dtype;
+    "auto" is what ``UDPO_DTYPE`` forces (:func:`forced_dtype`), else bf16 on GPU; fp32 on CPUs without
+    bf16 matrix units (:func:`cpu_has_bf16`); on CPUs with them bf16 for training and, for generation,
+    the faster of bf16 and fp32 in a decode step of ``config``'s model (:func:`.dtype_probe.probed_dtype`,
+    cached; ``measure`` replaces its timing, for tests). Without a ``config`` generation takes training's
+    rule."""
+    if work not in WORKS:
+        raise ValueError(f"unknown work {work!r}; use {' or '.join(WORKS)}")
+    if name != "auto":
+        if name not in DTYPES:
+            raise ValueError(f"unknown dtype {name!r}; use auto, bf16, fp16 or fp32")
+        return DtypeChoice(DTYPES[name], name, work, "asked for")
+    forced = forced_dtype()
+    if forced is not None:
+        return DtypeChoice(DTYPES[forced], name, work, f"forced by {DTYPE_ENV}={forced}")
+    if device.startswith("cuda"):
+        return DtypeChoice(torch.bfloat16, name, work, "GPU")
+    units = ", ".join(cpu_matrix_units())
+    if not cpu_has_bf16():
+        return DtypeChoice(torch.float32, name, work, f"no bf16 matrix units ({units}): bf16 is emulated")
+    if work == "train" or config is None:
+        return DtypeChoice(torch.bfloat16, name, work, f"bf16 matrix units: {units}")
+    from .dtype_probe import probed_dtype
+
+    dtype, why = probed_dtype(config, cpu_model(), measure)
+    return DtypeChoice(dtype, name, work, why)
+
+
+def pick_dtype(name: str, device: str, work: str = "train", config: Any = None) -> torch.dtype:
+    """The dtype :func:`choose_dtype` picks: for training, "auto" is what ``UDPO_DTYPE`` forces, else bf16
+    on GPU and on CPUs with bf16 matrix units, else fp32."""
+    return choose_dtype(name, device, work, config).dtype
 
 
 def cpu_model() -> str:
@@ -88,12 +156,16 @@ def cpu_model() -> str:
 
 
 def describe_numeric_path() -> str:
-    """One line: this CPU's model, its matrix units and what ``dtype: auto`` picks on it (and whether
-    ``UDPO_DTYPE`` forced that), e.g. ``cpu: Intel(R) Xeon(R) ... (amx_bf16, avx512_bf16); dtype auto = bf16``."""
+    """One line: this CPU's model, its matrix units and what ``dtype: auto`` picks on it for training (and
+    whether ``UDPO_DTYPE`` forced that), e.g. ``cpu: Intel(R) Xeon(R) ... (amx_bf16, avx512_bf16); dtype
+    auto = bf16 (generation: probed per model)``; the probe is not run here."""
     model = cpu_model()
-    picked = {torch.bfloat16: "bf16", torch.float32: "fp32"}[pick_dtype("auto", "cpu")]
+    picked = dtype_name(pick_dtype("auto", "cpu"))
     forced = forced_dtype()
-    why = f" (forced by {DTYPE_ENV}={forced})" if forced is not None else ""
+    if forced is not None:
+        why = f" (forced by {DTYPE_ENV}={forced})"
+    else:
+        why = " (generation: probed per model)" if cpu_has_bf16() else ""
     return f"cpu: {model} ({', '.join(cpu_matrix_units())}); dtype auto = {picked}{why}"
 
 

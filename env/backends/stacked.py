@@ -16,8 +16,14 @@ and a row whose slot index is ``i`` computes
 
 two dense matmuls over all stacked ranks whatever the rows' mix of slots, so a batch has one shape for
 any mix (what a captured CUDA graph needs). The slot of each row is an index tensor written in place
-(:meth:`StackedAdapters.select`, or :meth:`StackedAdapters.keep` when rows leave an eager batch); the mask
-is computed from it inside the step. A per-row gather of A
+(:meth:`StackedAdapters.select`, or :meth:`StackedAdapters.keep` when rows leave an eager batch), and so
+are the masks: ``select`` computes ``m`` once for every row, one buffer per layout of stacked ranks
+(layers of the same padded rank share it) in the adapters' dtype, so a step's LoRA layers only read it
+(no comparison, no cast per layer; a compiled step, or a CUDA graph, reads the buffers in place like the
+index). Per layer a decode step then dispatches the base matmul, the two LoRA matmuls, the mask's
+product and the sum, and the views around them (8 operators where computing the mask in every layer took
+19; a slice more once rows have left an eager batch; casts only where the adapters' dtype is not the
+input's). A per-row gather of A
 and B followed by ``bmm`` would read ``rows x r x (in + out)`` numbers per layer; the dense product reads
 each adapter once, and its extra columns (``S r``, tens) are few next to the layer's width. The
 matmuls run in the adapters' dtype, as PEFT's do (fp32 under a bf16 base: at these shapes fp32 is also
@@ -46,12 +52,18 @@ def _lora_layers(model) -> list:
 
 @dataclass
 class _Stack:
-    """One LoRA layer's stacked slots and where each adapter's weights come from."""
+    """One LoRA layer's stacked slots and where each adapter's weights come from. ``at`` and ``bt_flat``
+    are views of ``a`` and ``bt`` (made once: a step reads them without a view operator of its own), and
+    ``mask`` the rows' mask of this layer's layout (:attr:`StackedAdapters.masks`)."""
 
     a: torch.Tensor  # [S, r, in]
     bt: torch.Tensor  # [S, r, out], scaled
     columns: torch.Tensor  # [S r]: the slot of each stacked rank
     sources: list[tuple[int, torch.Tensor, torch.Tensor, float]]  # (slot, A [r_k, in], B [out, r_k], s_k)
+    at: torch.Tensor  # [in, S r]: A_flat^T
+    bt_flat: torch.Tensor  # [S r, out]
+    layout: tuple[int, torch.dtype, torch.device]  # (S r, dtype, device): the layers sharing a mask
+    mask: torch.Tensor | None = None  # [capacity, S r] in the adapters' dtype, written by ``select``
 
 
 class StackedAdapters:
@@ -82,15 +94,23 @@ class StackedAdapters:
             rank = max(layer.lora_A[n].weight.shape[0] for n in own)
             n_slots, width_in = len(self.names) + 1, first.shape[1]
             width_out = layer.lora_B[own[0]].weight.shape[0]
+            a = _static(first.new_zeros(n_slots, rank, width_in))
+            bt = _static(first.new_zeros(n_slots, rank, width_out))
             self.stacks[id(layer)] = _Stack(
-                a=_static(first.new_zeros(n_slots, rank, width_in)),
-                bt=_static(first.new_zeros(n_slots, rank, width_out)),
+                a=a,
+                bt=bt,
                 columns=_static(torch.arange(n_slots, device=first.device).repeat_interleave(rank)),
                 sources=[
                     (slots[n], layer.lora_A[n].weight, layer.lora_B[n].weight, float(layer.scaling[n]))
                     for n in own
                 ],
+                at=_static(a.view(n_slots * rank, width_in).t()),
+                bt_flat=_static(bt.view(n_slots * rank, width_out)),
+                layout=(n_slots * rank, first.dtype, first.device),
             )
+        #: the rows' masks ``m``: a ``[capacity, S r]`` buffer per layout of stacked ranks (module doc)
+        self.masks: dict[tuple, torch.Tensor] = {}
+        self._allocate_masks()
         self.refresh()
 
     @staticmethod
@@ -137,8 +157,28 @@ class StackedAdapters:
         capacity = max(capacity or len(slots), len(slots))
         if capacity > len(self.index):
             self.index = _static(self.index.new_zeros(capacity))
+            self._allocate_masks()
         self.index[len(slots) :].zero_()
         self.index[: len(slots)].copy_(slots)
+        self._write_masks()
+
+    def _allocate_masks(self) -> None:
+        """One mask buffer per layout, as many rows as the index, handed to its layers (allocated again
+        only when the index grows), written from the index."""
+        self._columns = {stack.layout: stack.columns for stack in self.stacks.values()}
+        self.masks = {
+            (width, dtype, device): _static(torch.zeros(len(self.index), width, dtype=dtype, device=device))
+            for width, dtype, device in self._columns
+        }
+        for stack in self.stacks.values():
+            stack.mask = self.masks[stack.layout]
+        self._write_masks()
+
+    def _write_masks(self) -> None:
+        """Every layout's mask from the index, in place: ``m[j, c] = 1`` where stacked column ``c`` is a
+        rank of row ``j``'s slot, else 0 (in the mask's dtype)."""
+        for layout, mask in self.masks.items():
+            torch.eq(self._columns[layout], self.index[:, None], out=mask)
 
     def keep(self, rows: torch.Tensor) -> None:
         """Only ``rows`` (indices into the current batch) go on, in that order."""
@@ -158,15 +198,37 @@ class StackedAdapters:
             del layer.forward  # back to the class's forward
 
     def _forward(self, base, stack: _Stack | None) -> Callable:
-        # a function, not a module: a module assigned to ``layer.forward`` would become a submodule
+        # a function, not a module: a module assigned to ``layer.forward`` would become a submodule (and the
+        # class's forward would still run)
+        if stack is None:  # a layer holding none of the stacked adapters
+
+            def base_only(x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+                return base(x, *args, **kwargs)
+
+            return base_only
+        # a plain linear base layer without hooks: its matmul is run here on the flattened rows, the one
+        # ``torch.nn.functional.linear`` runs on 3-d input (the same kernel, the same numbers)
+        plain = type(base) is torch.nn.Linear and not (base._forward_hooks or base._forward_pre_hooks)
+
         def forward(x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-            result = base(x, *args, **kwargs)
-            if stack is None:  # a layer holding none of the stacked adapters
-                return result
-            a, bt = stack.a.flatten(0, 1), stack.bt.flatten(0, 1)
-            mask = (stack.columns == self.index[: x.shape[0], None]).to(a.dtype)
-            hidden = (x.to(a.dtype) @ a.T) * mask.view(x.shape[0], *([1] * (x.dim() - 2)), -1)
-            return (result + hidden @ bt).to(result.dtype)
+            rows = x.shape[0]
+            flat = x.reshape(-1, x.shape[-1])  # [rows x positions, in]
+            if plain and not args and not kwargs:
+                result = torch.nn.functional.linear(flat, base.weight, base.bias)
+            else:
+                result = base(x, *args, **kwargs).reshape(flat.shape[0], -1)
+            mask = stack.mask
+            if torch.compiler.is_compiling() or rows != len(mask):  # compiled: rows symbolic, never compared
+                mask = mask[:rows]
+            hidden = (flat if flat.dtype == stack.at.dtype else flat.to(stack.at.dtype)) @ stack.at
+            if hidden.shape[0] == rows:  # one position per row: a decode step
+                hidden = hidden * mask
+            else:
+                hidden = (hidden.view(rows, -1, hidden.shape[-1]) * mask[:, None]).view(hidden.shape)
+            out = result + hidden @ stack.bt_flat
+            if out.dtype != result.dtype:  # adapters in another dtype than the base layer's
+                out = out.to(result.dtype)
+            return out.view(*x.shape[:-1], out.shape[-1])
 
         return forward
 

@@ -354,9 +354,10 @@ def load_questions(args: argparse.Namespace) -> tuple[Task, list[Question]]:
 
 def backend_from_args(args: argparse.Namespace) -> Backend:
     """The backend of ``--backend`` with the shared settings (``udpo.env.backends.backend_from_settings``,
-    the builder training's rollout engines use too)."""
+    the builder training's rollout engines use too). The hf backend's dtype, and why, is said on stderr
+    (``dtype auto = fp32 for generation (probe: ...)``)."""
     server = on_server(args)
-    return backend_from_settings(
+    backend = backend_from_settings(
         args.backend,
         model=model_name(args),
         dtype=args.dtype,
@@ -366,6 +367,10 @@ def backend_from_args(args: argparse.Namespace) -> Backend:
         api_key=read_api_key_file(args.api_key_file) if server and args.api_key_file else None,  # None: env
         chat_template_kwargs=args.chat_template_kwargs,
     )
+    choice = getattr(backend, "dtype_choice", None)  # the hf backend's: which dtype it loaded, and why
+    if choice is not None:
+        say(choice.describe())
+    return backend
 
 
 def model_name(args: argparse.Namespace) -> str | None:

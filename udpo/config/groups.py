@@ -114,8 +114,10 @@ class ModelArgs:
     )
     dtype: str = _f(
         "auto",
-        "Weights dtype: auto (bf16 on GPU and on CPUs with bf16 matrix units, else fp32; "
-        "UDPO_DTYPE=fp32 or bf16 forces it), bf16, fp16 or fp32.",
+        "Weights dtype: auto (bf16 on GPU; fp32 on CPUs without bf16 matrix units; on CPUs with them bf16 "
+        "for training and, for generation alone (debate, eval, Team), the faster of bf16 and fp32 in a "
+        "decode step of the model's shape, probed once and cached; UDPO_DTYPE=fp32 or bf16 forces it), "
+        "bf16, fp16 or fp32.",
     )
     bf16: bool | None = _f(None, "bf16 autocast (default: on when the weights are bf16).")
     gradient_checkpointing: bool | None = _f(

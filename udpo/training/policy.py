@@ -41,7 +41,7 @@ from torch import Tensor
 from udpo.env.backends.attention import use_grouped_sdpa
 from udpo.env.backends.base import Backend, logprob_temperature
 from udpo.env.backends.hf import HFBackend
-from udpo.env.backends.machine import pick_dtype
+from udpo.env.backends.machine import DtypeChoice, choose_dtype
 from udpo.env.backends.team import TeamBackend
 from udpo.env.debate import DebateConfig
 from udpo.env.models import DEFAULT_MODEL, resolve_model
@@ -127,7 +127,9 @@ class MultiAgentPolicy:
     ``name_or_path`` names it and gives the tokenizer unless ``tokenizer`` is given).
     n_agents: N. lora: adapter settings. shared_adapter: one adapter ("shared") for every agent.
     agent_models: one base model name per agent for heterogeneous teams (default: ``model`` for all).
-    dtype: "auto" (see :func:`~udpo.env.backends.machine.pick_dtype`), "bf16", "fp16" or "fp32". device: default cuda if
+    dtype: "auto" (see :func:`~udpo.env.backends.machine.choose_dtype`), "bf16", "fp16" or "fp32", chosen for
+    ``work``: "train" (the trainer's policy, whose rollouts run on these weights) or "generate" (a team that
+    only debates: :class:`udpo.Team`); the choice and why in :attr:`dtype_choice`. device: default cuda if
     available, else cpu. reference: "base" (adapters disabled) or "lagged" (snapshot adapters).
     """
 
@@ -142,6 +144,7 @@ class MultiAgentPolicy:
         device: str | None = None,
         reference: str = "base",
         tokenizer=None,
+        work: str = "train",
     ):
         from peft import get_peft_model
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -167,7 +170,7 @@ class MultiAgentPolicy:
         self.shared_adapter = shared_adapter
         self.reference = reference
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-        self.dtype = pick_dtype(dtype, self.device)
+        choose_dtype(dtype, self.device)  # an unknown dtype (or UDPO_DTYPE) refused before any model is read
         self.adapter_names = ["shared" if shared_adapter else f"agent_{i}" for i in range(n_agents)]
         self.forward_stats = ForwardStats()  # of every log-prob pass; reset it to measure a span
         self.symmetric_passes = False  # processes agree on each scoring call's pass count (see module doc)
@@ -180,6 +183,9 @@ class MultiAgentPolicy:
             configs[model] = _switch_off_dropout(given)
         for base, config in configs.items():  # every base before any weight is read
             _check_target_modules(config, self.lora.target_modules, base)
+        #: the dtype of every base model's weights and why (for generation: probed on the first base's shape)
+        self.dtype_choice: DtypeChoice = choose_dtype(dtype, self.device, work, configs[self.bases[0]])
+        self.dtype = self.dtype_choice.dtype
         for base, path in paths.items():
             names = list(
                 dict.fromkeys(
@@ -499,9 +505,15 @@ class MultiAgentPolicy:
 
     @classmethod
     def from_team(
-        cls, directory: str | Path, dtype: str = "auto", device: str | None = None, reference: str = "base"
+        cls,
+        directory: str | Path,
+        dtype: str = "auto",
+        device: str | None = None,
+        reference: str = "base",
+        work: str = "train",
     ):
-        """A policy rebuilt from a team folder (``team.json`` + adapters) written by :func:`udpo.training.team.save_team`."""
+        """A policy rebuilt from a team folder (``team.json`` + adapters) written by
+        :func:`udpo.training.team.save_team`; ``work`` as :class:`MultiAgentPolicy` takes it."""
         from udpo.training.team import TeamManifest
 
         team = TeamManifest.load(directory)
@@ -514,6 +526,7 @@ class MultiAgentPolicy:
             dtype=dtype,
             device=device,
             reference=reference,
+            work=work,
         )
         policy.load_adapters(team.adapter_paths(directory))
         return policy
