@@ -24,10 +24,12 @@ SYNC_QUESTION = [{"role": "user", "content": "What is 4 + 5? Give the answer in 
 SYNC_ANSWER = "4 plus 5 makes 9, so the answer is \\boxed{9}."
 
 
-def opposite_advantages(self, batch) -> torch.Tensor:
+def opposite_advantages(self, batch):
     """+1 for even debates, -1 for odd ones, every agent: an update that always moves the adapters."""
+    from udpo.algorithms.base import Advantages
+
     signs = torch.tensor([1.0 if m % 2 == 0 else -1.0 for m in range(len(batch))])
-    return signs[:, None] * torch.ones_like(batch.rewards)
+    return Advantages(signs[:, None] * torch.ones_like(batch.rewards))
 
 
 def test_updated_adapters_reach_vllm(vllm_backend, model_path, tmp_path, monkeypatch):
