@@ -27,32 +27,24 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-#: 3 agents, T = 1, 12 new tokens, one-digit additions, 2 questions x 2 debates an iteration
+sys.path.insert(0, str(REPO / "tests"))  # the tiny model and training settings the tests use
+from train_helpers import EXPLICIT  # noqa: E402
+from train_helpers import TINY as TEST_TINY  # noqa: E402
+
+#: the tests' tiny settings with explicit coefficients, at 3 agents, 12 new tokens, 2 debates a question,
+#: two update epochs, fp32, an evaluation every 2 iterations
 TINY = {
-    "task": "arithmetic",
+    **TEST_TINY,
+    **EXPLICIT,
     "task_options": {"difficulty": 1, "n_questions": 40},
     "n_agents": 3,
-    "rounds": 1,
     "max_tokens": 12,
     "temperature": 1.0,
-    "questions_per_iteration": 2,
     "debates_per_question": 2,
-    "debate_batch_size": 4,
-    "learning_rate": 1e-3,
-    "warmup_steps": 0,
-    "lr_scheduler_type": "constant",
     "eval_questions": 3,
     "eval_steps": 2,
-    "save_steps": 1,
     "update_epochs": 2,
     "dtype": "fp32",
-    "progress": False,
-    "warmup_fraction": 0.0,
-    "alpha": [0.3],
-    "beta": [0.3],
-    "gamma": [0.3],
-    "lambda_": [1.0],
-    "eta": [0.01],
 }
 RUNS = {
     "udpo": {"algorithm": "udpo", "replay": True, "replay_fraction": 0.5, "replay_capacity": 8},
@@ -69,7 +61,6 @@ TIME_TEXT = re.compile(r"\d+(\.\d+)?(e[-+]?\d+)?\s?(s|ms|min|h|it/s|s/it|tokens/
 
 
 def build_model(folder: Path) -> Path:
-    sys.path.insert(0, str(REPO / "tests"))
     from tiny_models import DIGITS, DIGITS_STOP, build_tiny_llama
 
     from udpo.env.models import resolve_model
