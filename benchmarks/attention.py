@@ -8,9 +8,7 @@ cache of ``--columns`` positions with a padding mask, ``--queries`` new position
 step, more: a prompt pass). transformers' ``sdpa`` attention on CPU with a mask first copies each
 key/value head three times (``repeat_kv``), then calls torch's SDPA; ``sdpa_gqa``
 (``udpo.env.backends.attention``) calls SDPA with the grouped heads (``enable_gqa``). Prints the
-milliseconds of each, their ratio and the largest difference of the outputs. In bf16 also ``sdpa_gqa``
-over an fp32 copy of the cache (the query cast up, the output back: the eager sampler's cache on a CPU
-without AMX tiles, ``udpo.env.backends.kv_cache``), against ``sdpa_gqa`` in bf16. A model has 30 such
+milliseconds of each, their ratio and the largest difference of the outputs. A model has 30 such
 layers per forward. Threads: torch's current setting (``OMP_NUM_THREADS``).
 """
 
@@ -43,13 +41,10 @@ def main() -> None:
     args = parser.parse_args()
     from transformers.integrations.sdpa_attention import repeat_kv
 
-    from udpo.env.backends.attention import grouped_sdpa
-
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
     torch.manual_seed(0)
     key = torch.randn(args.rows, KV_HEADS, args.columns, HEAD_DIM, dtype=dtype)
     value = torch.randn_like(key)
-    wide_key, wide_value = key.float(), value.float()
     print(
         f"{args.rows} rows, {args.columns} cached positions, {args.dtype}, {torch.get_num_threads()} threads"
     )
@@ -72,17 +67,6 @@ def main() -> None:
             f"{q:4d} queries per row: sdpa (heads copied) {a:7.2f} ms, sdpa_gqa {b:7.2f} ms, "
             f"{a / b:.2f}x; largest difference {diff:.1e}"
         )
-        if dtype != torch.float32:
-
-            def wide(query=query, mask=mask):
-                return grouped_sdpa(None, query, wide_key, wide_value, mask)[0]
-
-            c = timed(wide, repeats)
-            diff = (wide().float() - grouped().transpose(1, 2).float()).abs().max().item()
-            print(
-                f"{q:4d} queries per row: sdpa_gqa over an fp32 cache {c:7.2f} ms, "
-                f"{b / c:.2f}x the bf16 cache's speed; largest difference {diff:.1e}"
-            )
 
 
 if __name__ == "__main__":

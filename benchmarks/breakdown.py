@@ -14,8 +14,8 @@ in one run:
   (stacked, as the sampler runs them), over a KV cache of about ``--context`` positions. The step as
   ``decoding.sample`` runs it (its median forward, plus its draw and loop per step), then its parts, each
   timed alone on the same weights and shapes: the base matmuls (every linear layer of the blocks), the
-  per-row LoRA terms (the stacked layers' forward less their base layers'), attention (``sdpa_gqa`` over
-  the grouped heads with a padding mask, the cache in the sampler's dtype), the output layer, the draw (``decoding._draw``), and the rest (the
+  per-row LoRA terms (the stacked layers' forward less their base layers'), attention (SDPA over the
+  grouped heads with a padding mask), the output layer, the draw (``decoding._draw``), and the rest (the
   step less its parts: norms, rotary, residual adds, cache writes, Python and dispatch), beside the
   operators the step dispatches and what dispatching that many costs (each as fast as a one-element add).
   Floors: the arithmetic (2 x parameters x rows, the output layer included, at the GFLOP/s of a
@@ -207,8 +207,6 @@ def step_parts(peft, names: list[str], rows: int, context: int, steps: int, m: M
     from transformers import AutoTokenizer
 
     from udpo.env.backends import decoding
-    from udpo.env.backends.attention import grouped_sdpa
-    from udpo.env.backends.kv_cache import kv_dtype
     from udpo.env.backends.stacked import StackedAdapters
 
     tokenizer = AutoTokenizer.from_pretrained(peft.get_base_model().name_or_path)
@@ -258,12 +256,13 @@ def step_parts(peft, names: list[str], rows: int, context: int, steps: int, m: M
         dim = cfg.hidden_size // heads
         q = torch.randn(rows, heads, 1, dim, dtype=m.dtype)
         # every step attends over the whole buffer (prompt and answer columns; those not written yet masked)
-        # in the sampler's cache dtype (fp32 for a 16-bit model on a CPU without AMX: kv_cache.kv_dtype)
-        wide = kv_dtype(base, "cpu") or m.dtype
-        k = torch.randn(rows, kv_heads, attention.shape[1] + steps + 1, dim, dtype=wide)
+        k = torch.randn(rows, kv_heads, attention.shape[1] + steps + 1, dim, dtype=m.dtype)
         mask = torch.ones(rows, 1, 1, k.shape[2], dtype=torch.bool)
         mask[:, :, :, : k.shape[2] // 8] = False  # some padding, as a batch of unequal prompts has
-        attend = seconds(lambda: [grouped_sdpa(None, q, k, k, mask) for _ in range(cfg.num_hidden_layers)])
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        attend = seconds(
+            lambda: [sdpa(q, k, k, attn_mask=mask, enable_gqa=True) for _ in range(cfg.num_hidden_layers)]
+        )
         hidden = inputs(cfg.hidden_size)
         head = seconds(lambda: base.lm_head(hidden))
         logits = base.lm_head(hidden)[:, -1].float()

@@ -8,9 +8,6 @@ group. On CPU, with the padding mask every batched call carries, that copy is th
 decode step's attention: it rewrites the whole KV cache, every layer, every new token. torch's CPU
 kernel takes the grouped heads with a mask at the same result (measured in ``benchmarks/attention.py``),
 so ``sdpa_gqa`` calls it that way on CPU and is ``sdpa`` everywhere else.
-
-Keys and values wider than the query (a 16-bit model over the sampler's fp32 cache, :mod:`.kv_cache`)
-are attended in their dtype: the query is cast up and the output back to the query's dtype.
 """
 
 from __future__ import annotations
@@ -28,11 +25,6 @@ def grouped_sdpa(
     (batch, kv heads, k, dim); returns (batch, q, heads, dim) and no attention weights."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    if key.dtype != query.dtype:  # the sampler's wide cache (.kv_cache)
-        out, weights = grouped_sdpa(
-            module, query.to(key.dtype), key, value, attention_mask, dropout, scaling, is_causal, **kwargs
-        )
-        return out.to(query.dtype), weights
     grouped = key.shape[1] != query.shape[1]
     if (
         not grouped

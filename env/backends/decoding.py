@@ -7,8 +7,7 @@ cost more than the model's own forward. This loop keeps one step to: the forward
 fp32 log-softmax of the last logits, the draw, and a check for finished rows. The KV cache is one
 buffer of prompt + ``max_new_tokens`` positions written in place (transformers' growing cache
 concatenates, copying the whole cache at every step: at a few hundred rows that copy costs more than
-the step); on a CPU without AMX tiles a 16-bit model's buffer is fp32 (:mod:`.kv_cache`: its attention is
-several times faster there). Rows that finished leave the batch (their cache rows are dropped) once a quarter of the
+the step). Rows that finished leave the batch (their cache rows are dropped) once a quarter of the
 batch is done, so a long answer does not make every finished row pay for its steps.
 
 Prompt work is not repeated. Rows with the same prompt and adapter (a team's agents opening on the same
@@ -42,7 +41,6 @@ from typing import Any
 
 import torch
 
-from .kv_cache import kv_dtype, static_cache
 from .stacked import StackedAdapters
 
 #: finished rows leave the batch once they are at least this share of it
@@ -126,13 +124,7 @@ def sample(
     kwargs, row_adapters = _adapter_setup(model, adapters)
     with row_adapters or nullcontext():
         cache, logits, attention, positions, prompt_end = prompt_pass(
-            model,
-            input_ids,
-            attention,
-            prefixes,
-            answer_columns=max_new_tokens,
-            cache_dtype=kv_dtype(model, device),
-            **kwargs,
+            model, input_ids, attention, prefixes, answer_columns=max_new_tokens, **kwargs
         )
         if expand is not None:  # rows that share a prompt get copies of its cache rows
             cache.reorder_cache(expand)
@@ -218,24 +210,24 @@ def prompt_pass(
     attention: torch.Tensor,
     prefixes: Sequence[RowKV | None] | None,
     answer_columns: int,
-    cache_dtype: torch.dtype | None = None,
     **kwargs,
 ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor, int]:
     """Run the prompts (after their reused ``prefixes``) into a fresh static cache of ``P + S +
-    answer_columns`` columns (reused prefixes, prompts, answers), its keys and values in ``cache_dtype``
-    (None: the model's; :mod:`.kv_cache`).
+    answer_columns`` columns (reused prefixes, prompts, answers).
 
     Returns the cache, the last prompt position's logits per row, the mask over the whole buffer (answer
     columns 1: causality hides those not written yet), each row's last position id and ``P + S``.
     ``kwargs`` go to the model (e.g. PEFT's ``adapter_names``).
     """
+    from transformers import StaticCache
+
     (n_prompts, width), device = input_ids.shape, input_ids.device
     prefixes = list(prefixes) if prefixes else [None] * n_prompts
     reused = torch.tensor([0 if p is None else int(p.real.sum()) for p in prefixes], device=device)
     before = max((p.columns for p in prefixes if p is not None), default=0)  # reused columns, right-aligned
     prompt_end = before + width
     # one KV buffer for prefix + prompt + answer, written in place (a growing cache copies itself every step)
-    cache = static_cache(model.config, prompt_end + answer_columns, cache_dtype)
+    cache = StaticCache(config=model.config, max_cache_len=prompt_end + answer_columns)
     seen = attention.new_zeros(n_prompts, before)  # the reused columns' mask
     if before:
         _write_prefixes(cache, prefixes, before)

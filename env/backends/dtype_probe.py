@@ -3,8 +3,7 @@
 On a CPU with bf16 matrix units the matmuls of a decode step run faster in bf16, but the rest of the step
 (norms, rotary, attention, the per-row LoRA's casts, the output layer's logits cast for the draw) may
 cost more, by more than the matmuls save: on a 2-core AMD Zen 4 (AVX512-BF16) a debate took 1.3x as long in
-bf16 as in fp32, where on Intel AMX bf16 was the faster (on AMD the cause was the attention over a bf16
-cache, since kept in fp32 there: :mod:`.kv_cache`). So for generation alone
+bf16 as in fp32, where on Intel AMX and on Zen 5 bf16 was the faster. So for generation alone
 (:func:`.machine.choose_dtype` with ``work="generate"``) ``dtype: auto`` asks this probe instead of
 guessing, once per machine and model shape:
 
@@ -13,10 +12,8 @@ guessing, once per machine and model shape:
   projections, stacked (:class:`.stacked.StackedAdapters`) as a team's debate runs them, the rows
   spread over them;
 - the step: as :func:`.decoding.sample` runs it: one token for each of :data:`ROWS` rows over a static
-  KV cache of :data:`CONTEXT` positions (random keys and values) in the sampler's cache dtype
-  (:func:`.kv_cache.kv_dtype`), every other row left-padded as in a batch of unequal prompts, with the
-  backend's attention (``sdpa_gqa``), then the fp32 log-softmax and the draw over the vocabulary
-  (:func:`.decoding._draw`);
+  KV cache of :data:`CONTEXT` positions (random keys and values), then the fp32 log-softmax and the draw
+  over the vocabulary (:func:`.decoding._draw`);
 - the estimate: the whole step plus ``(layers / LAYERS - 1)`` times its decoder layers (timed within the
   same call, from the first layer's start to the last one's end): the full model's step;
 - the timing: :data:`REPEATS` steps of each dtype after :data:`WARMUP` untimed ones, the two dtypes
@@ -59,7 +56,7 @@ ADAPTERS = 3
 #: timed steps of each dtype, and the untimed ones before
 REPEATS, WARMUP = 5, 1
 #: what the cached results were measured with (a change of the probe measures again)
-VERSION = 2
+VERSION = 1
 #: the cache file, in the cache folder
 FILE = "dtype_probe.json"
 #: the dtypes compared
@@ -257,10 +254,9 @@ def _probe_step(model: Any, small: Any, dtype: torch.dtype, depth: int) -> Calla
     adapters, cache and draw, and returning its estimate of the step of the full model (``depth``
     decoder layers), in seconds."""
     from peft import LoraConfig, get_peft_model
+    from transformers import StaticCache
 
-    from .attention import use_grouped_sdpa
     from .decoding import _draw
-    from .kv_cache import kv_dtype, static_cache
     from .stacked import StackedAdapters
 
     targets = [
@@ -275,21 +271,19 @@ def _probe_step(model: Any, small: Any, dtype: torch.dtype, depth: int) -> Calla
         peft.add_adapter(name, lora)
     peft.eval()
     inner = peft.get_base_model()
-    use_grouped_sdpa(inner)  # the hf backend's attention
     rows_adapters = [names[k % ADAPTERS] for k in range(ROWS)]
     stack = StackedAdapters(peft, capacity=ROWS, names=rows_adapters)
     stack.select(stack.slots(rows_adapters))
     stack.__enter__()  # for the life of this private model
 
     columns = CONTEXT + WARMUP + REPEATS + 1
-    cache = static_cache(small, columns, kv_dtype(inner, "cpu"))
+    cache = StaticCache(config=small, max_cache_len=columns)
     heads = getattr(small, "num_key_value_heads", None) or small.num_attention_heads
     head_dim = getattr(small, "head_dim", None) or small.hidden_size // small.num_attention_heads
     for layer in range(LAYERS):  # the prompt's keys and values, random
         kv = torch.randn(2, ROWS, heads, CONTEXT, head_dim, dtype=dtype)
         cache.update(kv[0], kv[1], layer)
     attention = torch.ones(ROWS, columns, dtype=torch.long)
-    attention[1::2, : CONTEXT // 8] = 0  # unequal prompts, left-padded
     tokens = torch.randint(small.vocab_size, (ROWS, 1))
     position = [CONTEXT]
     uniforms = torch.rand(ROWS, 1)

@@ -23,7 +23,6 @@ from .attention import use_grouped_sdpa
 from .base import Backend, BackendError, ChatRequest, Completion, SamplingParams, ScoreRequest
 from .chat import chat_prompt_ids, prompt_ids_of
 from .decoding import RowKV, prefix_reuse_supported, sample
-from .kv_cache import kv_dtype
 from .machine import KEPT_KV_CALLS, KV_CACHE_GIB, DtypeChoice, choose_dtype, pick_decode
 from .static_decode import StaticDecoder, check_shapes
 
@@ -43,16 +42,13 @@ def _log_once(message: str) -> None:
 
 
 def kv_bytes_per_token(model) -> int:
-    """Bytes of KV cache one token position takes in ``model`` (keys and values of every layer), in the
-    eager loop's cache dtype (:func:`.kv_cache.kv_dtype`: fp32 for a 16-bit model on some CPUs; an upper
-    bound for the stacked decoders, whose cache is the model's dtype)."""
+    """Bytes of KV cache one token position takes in ``model`` (keys and values of every layer)."""
     cfg = model.config
     cfg = getattr(cfg, "text_config", None) or cfg
     heads = getattr(cfg, "num_attention_heads", 1)
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
     kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
-    weight = next(model.parameters())
-    width = (kv_dtype(model, weight.device) or weight.dtype).itemsize
+    width = next(model.parameters()).element_size()
     return 2 * cfg.num_hidden_layers * kv_heads * head_dim * width
 
 
